@@ -1,0 +1,35 @@
+"""accelkit: detect the GPU, apply the settings experts apply by hand, measure the run.
+
+    import accelkit
+    plan = accelkit.auto_configure()
+
+`import accelkit` imports neither torch nor tensorflow; the framework adapters
+(`accelkit.torch`, `accelkit.keras`) import theirs when used.
+"""
+
+from accelkit._version import __version__
+from accelkit.configure import apply, auto_configure, current_plan, plan_for
+from accelkit.hardware import detect
+from accelkit.hardware.info import GpuInfo, HardwareInfo
+from accelkit.hardware.what_if import UnknownGPUError, what_if
+from accelkit.planning import Distribution, Framework, Plan, Precision, Request, Setting, Status
+
+__all__ = [
+    "Distribution",
+    "Framework",
+    "GpuInfo",
+    "HardwareInfo",
+    "Plan",
+    "Precision",
+    "Request",
+    "Setting",
+    "Status",
+    "UnknownGPUError",
+    "__version__",
+    "apply",
+    "auto_configure",
+    "current_plan",
+    "detect",
+    "plan_for",
+    "what_if",
+]

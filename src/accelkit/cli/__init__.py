@@ -1,0 +1,181 @@
+"""The `accelkit` command: one function per subcommand over the public API.
+
+With `--json`, stdout holds one JSON document and nothing else; messages go to stderr.
+Exit codes: 0 success, 1 unknown GPU, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import platform
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from accelkit import __version__, specs
+from accelkit.configure import auto_configure, plan_for
+from accelkit.hardware import detect
+from accelkit.hardware.what_if import UnknownGPUError
+from accelkit.planning import Framework, Precision, Request, plan
+from accelkit.report.render import describe_hardware, table
+
+EXIT_UNKNOWN_GPU = 1
+EXIT_USAGE = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.command(args) or 0)
+    except UnknownGPUError as error:
+        print(f"accelkit: {error}", file=sys.stderr)
+        return EXIT_UNKNOWN_GPU
+    except ValueError as error:
+        print(f"accelkit: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="accelkit", description="GPU-aware training settings and measurements.")
+    parser.add_argument("--version", action="version", version=f"accelkit {__version__}")
+    commands = parser.add_subparsers(dest="name", required=True, metavar="COMMAND")
+
+    doctor = commands.add_parser(
+        "doctor", help="hardware, driver, framework versions and the plan auto_configure would apply")
+    doctor.add_argument("--framework", choices=_values(Framework), default="auto")
+    doctor.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    doctor.set_defaults(command=cmd_doctor)
+
+    plan_cmd = commands.add_parser(
+        "plan", help="the plan for this machine, or for GPUs you name (--gpu)")
+    plan_cmd.add_argument("--gpu", help="GPU name or alias (see 'accelkit specs'); "
+                                        "default: this machine")
+    plan_cmd.add_argument("--count", type=_positive_int, default=1, help="number of GPUs")
+    plan_cmd.add_argument("--framework", choices=("torch", "tensorflow"), default="torch")
+    plan_cmd.add_argument("--precision", choices=_values(Precision), default="auto")
+    plan_cmd.add_argument("--compile", action="store_true")
+    plan_cmd.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    plan_cmd.set_defaults(command=cmd_plan)
+
+    specs_cmd = commands.add_parser("specs", help="the GPU datasheet table, or one GPU's row")
+    specs_cmd.add_argument("--gpu", help="GPU name or alias")
+    specs_cmd.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    specs_cmd.set_defaults(command=cmd_specs)
+    return parser
+
+
+def _values(choice: Any) -> list[str]:
+    return [member.value for member in choice]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return value
+
+
+def _emit_json(document: Any) -> None:
+    json.dump(document, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+# -- doctor ------------------------------------------------------------------------
+
+def _framework_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for dist in ("torch", "tensorflow", "keras", "nvidia-ml-py"):
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = None
+    return versions
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    hardware = detect()
+    result = auto_configure(framework=args.framework, dry_run=True, verbose=False,
+                            hardware=hardware)
+    document = {
+        "accelkit": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "frameworks": _framework_versions(),
+        "hardware": hardware.to_dict(),
+        "gpu_specs": [_spec_or_none(gpu) for gpu in hardware.gpus],
+        "plan": result.to_dict(),
+    }
+    if args.json:
+        _emit_json(document)
+        return 0
+    print(f"accelkit {__version__} on Python {document['python']} ({document['platform']})")
+    print("frameworks: " + ", ".join(f"{k} {v or '-'}" for k, v in document["frameworks"].items()))
+    print(f"driver {hardware.driver_version or '-'}, CUDA driver {hardware.cuda_driver_version or '-'}"
+          f", {hardware.cpu_count or '?'} CPUs, InfiniBand {'yes' if hardware.infiniband else 'no'}")
+    print(f"GPUs: {describe_hardware(hardware)}")
+    for gpu, row in zip(hardware.gpus, document["gpu_specs"]):
+        match = row["name"] if row else "no datasheet row (MFU will need calibrate=True)"
+        memory = f"{gpu.memory_gb:.0f} GB" if gpu.memory_gb else "? GB"
+        power = f"{gpu.power_limit_w:.0f} W" if gpu.power_limit_w else "? W"
+        print(f"  [{gpu.index}] {gpu.name}: {memory}, {power}, MIG "
+              f"{'on' if gpu.mig_enabled else 'off'} -> {match}")
+    for note in hardware.notes:
+        print(f"note: {note}")
+    print()
+    print(result)
+    return 0
+
+
+def _spec_or_none(gpu: Any) -> dict[str, Any] | None:
+    spec = specs.for_gpu(gpu)
+    return None if spec is None else spec.to_dict()
+
+
+# -- plan --------------------------------------------------------------------------
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    request = {"precision": args.precision, "compile": args.compile}
+    if args.gpu:
+        result = plan_for(args.gpu, args.count, framework=args.framework, **request)
+    else:
+        result = plan(detect(), Request(framework=args.framework, **request))
+    if args.json:
+        _emit_json(result.to_dict())
+    else:
+        print(result)
+    return 0
+
+
+# -- specs -------------------------------------------------------------------------
+
+def cmd_specs(args: argparse.Namespace) -> int:
+    if args.gpu:
+        spec = specs.lookup(args.gpu)
+        if spec is None:
+            raise UnknownGPUError(specs.unknown_message(args.gpu))
+        rows = [spec]
+    else:
+        rows = list(specs.all_specs())
+    if args.json:
+        _emit_json(rows[0].to_dict() if args.gpu else {"gpus": [r.to_dict() for r in rows]})
+        return 0
+    headers = ("gpu", "cc", "memory", "GB/s", "fp32", "tf32", "bf16", "fp16", "fp8", "source")
+    body = [(
+        r.name, f"{r.compute_capability[0]}.{r.compute_capability[1]}", f"{r.memory_gb:g} GB",
+        f"{r.bandwidth_gbps:g}", *(_peak(r.peak(d)) for d in ("fp32", "tf32", "bf16", "fp16", "fp8")),
+        r.source,
+    ) for r in rows]
+    print("dense peak TFLOP/s (no sparsity; fp16/bf16 with fp32 accumulate)")
+    print(table(headers, body, wrap_last=60 if args.gpu else None))
+    return 0
+
+
+def _peak(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"

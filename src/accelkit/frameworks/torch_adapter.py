@@ -1,0 +1,152 @@
+"""Applies a plan to PyTorch: one small function per technique.
+
+Imported only when a PyTorch plan is applied or a torch helper is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import TYPE_CHECKING, Any
+
+from accelkit.frameworks._common import Outcome, apply_env, is_ours, set_by_us, walk
+from accelkit.planning.runtime import ALLOC_CONF
+from accelkit.planning.types import Plan, Precision, Setting, Status
+from accelkit.utils.imports import require
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _torch() -> Any:
+    return require("torch")
+
+
+def apply(plan: Plan) -> Plan:
+    """Apply every torch setting of `plan`; returns the plan with outcomes recorded."""
+    _torch()
+    return walk(plan, {
+        "torch.backends.cuda.matmul.allow_tf32": apply_tf32_matmul,
+        "torch.backends.cudnn.allow_tf32": apply_tf32_cudnn,
+        "torch.backends.cudnn.benchmark": apply_cudnn_benchmark,
+        ALLOC_CONF: apply_allocator,
+        "torch.cuda.set_device": apply_device,
+        "torch.distributed.backend": apply_process_group,
+    }, framework="torch")
+
+
+# -- TF32 --------------------------------------------------------------------------
+# PyTorch 2.9 added `fp32_precision` flags and raises if the legacy `allow_tf32`
+# flags are read after the new ones were set, so the new API is used when present.
+
+def apply_tf32_matmul(setting: Setting) -> Outcome:
+    torch = _torch()
+    wanted = "tf32" if setting.value else "ieee"
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):
+        current = matmul.fp32_precision
+        inherited = getattr(torch.backends, "fp32_precision", "none")
+        if current == "none" and inherited != "none":
+            current = inherited
+        if current == wanted:
+            return Status.ALREADY_SET, f"fp32_precision={current!r}"
+        if current != "none" and not is_ours(setting.key, current):
+            return Status.KEPT_USER_VALUE, f"fp32_precision={current!r} set by the user"
+        matmul.fp32_precision = wanted
+    else:
+        current = torch.get_float32_matmul_precision()
+        legacy = "high" if setting.value else "highest"
+        if current == legacy:
+            return Status.ALREADY_SET, f"float32_matmul_precision={current!r}"
+        if current != "highest" and not is_ours(setting.key, current):
+            return Status.KEPT_USER_VALUE, f"float32_matmul_precision={current!r} set by the user"
+        torch.backends.cuda.matmul.allow_tf32 = bool(setting.value)
+        wanted = torch.get_float32_matmul_precision()
+    set_by_us(setting.key, wanted)
+    return Status.APPLIED, ""
+
+
+def apply_tf32_cudnn(setting: Setting) -> Outcome:
+    """cuDNN's TF32 flag; PyTorch's default is already on, so only fp32 plans change it."""
+    torch = _torch()
+    cudnn = torch.backends.cudnn
+    if hasattr(cudnn, "conv") and hasattr(cudnn.conv, "fp32_precision"):
+        wanted = "tf32" if setting.value else "ieee"
+        current = (cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision)
+        if current == (wanted, wanted):
+            return Status.ALREADY_SET, f"fp32_precision={wanted!r}"
+        cudnn.conv.fp32_precision = wanted
+        cudnn.rnn.fp32_precision = wanted
+    else:
+        if cudnn.allow_tf32 == bool(setting.value):
+            return Status.ALREADY_SET, f"allow_tf32={cudnn.allow_tf32}"
+        cudnn.allow_tf32 = bool(setting.value)
+    return Status.APPLIED, ""
+
+
+def apply_cudnn_benchmark(setting: Setting) -> Outcome:
+    torch = _torch()
+    if torch.backends.cudnn.benchmark == bool(setting.value):
+        return Status.ALREADY_SET, f"benchmark={torch.backends.cudnn.benchmark}"
+    torch.backends.cudnn.benchmark = bool(setting.value)
+    return Status.APPLIED, ""
+
+
+# -- allocator ---------------------------------------------------------------------
+
+def apply_allocator(setting: Setting) -> Outcome:
+    """The CUDA caching allocator reads its configuration once, when CUDA initialises."""
+    torch = _torch()
+    # PyTorch >= 2.9 also reads PYTORCH_ALLOC_CONF; a user value in either is kept.
+    status, detail = apply_env(setting.key, str(setting.value), aliases=("PYTORCH_ALLOC_CONF",))
+    if status is Status.APPLIED and torch.cuda.is_initialized():
+        os.environ.pop(setting.key, None)
+        return Status.FAILED, ("CUDA is already initialised, so the allocator will not read "
+                               "it; set it before the first CUDA call or in the shell")
+    return status, detail
+
+
+# -- distribution ------------------------------------------------------------------
+
+def apply_device(setting: Setting) -> Outcome:
+    torch = _torch()
+    if not torch.cuda.is_available():
+        return Status.NOT_APPLICABLE, "no CUDA device in this process"
+    torch.cuda.set_device(int(setting.value))
+    return Status.APPLIED, f"cuda:{setting.value}"
+
+
+def apply_process_group(setting: Setting) -> Outcome:
+    """Start the process group torchrun's variables describe, unless the script did."""
+    torch = _torch()
+    dist = torch.distributed
+    if not dist.is_available():
+        return Status.FAILED, "this PyTorch build has no torch.distributed"
+    if dist.is_initialized():
+        return Status.KEPT_USER_VALUE, f"process group already started ({dist.get_backend()})"
+    backend = str(setting.value)
+    if backend == "nccl" and not torch.cuda.is_available():
+        backend = "gloo"
+    dist.init_process_group(backend=backend)
+    return Status.APPLIED, f"backend={backend}, world size {dist.get_world_size()}"
+
+
+# -- helpers -----------------------------------------------------------------------
+
+_DTYPES = {Precision.BF16: "bfloat16", Precision.FP16: "float16"}
+
+
+def autocast(plan: Plan) -> contextlib.AbstractContextManager[Any]:
+    """`torch.autocast` in the plan's 16-bit dtype, or a do-nothing context."""
+    torch = _torch()
+    if plan.precision not in _DTYPES:
+        return contextlib.nullcontext()
+    device_type = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.autocast(device_type=device_type, dtype=getattr(torch, _DTYPES[plan.precision]))
+
+
+def grad_scaler(plan: Plan) -> torch.amp.GradScaler:
+    """A GradScaler that scales only for fp16 plans; otherwise its calls pass through."""
+    torch = _torch()
+    device_type = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.amp.GradScaler(device_type, enabled=plan.precision is Precision.FP16)

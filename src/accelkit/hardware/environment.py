@@ -1,0 +1,245 @@
+"""What the process environment says: launcher variables, visible devices, host facts.
+
+Nothing here raises on bad input from the environment: a malformed variable
+becomes a note, because a typo in TF_CONFIG must not stop detection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from accelkit.hardware.info import GpuInfo, LauncherEnv
+
+_TORCHRUN_INTEGERS = {
+    "RANK": "rank",
+    "LOCAL_RANK": "local_rank",
+    "WORLD_SIZE": "world_size",
+    "LOCAL_WORLD_SIZE": "local_world_size",
+}
+
+
+def read_launcher(environ: Mapping[str, str], notes: list[str] | None = None) -> LauncherEnv:
+    """Read torchrun's variables, TF_CONFIG and CUDA_VISIBLE_DEVICES.
+
+    Args:
+        environ: the environment, usually ``os.environ``.
+        notes: if given, why a variable was ignored (a malformed TF_CONFIG, a
+            RANK that is not a number) is appended here.
+
+    Example:
+        >>> env = read_launcher({"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "8"})
+        >>> env.rank, env.world_size, env.torchrun
+        (1, 8, True)
+    """
+    notes = notes if notes is not None else []
+    torchrun = {
+        field: _integer(environ, variable, notes) for variable, field in _TORCHRUN_INTEGERS.items()
+    }
+    workers, task = _read_tf_config(environ.get("TF_CONFIG"), notes)
+    return LauncherEnv(
+        **torchrun,
+        master_addr=environ.get("MASTER_ADDR") or None,
+        tf_config_workers=workers,
+        tf_config_task=task,
+        cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
+    )
+
+
+def _integer(environ: Mapping[str, str], variable: str, notes: list[str]) -> int | None:
+    text = environ.get(variable)
+    if text is None or not text.strip():
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        notes.append(f"{variable}={text!r} is not an integer; ignored")
+        return None
+
+
+def _read_tf_config(text: str | None, notes: list[str]) -> tuple[int | None, str | None]:
+    """(workers incl. chief, "type:index") from TF_CONFIG; (None, None) when absent or bad.
+
+    Layout: ``{"cluster": {"chief": [...], "worker": [...], "ps": [...]},
+    "task": {"type": "worker", "index": 0}}`` (tf.distribute.cluster_resolver).
+    """
+    if text is None or not text.strip():
+        return None, None  # TensorFlow treats an empty TF_CONFIG as none
+    try:
+        config = json.loads(text)
+        cluster = config.get("cluster", {})
+        task = config.get("task", {})
+        if not isinstance(cluster, dict) or not isinstance(task, dict):
+            raise TypeError("'cluster' and 'task' must be objects")
+        addresses = [cluster.get("chief", []), cluster.get("worker", [])]
+        if not all(isinstance(a, list) for a in addresses):
+            raise TypeError("'chief' and 'worker' must be lists of addresses")
+        workers = sum(len(a) for a in addresses)
+    except (ValueError, TypeError, AttributeError) as err:
+        notes.append(f"TF_CONFIG is not valid JSON in TensorFlow's layout ({err}); ignored")
+        return None, None
+    task_type, task_index = task.get("type"), task.get("index", 0)
+    return workers, f"{task_type}:{task_index}" if task_type else None
+
+
+def visible(
+    gpus: Sequence[GpuInfo], cuda_visible_devices: str | None, notes: list[str] | None = None
+) -> tuple[GpuInfo, ...]:
+    """The GPUs CUDA will show the process, in CUDA's order.
+
+    Follows CUDA's rules for CUDA_VISIBLE_DEVICES (as PyTorch's
+    ``torch.cuda._parse_visible_devices`` mirrors them): a comma list of
+    indices, ``GPU-`` or ``MIG-`` UUIDs, or unique UUID prefixes; unset means
+    all; ``""`` or ``"-1"`` means none; the first invalid entry ends the list;
+    a repeated device hides every device. A MIG UUID gives its parent GPU with
+    only that slice in ``mig_slices``.
+
+    Indices are taken in NVML's PCI order; that is CUDA's order only under
+    CUDA_DEVICE_ORDER=PCI_BUS_ID or when the GPUs are alike (see
+    `device_order_note`).
+
+    Args:
+        gpus: every GPU, in NVML order.
+        cuda_visible_devices: the variable's value, or None when unset.
+        notes: if given, why entries were dropped is appended here.
+
+    Example:
+        >>> gpus = [GpuInfo(index=i, name="NVIDIA H100", uuid=f"GPU-{i}aaa") for i in range(4)]
+        >>> [g.index for g in visible(gpus, "2,0")]
+        [2, 0]
+    """
+    if cuda_visible_devices is None:
+        return tuple(gpus)
+    notes = notes if notes is not None else []
+    chosen: list[GpuInfo] = []
+    for entry in (e.strip() for e in cuda_visible_devices.split(",")):
+        gpu = _match(gpus, entry)
+        if gpu is None:
+            if entry and not entry.startswith("-"):  # "" and "-1" end the list on purpose
+                notes.append(
+                    f"CUDA_VISIBLE_DEVICES entry {entry!r} names no GPU; CUDA ignores it "
+                    "and every entry after it"
+                )
+            break
+        if any(_same_device(gpu, other) for other in chosen):
+            notes.append(
+                f"CUDA_VISIBLE_DEVICES={cuda_visible_devices!r} names a device twice; "
+                "CUDA then shows no GPU"
+            )
+            return ()
+        chosen.append(gpu)
+    if gpus and not chosen:
+        notes.append(f"CUDA_VISIBLE_DEVICES={cuda_visible_devices!r} hides all {len(gpus)} GPUs")
+    return tuple(chosen)
+
+
+def _match(gpus: Sequence[GpuInfo], entry: str) -> GpuInfo | None:
+    if entry.startswith("MIG-"):
+        return _match_mig(gpus, entry)
+    if entry.startswith("GPU-"):
+        found = [g for g in gpus if g.uuid and g.uuid.startswith(entry)]
+        return found[0] if len(found) == 1 else None  # an ambiguous prefix is invalid
+    index = _leading_integer(entry)
+    return gpus[index] if index is not None and index < len(gpus) else None
+
+
+def _match_mig(gpus: Sequence[GpuInfo], entry: str) -> GpuInfo | None:
+    found = [
+        (gpu, name, uuid)
+        for gpu in gpus
+        for name, uuid in zip(gpu.mig_slices, gpu.mig_uuids)
+        if uuid and uuid.startswith(entry)
+    ]
+    if len(found) != 1:
+        return None
+    gpu, name, uuid = found[0]
+    return dataclasses.replace(gpu, mig_slices=(name,), mig_uuids=(uuid,))
+
+
+def _same_device(a: GpuInfo, b: GpuInfo) -> bool:
+    return a.index == b.index and a.mig_uuids == b.mig_uuids
+
+
+def _leading_integer(entry: str) -> int | None:
+    """CUDA reads indices like strtoul: ``"1gpu"`` is 1, ``"gpu1"`` and ``"-1"`` are invalid."""
+    digits = ""
+    for char in entry.removeprefix("+"):
+        if not char.isdigit():
+            break
+        digits += char
+    return int(digits) if digits else None
+
+
+def device_order_note(gpus: Sequence[GpuInfo], environ: Mapping[str, str]) -> str | None:
+    """A warning when CUDA's device order may differ from NVML's, else None.
+
+    CUDA numbers devices fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID;
+    NVML numbers them in PCI order. The two agree when all GPUs are the same
+    model, so only mixed machines get the note.
+
+    Example:
+        >>> gpus = [GpuInfo(index=0, name="NVIDIA T4"), GpuInfo(index=1, name="NVIDIA A10")]
+        >>> device_order_note(gpus, {}) is not None
+        True
+    """
+    if environ.get("CUDA_DEVICE_ORDER", "").strip().upper() == "PCI_BUS_ID":
+        return None
+    if len({g.name for g in gpus}) <= 1:
+        return None
+    return (
+        "GPUs of different models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA numbers "
+        "the fastest GPU first, so CUDA indices may not match NVML's order used here; "
+        "set CUDA_DEVICE_ORDER=PCI_BUS_ID to make them agree"
+    )
+
+
+def cpu_count() -> int | None:
+    """CPUs this process may run on (its affinity mask, so taskset and cgroups count).
+
+    Example:
+        >>> cpu_count() >= 1
+        True
+    """
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count()
+
+
+def host_memory_bytes() -> int | None:
+    """Physical memory of the host in bytes, or None when it cannot be told.
+
+    Example:
+        >>> host_memory_bytes() > 0
+        True
+    """
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # sysconf is POSIX-only
+        pass
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024  # reported in kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def has_infiniband(path: str | os.PathLike[str] = "/sys/class/infiniband") -> bool:
+    """True when the kernel lists an InfiniBand (or RoCE) device.
+
+    Args:
+        path: where the kernel lists them; tests point it elsewhere.
+
+    Example:
+        >>> has_infiniband("/nonexistent")
+        False
+    """
+    try:
+        return any(Path(path).iterdir())
+    except OSError:
+        return False

@@ -1,0 +1,14 @@
+"""Planning: a pure function from (hardware, request) to an immutable `Plan`."""
+
+from accelkit.planning.planner import plan
+from accelkit.planning.types import (
+    Distribution,
+    Framework,
+    Plan,
+    Precision,
+    Request,
+    Setting,
+    Status,
+)
+
+__all__ = ["Distribution", "Framework", "Plan", "Precision", "Request", "Setting", "Status", "plan"]

@@ -1,0 +1,49 @@
+"""`plan(hardware, request) -> Plan`: every decision, no side effects.
+
+No framework is imported here, so a plan for any GPU generation and topology
+can be made and tested on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+from accelkit.hardware.info import HardwareInfo
+from accelkit.planning import distribution, precision, runtime
+from accelkit.planning.types import Plan, Request
+
+
+def plan(hardware: HardwareInfo, request: Request | None = None) -> Plan:
+    """Decide the settings for `request.framework` on `hardware`.
+
+    Args:
+        hardware: a snapshot (`accelkit.detect()`, `what_if(...)` or `HardwareInfo.from_dict`).
+        request: what the caller asks for; defaults to PyTorch with everything on auto.
+
+    Returns:
+        An immutable `Plan` whose settings each carry a one-line reason.
+
+    Raises:
+        ValueError: the request cannot run on this hardware (e.g. bf16 on a T4),
+            with the numbers in the message.
+
+    Example:
+        >>> from accelkit.hardware import what_if
+        >>> plan(what_if("Tesla T4"), Request(framework="torch")).precision.value
+        'fp16'
+    """
+    request = request or Request()
+    chosen, reason = precision.choose(hardware, request)
+    engine, distribution_settings = distribution.choose(hardware, request)
+    settings = [
+        *precision.settings(hardware, request, chosen, reason),
+        *runtime.settings(hardware, request, chosen),
+        *distribution_settings,
+    ]
+    return Plan(
+        framework=request.framework,
+        precision=chosen,
+        distribution=engine,
+        settings=tuple(settings),
+        hardware=hardware,
+        compile=request.compile,
+        notes=hardware.notes,
+    )

@@ -1,0 +1,140 @@
+"""Precision decisions: the compute dtype, TF32, fp32 output heads, loss scaling."""
+
+from __future__ import annotations
+
+from accelkit.hardware.info import HardwareInfo
+from accelkit.planning.types import Framework, Precision, Request, Setting
+
+# Tensor cores arrived with Volta (7.0); bf16 and TF32 with Ampere (8.0).
+TENSOR_CORES = (7, 0)
+BF16_TF32 = (8, 0)
+
+
+def _cc(hardware: HardwareInfo) -> tuple[int, int] | None:
+    return hardware.min_compute_capability
+
+
+def _fmt(cc: tuple[int, int]) -> str:
+    return f"{cc[0]}.{cc[1]}"
+
+
+def _gpu_label(hardware: HardwareInfo) -> str:
+    gpu = min(hardware.gpus, key=lambda g: g.compute_capability or (0, 0))
+    return f"{gpu.name} (compute capability {_fmt(gpu.compute_capability or (0, 0))})"
+
+
+def validate(hardware: HardwareInfo, precision: Precision) -> None:
+    """Raise `ValueError` when an explicitly requested precision cannot run on these GPUs.
+
+    bf16 and TF32 need compute capability >= 8.0; on older GPUs they are
+    emulated or absent (`torch.cuda.is_bf16_supported()` says True on a T4, yet
+    bf16 matmuls there run without tensor cores).
+    """
+    cc = _cc(hardware)
+    if cc is None or precision not in (Precision.BF16, Precision.TF32):
+        return
+    if cc < BF16_TF32:
+        raise ValueError(
+            f"precision={precision.value!r} needs compute capability >= {_fmt(BF16_TF32)}; "
+            f"{_gpu_label(hardware)} has {_fmt(cc)}. Use 'fp16' (mixed, with loss scaling) "
+            "or 'fp32'."
+        )
+
+
+def choose(hardware: HardwareInfo, request: Request) -> tuple[Precision, str]:
+    """The precision to run in and the one-line reason for it."""
+    if request.precision is not Precision.AUTO:
+        validate(hardware, request.precision)
+        return request.precision, f"requested precision={request.precision.value!r}"
+    cc = _cc(hardware)
+    if cc is None:
+        if hardware.gpus:
+            return Precision.FP32, "GPU compute capability unknown: fp32 is the safe choice"
+        return Precision.FP32, "no NVIDIA GPU detected: fp32 on the CPU"
+    label = _gpu_label(hardware)
+    if request.framework is Framework.TENSORFLOW:
+        if cc >= TENSOR_CORES:
+            return Precision.FP16, (
+                f"{label}: tensor cores; TensorFlow's mixed-precision guide recommends "
+                "mixed_float16 on NVIDIA GPUs (loss scaling is automatic in Keras)"
+            )
+        return Precision.FP32, f"{label}: no tensor cores, mixed precision gives no speed-up"
+    if cc >= BF16_TF32:
+        return Precision.BF16, (
+            f"{label}: bf16 tensor cores; bf16 keeps fp32's exponent range, "
+            "so no loss scaling is needed"
+        )
+    if cc >= TENSOR_CORES:
+        return Precision.FP16, (
+            f"{label}: fp16 tensor cores but no native bf16; fp16 mixed with dynamic loss scaling"
+        )
+    return Precision.FP32, f"{label}: no tensor cores, mixed precision gives no speed-up"
+
+
+def settings(hardware: HardwareInfo, request: Request, precision: Precision,
+             reason: str) -> list[Setting]:
+    if request.framework is Framework.TENSORFLOW:
+        return _tensorflow(hardware, precision, reason)
+    return _torch(hardware, precision, reason)
+
+
+def _tf32_allowed(hardware: HardwareInfo, precision: Precision) -> bool | None:
+    """True/False when the GPUs have TF32 and the precision decides it; None without TF32."""
+    cc = _cc(hardware)
+    if cc is None or cc < BF16_TF32:
+        return None
+    return precision is not Precision.FP32
+
+
+def _tf32_reason(allowed: bool) -> str:
+    if allowed:
+        return ("fp32 matmuls/convolutions that remain run on tensor cores with a 10-bit "
+                "mantissa (TF32): up to 8x the fp32 rate, accuracy fine for training")
+    return "precision='fp32' asks for IEEE fp32: TF32 off for matmuls and convolutions"
+
+
+def _torch(hardware: HardwareInfo, precision: Precision, reason: str) -> list[Setting]:
+    out = [Setting("precision", precision.value, "torch", reason, kind="helper")]
+    if precision in (Precision.BF16, Precision.FP16):
+        out.append(Setting(
+            "autocast.dtype", "bfloat16" if precision is Precision.BF16 else "float16", "torch",
+            "matmuls and convolutions in 16 bits under torch.autocast (plan.autocast(), "
+            "accelkit.torch.fit); weights and optimizer state stay fp32",
+            kind="helper"))
+        out.append(Setting(
+            "outputs.float32", True, "torch",
+            "model outputs are cast to float32 before the loss: softmax/cross-entropy in "
+            "16 bits loses precision", kind="helper"))
+    if precision is Precision.FP16:
+        out.append(Setting(
+            "grad_scaler", True, "torch",
+            "fp16 gradients underflow without loss scaling: torch.amp.GradScaler "
+            "(plan.grad_scaler())", kind="helper"))
+    tf32 = _tf32_allowed(hardware, precision)
+    if tf32 is not None:
+        out.append(Setting("torch.backends.cuda.matmul.allow_tf32", tf32, "torch",
+                           _tf32_reason(tf32)))
+        out.append(Setting("torch.backends.cudnn.allow_tf32", tf32, "torch",
+                           _tf32_reason(tf32)))
+    return out
+
+
+def _tensorflow(hardware: HardwareInfo, precision: Precision, reason: str) -> list[Setting]:
+    policy = {Precision.FP16: "mixed_float16", Precision.BF16: "mixed_bfloat16"}.get(
+        precision, "float32")
+    out = [Setting("keras.mixed_precision.global_policy", policy, "tensorflow", reason)]
+    if precision in (Precision.BF16, Precision.FP16):
+        out.append(Setting(
+            "keras.float32_head", True, "tensorflow",
+            "the output layer (and its softmax) stays float32 under a mixed policy: "
+            "accelkit.keras.float32_head(model)", kind="helper"))
+    if precision is Precision.FP16:
+        out.append(Setting(
+            "keras.loss_scale", "dynamic", "tensorflow",
+            "fp16 gradients underflow without loss scaling: Keras wraps the optimizer in "
+            "LossScaleOptimizer at compile() under mixed_float16", kind="helper"))
+    tf32 = _tf32_allowed(hardware, precision)
+    if tf32 is not None:
+        out.append(Setting("tf.config.experimental.enable_tensor_float_32_execution", tf32,
+                           "tensorflow", _tf32_reason(tf32)))
+    return out

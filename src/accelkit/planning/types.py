@@ -1,0 +1,274 @@
+"""The vocabulary of a plan: string enums shared by the API, the CLI and the
+environment, and the immutable `Setting` / `Plan` / `Request` records."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from accelkit.hardware.info import HardwareInfo
+
+
+class _Choice(str, enum.Enum):
+    """A string enum whose bad values raise a `ValueError` naming the valid ones."""
+
+    @classmethod
+    def parse(cls, value: str | _Choice, *, name: str | None = None) -> Any:
+        if isinstance(value, cls):
+            return value
+        text = str(value).strip().lower()
+        for member in cls:
+            if member.value == text:
+                return member
+        valid = ", ".join(repr(m.value) for m in cls)
+        raise ValueError(f"{name or cls.__name__.lower()}={value!r} is not valid; use one of {valid}")
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Precision(_Choice):
+    """How the matmuls of a training step run.
+
+    `bf16` and `fp16` are *mixed* precision (fp32 weights, low-precision compute);
+    `tf32` keeps fp32 tensors but lets tensor cores round matmul inputs to TF32;
+    `fp32` is strict IEEE fp32 everywhere.
+    """
+
+    AUTO = "auto"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    TF32 = "tf32"
+    FP32 = "fp32"
+
+
+class Framework(_Choice):
+    AUTO = "auto"
+    TORCH = "torch"
+    TENSORFLOW = "tensorflow"
+
+
+class Distribution(_Choice):
+    """What runs several devices (the `distribute` request takes `auto` or `none` too)."""
+
+    AUTO = "auto"
+    NONE = "none"
+    MIRRORED = "mirrored"  # tf.distribute.MirroredStrategy, one process, local GPUs
+    MULTI_WORKER_MIRRORED = "multi_worker_mirrored"  # tf.distribute under TF_CONFIG
+    DDP = "ddp"  # torch DistributedDataParallel under torchrun
+
+
+class Status(_Choice):
+    """What became of a setting when a plan was applied."""
+
+    PLANNED = "planned"  # not applied yet (dry run, ACCELKIT_DISABLE, what-if plan)
+    APPLIED = "applied"
+    KEPT_USER_VALUE = "kept user value"
+    ALREADY_SET = "already set"  # the value in force equals the planned one
+    NOT_APPLICABLE = "not applicable"
+    DEFERRED = "deferred"  # applied later by a helper (fit, float32_head, autocast)
+    ADVICE = "advice"  # something only the user can do (e.g. relaunch under torchrun)
+    FAILED = "could not apply"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One decision of the planner.
+
+    Attributes:
+        key: what is set: an environment variable (`kind="env"`), a framework flag
+            such as `torch.backends.cuda.matmul.allow_tf32`, or a helper's name.
+        value: the value chosen.
+        framework: `"torch"`, `"tensorflow"` or `"any"`.
+        reason: one line saying why, with the numbers it rests on.
+        kind: `"env"` (an environment variable), `"flag"` (framework state set by
+            the adapter), `"helper"` (done by a helper such as `fit` or
+            `float32_head`) or `"advice"` (only the user can do it).
+        status: what happened when the plan was applied.
+        detail: why it ended that way (the user's value, the error...).
+    """
+
+    key: str
+    value: Any
+    framework: str
+    reason: str
+    kind: str = "flag"
+    status: Status = Status.PLANNED
+    detail: str = ""
+
+    def with_status(self, status: Status, detail: str = "") -> Setting:
+        return dataclasses.replace(self, status=status, detail=detail)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "value": self.value,
+            "framework": self.framework,
+            "reason": self.reason,
+            "kind": self.kind,
+            "status": self.status.value,
+            "detail": self.detail,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Setting:
+        return cls(
+            key=data["key"],
+            value=data["value"],
+            framework=data["framework"],
+            reason=data["reason"],
+            kind=data.get("kind", "flag"),
+            status=Status.parse(data.get("status", "planned")),
+            detail=data.get("detail", ""),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """What the caller asks of the planner; `auto` lets the planner choose.
+
+    Validated on construction: a bad value raises `ValueError` naming the valid ones.
+    """
+
+    framework: Framework = Framework.TORCH
+    precision: Precision = Precision.AUTO
+    distribute: Distribution = Distribution.AUTO
+    compile: bool = False
+    fixed_shapes: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "framework", Framework.parse(self.framework, name="framework"))
+        object.__setattr__(self, "precision", Precision.parse(self.precision, name="precision"))
+        distribute = self.distribute
+        if distribute is True:
+            distribute = Distribution.AUTO
+        elif distribute is False or distribute is None:
+            distribute = Distribution.NONE
+        object.__setattr__(self, "distribute", Distribution.parse(distribute, name="distribute"))
+        if self.framework is Framework.AUTO:
+            raise ValueError("framework='auto' must be resolved before planning; "
+                             "use 'torch' or 'tensorflow'")
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"compile={self.compile!r} is not valid; use True or False")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """An immutable list of settings for one framework on one machine.
+
+    Built by `accelkit.planning.plan`; `auto_configure` returns a copy whose
+    settings carry what happened when it was applied.
+
+    Example:
+        >>> plan = accelkit.plan_for("A100-SXM4-80GB", framework="torch")
+        >>> plan.precision
+        <Precision.BF16: 'bf16'>
+        >>> with plan.autocast():
+        ...     loss = model(x)
+    """
+
+    framework: Framework
+    precision: Precision
+    distribution: Distribution
+    settings: tuple[Setting, ...]
+    hardware: HardwareInfo
+    compile: bool = False
+    notes: tuple[str, ...] = ()
+
+    # -- reading -------------------------------------------------------------
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment variables the plan sets (all of them, applied or not)."""
+        return {s.key: str(s.value) for s in self.settings if s.kind == "env"}
+
+    def get(self, key: str) -> Setting | None:
+        """The setting for `key`, or None when the plan has none."""
+        for setting in self.settings:
+            if setting.key == key:
+                return setting
+        return None
+
+    def value(self, key: str, default: Any = None) -> Any:
+        setting = self.get(key)
+        return default if setting is None else setting.value
+
+    @property
+    def device_type(self) -> str:
+        """`"cuda"` when the plan is for NVIDIA GPUs, else `"cpu"`."""
+        return "cuda" if self.hardware.gpus else "cpu"
+
+    @property
+    def mixed(self) -> bool:
+        """True when the plan runs matmuls in a 16-bit type."""
+        return self.precision in (Precision.BF16, Precision.FP16)
+
+    def with_settings(self, settings: Iterable[Setting], notes: Iterable[str] = ()) -> Plan:
+        return dataclasses.replace(self, settings=tuple(settings), notes=self.notes + tuple(notes))
+
+    # -- framework helpers (imported lazily) -----------------------------------
+
+    def autocast(self) -> Any:
+        """A context manager running its body in the plan's precision (PyTorch).
+
+        `torch.autocast` in bf16 or fp16 on the plan's device; a do-nothing
+        context for tf32/fp32 plans.
+        """
+        from accelkit.frameworks import torch_adapter
+
+        return torch_adapter.autocast(self)
+
+    def grad_scaler(self) -> Any:
+        """A `torch.amp.GradScaler`, enabled only for fp16 plans (a no-op otherwise)."""
+        from accelkit.frameworks import torch_adapter
+
+        return torch_adapter.grad_scaler(self)
+
+    @property
+    def strategy(self) -> Any:
+        """The `tf.distribute.Strategy` the plan chose (TensorFlow plans).
+
+        The default strategy when one device is used. For PyTorch plans it is
+        None: DDP is set up by `accelkit.torch.fit` under `torchrun`.
+        """
+        if self.framework is not Framework.TENSORFLOW:
+            return None
+        from accelkit.frameworks import tensorflow_adapter
+
+        return tensorflow_adapter.strategy(self)
+
+    # -- rendering -------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "framework": self.framework.value,
+            "precision": self.precision.value,
+            "distribution": self.distribution.value,
+            "compile": self.compile,
+            "settings": [s.to_dict() for s in self.settings],
+            "env": self.env,
+            "notes": list(self.notes),
+            "hardware": self.hardware.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        from accelkit.hardware.info import HardwareInfo
+
+        return cls(
+            framework=Framework.parse(data["framework"]),
+            precision=Precision.parse(data["precision"]),
+            distribution=Distribution.parse(data["distribution"]),
+            settings=tuple(Setting.from_dict(s) for s in data["settings"]),
+            hardware=HardwareInfo.from_dict(data["hardware"]),
+            compile=bool(data.get("compile", False)),
+            notes=tuple(data.get("notes", ())),
+        )
+
+    def __str__(self) -> str:
+        from accelkit.report.render import render_plan
+
+        return render_plan(self)

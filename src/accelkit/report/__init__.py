@@ -1,0 +1,1 @@
+"""Rendering plans and runs for people (tables) and scripts (JSON)."""

@@ -1,0 +1,57 @@
+"""The record type of the GPU datasheet table (`gpus.json` beside this file)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+# Dtype keys of `GpuSpec.peak_tflops`. All figures are *dense* (no 2:4 sparsity);
+# "fp16" and "bf16" are with fp32 accumulate, which GeForce cards run at half
+# the rate of fp16 accumulate; "int8" is in TOPS.
+DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuSpec:
+    """One GPU model's datasheet figures, with their source.
+
+    Attributes:
+        key: stable identifier, e.g. ``"h100-sxm"``.
+        name: display name, e.g. ``"NVIDIA H100 SXM5 80GB"``.
+        architecture: ``"pascal"``, ``"volta"``, ``"turing"``, ``"ampere"``,
+            ``"ada"``, ``"hopper"`` or ``"blackwell"``.
+        compute_capability: ``(major, minor)``.
+        segment: ``"datacenter"``, ``"workstation"`` or ``"geforce"``.
+        memory_gb: memory size in GB as the datasheet states it.
+        bandwidth_gbps: memory bandwidth in GB/s.
+        nvlink_gbps: total NVLink bandwidth per GPU in GB/s (both directions), None without NVLink.
+        p2p: whether peer-to-peer over PCIe/NVLink is supported between two of these
+            cards (False for GeForce 40/50 series).
+        ecc: whether the memory has ECC.
+        tdp_w: board power (the default power limit).
+        peak_tflops: dense peaks by dtype (keys from `DTYPES`; absent when the chip lacks it).
+        source: where the figures come from (datasheet title and URL).
+    """
+
+    key: str
+    name: str
+    architecture: str
+    compute_capability: tuple[int, int]
+    segment: str
+    memory_gb: float
+    bandwidth_gbps: float
+    nvlink_gbps: float | None
+    p2p: bool
+    ecc: bool
+    tdp_w: float
+    peak_tflops: dict[str, float]
+    source: str
+
+    def peak(self, dtype: str) -> float | None:
+        """The dense peak in TFLOP/s for `dtype`, None when the chip has no such path."""
+        return self.peak_tflops.get(dtype)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["compute_capability"] = list(self.compute_capability)
+        return data
