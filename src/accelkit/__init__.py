@@ -33,3 +33,11 @@ __all__ = [
     "plan_for",
     "what_if",
 ]
+
+
+def __getattr__(name: str):  # PEP 562: `accelkit.torch` / `accelkit.keras` on first use
+    if name in ("torch", "keras"):
+        import importlib
+
+        return importlib.import_module(f"accelkit.{name}")
+    raise AttributeError(f"module 'accelkit' has no attribute {name!r}")

@@ -36,51 +36,51 @@ def apply(plan: Plan) -> Plan:
 
 
 # -- TF32 --------------------------------------------------------------------------
-# PyTorch 2.9 added `fp32_precision` flags and raises if the legacy `allow_tf32`
-# flags are read after the new ones were set, so the new API is used when present.
+# PyTorch 2.9 added `fp32_precision` flags and, once they are set, raises from the
+# legacy getters (`torch.get_float32_matmul_precision()`, `allow_tf32`) that
+# Lightning and user code still call. Flags set through the legacy API read back
+# through both, so accelkit sets the legacy ones; a user who set the new ones is
+# detected by the legacy getter raising, and kept.
+
+def _user_new_api(error: RuntimeError) -> Outcome:
+    return Status.KEPT_USER_VALUE, f"set by the user through fp32_precision ({error})"[:160]
+
+
+def _matmul_precision(torch: Any) -> tuple[str, str]:
+    """(current value, untouched default) in the vocabulary of the installed torch."""
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):
+        return matmul.fp32_precision, "none"
+    return torch.get_float32_matmul_precision(), "highest"
+
 
 def apply_tf32_matmul(setting: Setting) -> Outcome:
     torch = _torch()
-    wanted = "tf32" if setting.value else "ieee"
-    matmul = torch.backends.cuda.matmul
-    if hasattr(matmul, "fp32_precision"):
-        current = matmul.fp32_precision
-        inherited = getattr(torch.backends, "fp32_precision", "none")
-        if current == "none" and inherited != "none":
-            current = inherited
-        if current == wanted:
-            return Status.ALREADY_SET, f"fp32_precision={current!r}"
-        if current != "none" and not is_ours(setting.key, current):
-            return Status.KEPT_USER_VALUE, f"fp32_precision={current!r} set by the user"
-        matmul.fp32_precision = wanted
+    current, default = _matmul_precision(torch)
+    if default == "none":
+        wanted = "tf32" if setting.value else "ieee"
     else:
-        current = torch.get_float32_matmul_precision()
-        legacy = "high" if setting.value else "highest"
-        if current == legacy:
-            return Status.ALREADY_SET, f"float32_matmul_precision={current!r}"
-        if current != "highest" and not is_ours(setting.key, current):
-            return Status.KEPT_USER_VALUE, f"float32_matmul_precision={current!r} set by the user"
-        torch.backends.cuda.matmul.allow_tf32 = bool(setting.value)
-        wanted = torch.get_float32_matmul_precision()
-    set_by_us(setting.key, wanted)
-    return Status.APPLIED, ""
+        wanted = "high" if setting.value else "highest"
+    if current == wanted:
+        return Status.ALREADY_SET, f"matmul fp32 precision {current!r}"
+    if current != default and not is_ours(setting.key, current):
+        return Status.KEPT_USER_VALUE, f"matmul fp32 precision {current!r} set by the user"
+    torch.set_float32_matmul_precision("high" if setting.value else "highest")
+    current, _ = _matmul_precision(torch)
+    set_by_us(setting.key, current)
+    return Status.APPLIED, f"matmul fp32 precision {current!r}"
 
 
 def apply_tf32_cudnn(setting: Setting) -> Outcome:
     """cuDNN's TF32 flag; PyTorch's default is already on, so only fp32 plans change it."""
-    torch = _torch()
-    cudnn = torch.backends.cudnn
-    if hasattr(cudnn, "conv") and hasattr(cudnn.conv, "fp32_precision"):
-        wanted = "tf32" if setting.value else "ieee"
-        current = (cudnn.conv.fp32_precision, cudnn.rnn.fp32_precision)
-        if current == (wanted, wanted):
-            return Status.ALREADY_SET, f"fp32_precision={wanted!r}"
-        cudnn.conv.fp32_precision = wanted
-        cudnn.rnn.fp32_precision = wanted
-    else:
-        if cudnn.allow_tf32 == bool(setting.value):
-            return Status.ALREADY_SET, f"allow_tf32={cudnn.allow_tf32}"
-        cudnn.allow_tf32 = bool(setting.value)
+    cudnn = _torch().backends.cudnn
+    try:
+        current = cudnn.allow_tf32
+    except RuntimeError as error:
+        return _user_new_api(error)
+    if current == bool(setting.value):
+        return Status.ALREADY_SET, f"allow_tf32={current}"
+    cudnn.allow_tf32 = bool(setting.value)
     return Status.APPLIED, ""
 
 

@@ -13,7 +13,7 @@ _EXTRAS = {"torch": "torch", "tensorflow": "tensorflow", "keras": "tensorflow"}
 def is_available(name: str) -> bool:
     """True when `name` can be imported, without importing it."""
     if name in sys.modules:
-        return True
+        return sys.modules[name] is not None  # None: import blocked
     try:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
@@ -21,7 +21,7 @@ def is_available(name: str) -> bool:
 
 
 def is_imported(name: str) -> bool:
-    return name in sys.modules
+    return sys.modules.get(name) is not None
 
 
 def require(name: str) -> ModuleType:

@@ -1,0 +1,47 @@
+"""Markers that skip with a reason: `gpu` (needs CUDA), `torch`, `tensorflow`.
+
+    @pytest.mark.gpu
+    def test_on_h200(): ...
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+
+# Quiet TensorFlow's start-up logging in test output.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _installed(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+def _cuda_reason() -> str | None:
+    if not _installed("torch"):
+        return "needs an NVIDIA GPU: torch is not installed"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "needs an NVIDIA GPU: torch.cuda.is_available() is False"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reasons: dict[str, str | None] = {}
+    for item in items:
+        for marker in ("torch", "tensorflow", "gpu"):
+            if marker not in item.keywords:
+                continue
+            if marker not in reasons:
+                if marker == "gpu":
+                    reasons[marker] = _cuda_reason()
+                else:
+                    reasons[marker] = None if _installed(marker) else f"needs {marker} installed"
+            if reasons[marker]:
+                item.add_marker(pytest.mark.skip(reason=reasons[marker]))
