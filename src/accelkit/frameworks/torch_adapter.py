@@ -136,12 +136,12 @@ def apply_process_group(setting: Setting) -> Outcome:
 _DTYPES = {Precision.BF16: "bfloat16", Precision.FP16: "float16"}
 
 
-def autocast(plan: Plan) -> contextlib.AbstractContextManager[Any]:
+def autocast(plan: Plan, device_type: str | None = None) -> contextlib.AbstractContextManager[Any]:
     """`torch.autocast` in the plan's 16-bit dtype, or a do-nothing context."""
     torch = _torch()
     if plan.precision not in _DTYPES:
         return contextlib.nullcontext()
-    device_type = "cuda" if torch.cuda.is_available() else "cpu"
+    device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
     return torch.autocast(device_type=device_type, dtype=getattr(torch, _DTYPES[plan.precision]))
 
 

@@ -211,15 +211,15 @@ class Plan:
 
     # -- framework helpers (imported lazily) -----------------------------------
 
-    def autocast(self) -> Any:
+    def autocast(self, device_type: str | None = None) -> Any:
         """A context manager running its body in the plan's precision (PyTorch).
 
-        `torch.autocast` in bf16 or fp16 on the plan's device; a do-nothing
-        context for tf32/fp32 plans.
+        `torch.autocast` in bf16 or fp16 for `device_type` (default: "cuda" when
+        CUDA is available, else "cpu"); a do-nothing context for tf32/fp32 plans.
         """
         from accelkit.frameworks import torch_adapter
 
-        return torch_adapter.autocast(self)
+        return torch_adapter.autocast(self, device_type)
 
     def grad_scaler(self) -> Any:
         """A `torch.amp.GradScaler`, enabled only for fp16 plans (a no-op otherwise)."""

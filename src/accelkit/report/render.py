@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from accelkit.hardware.info import HardwareInfo
     from accelkit.planning.types import Plan
+    from accelkit.report.run_report import RunReport
 
 REASON_WIDTH = 72
 
@@ -61,3 +62,60 @@ def render_plan(plan: Plan) -> str:
     body = table(("setting", "value", "status", "reason"), rows, wrap_last=REASON_WIDTH)
     notes = "".join(f"\nnote: {n}" for n in plan.notes)
     return f"{head}\n{body}{notes}"
+
+
+def _num(value: float | None, fmt: str = "{:,.1f}", missing: str = "-") -> str:
+    return missing if value is None else fmt.format(value)
+
+
+def _gb(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1e9:.2f} GB"
+
+
+def render_run(report: RunReport) -> str:
+    """A compact table of a run's figures, its notes and its advice."""
+    r = report
+    head = (f"accelkit run: {r.framework}, {r.model} on {r.device}, precision {r.precision} "
+            f"(matmuls {r.matmul_dtype}), {r.steps} steps ({r.warmup_steps} warm-up"
+            f"{f', {r.warmup_seconds:.2f} s' if r.warmup_seconds else ''})"
+            f"{' -- INTERRUPTED' if r.interrupted else ''}")
+    mfu = "-" if r.mfu is None else f"{r.mfu:.1%} of {r.peak_tflops:,.1f} TFLOP/s ({r.peak_source})"
+    rows = [
+        ("throughput", f"{_num(r.samples_per_second)} samples/s"
+                       + (f", {_num(r.tokens_per_second, '{:,.0f}')} tokens/s"
+                          if r.tokens_per_second else "")
+                       + f", step {_num(r.step_time_s and r.step_time_s * 1e3, '{:.2f}')} ms"),
+        ("FLOPs/step", f"{_num(r.flops_per_step, '{:.3e}')}"
+                       + (f" ({r.flops_method})" if r.flops_method else "")),
+        ("achieved", f"{_num(r.achieved_tflops, '{:,.4g}')} TFLOP/s"),
+        ("MFU", mfu),
+    ]
+    if r.calibrated_tflops is not None:
+        rows.append(("MFU (measured peak)",
+                     f"{_num(r.mfu_calibrated and r.mfu_calibrated * 100)}% of "
+                     f"{r.calibrated_tflops:,.2f} TFLOP/s ({r.calibration_method})"))
+    rows += [
+        ("input wait", "-" if r.input_wait_share is None else f"{r.input_wait_share:.1%} of step time"),
+        ("GPU", f"util {_num(r.gpu_utilization, '{:.0f}')}%, memory used {_gb(r.gpu_memory_used_bytes)}"
+                f", power {_num(r.power_w, '{:.0f}')} W, SM {_num(r.sm_clock_mhz, '{:.0f}')} MHz"),
+        ("peak memory", f"{_gb(r.peak_memory_bytes)} allocated by the framework"),
+    ]
+    if r.world_size > 1:
+        rows.append(("all ranks", f"{r.world_size} processes, {_num(r.global_samples_per_second)} "
+                                  f"samples/s, scaling efficiency "
+                                  f"{_num(r.scaling_efficiency and r.scaling_efficiency * 100)}%"))
+    if r.losses:
+        rows.append(("loss", " -> ".join(f"{v:.4g}" for v in _ends(r.losses))))
+    body = table(("figure", "value"), rows)
+    notes = "".join(f"\nnote: {k}: {v}" for k, v in r.notes.items())
+    advice = ""
+    if r.advice:
+        lines = [f"  {i}. [{a.get('severity', 'info')}] {a.get('title', '')}"
+                 + (f" -- {a['action']}" if a.get("action") else "")
+                 for i, a in enumerate(r.advice, 1)]
+        advice = "\nadvice:\n" + "\n".join(lines)
+    return f"{head}\n{body}{notes}{advice}"
+
+
+def _ends(values: list[float]) -> list[float]:
+    return values if len(values) <= 4 else [values[0], values[1], values[-2], values[-1]]

@@ -1,0 +1,130 @@
+"""Turns what the meters measured into a `RunReport`; the same for every framework."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import platform
+from collections.abc import Sequence
+from typing import Any
+
+from accelkit._version import __version__
+from accelkit.hardware.info import HardwareInfo
+from accelkit.planning.types import Plan
+from accelkit.profiling import mfu
+from accelkit.profiling.clock import ClockSummary
+from accelkit.profiling.flop_count import FlopCount
+from accelkit.profiling.sampler import SamplerSummary
+from accelkit.report.run_report import RunReport
+
+
+@dataclasses.dataclass
+class Measurements:
+    """Everything a meter collected during one run."""
+
+    framework: str
+    model: str
+    device: str
+    plan: Plan
+    hardware: HardwareInfo
+    clock: ClockSummary
+    tf32_enabled: bool = False
+    devices: int = 1  # devices this process drives (MirroredStrategy replicas)
+    gpu: int = 0  # index into hardware.gpus of the first device used
+    flops: FlopCount | None = None
+    flops_per_step: float | None = None  # the user's figure, overriding the count
+    sampler: SamplerSummary | None = None
+    peak_memory_bytes: int | None = None
+    calibration: Any = None  # accelkit.profiling.calibrate.Calibration
+    epochs: int | None = None
+    losses: Sequence[float] = ()
+    interrupted: bool = False
+    notes: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def versions(framework: str) -> dict[str, str | None]:
+    found: dict[str, str | None] = {"accelkit": __version__, "python": platform.python_version()}
+    for dist in {"torch": ("torch",), "tensorflow": ("tensorflow", "keras")}.get(framework, ()):
+        try:
+            found[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            found[dist] = None
+    return found
+
+
+def build_report(m: Measurements) -> RunReport:
+    clock = m.clock
+    dtype = mfu.matmul_dtype(m.plan.precision, m.tf32_enabled)
+    report = RunReport(
+        framework=m.framework, model=m.model, device=m.device,
+        precision=m.plan.precision.value, matmul_dtype=dtype, epochs=m.epochs,
+        steps=clock.steps, warmup_steps=clock.warmup_steps, warmup_seconds=clock.warmup_s,
+        steady_steps=clock.steady_steps, steady_seconds=clock.steady_s,
+        step_time_s=clock.step_s, losses=[float(v) for v in m.losses],
+        interrupted=m.interrupted, peak_memory_bytes=m.peak_memory_bytes,
+        hardware=m.hardware.to_dict(), plan=m.plan.to_dict(), versions=versions(m.framework),
+        notes=dict(m.notes),
+    )
+    _throughput(report, clock)
+    _flops(report, m)
+    _sampler(report, m.sampler)
+    report.world_size = 1
+    report.global_samples_per_second = report.samples_per_second
+    report.note("scaling_efficiency", "a single process: nothing to scale against")
+    return report
+
+
+def _throughput(report: RunReport, clock: ClockSummary) -> None:
+    if not clock.steady_s or not clock.steady_steps:
+        why = (f"only {clock.steps} step(s), all warm-up ({clock.warmup_steps}): "
+               "run more steps for steady-state figures")
+        for field in ("samples_per_second", "step_time_s", "input_wait_share"):
+            report.note(field, why)
+        return
+    report.batch_size = clock.steady_samples / clock.steady_steps
+    report.samples_per_second = clock.steady_samples / clock.steady_s
+    if clock.steady_tokens:
+        report.tokens_per_second = clock.steady_tokens / clock.steady_s
+    else:
+        report.note("tokens_per_second", "no sequence dimension found and no tokens_per_sample")
+    report.input_wait_share = clock.input_wait_share
+
+
+def _flops(report: RunReport, m: Measurements) -> None:
+    if m.flops_per_step is not None:
+        report.flops_per_step, report.flops_method = float(m.flops_per_step), "given by the user"
+    elif m.flops is not None and m.flops.total is not None:
+        report.flops_per_step, report.flops_method = float(m.flops.total), m.flops.method
+        if m.flops.notes:
+            report.note("flops_per_step", "; ".join(m.flops.notes))
+    else:
+        why = "; ".join(m.flops.notes) if m.flops is not None else "not counted"
+        report.note("flops_per_step", why + " (pass flops_per_step= to give it)")
+    if report.flops_per_step is None or not report.steady_seconds:
+        report.note("achieved_tflops", "needs flops_per_step and steady-state time")
+        return
+    report.achieved_tflops = (report.flops_per_step * report.steady_steps
+                              / report.steady_seconds / 1e12)
+    found = mfu.peak(m.hardware, report.matmul_dtype, devices=m.devices, gpu=m.gpu)
+    report.peak_source = found.source
+    if found.tflops is not None:
+        report.peak_tflops = found.tflops
+        report.mfu = report.achieved_tflops / found.tflops
+    else:
+        report.note("mfu", found.source)
+    calibration = m.calibration
+    if calibration is not None:
+        report.calibrated_tflops = calibration.tflops * m.devices
+        report.calibration_method = calibration.method
+        report.mfu_calibrated = report.achieved_tflops / report.calibrated_tflops
+
+
+def _sampler(report: RunReport, summary: SamplerSummary | None) -> None:
+    if summary is None or not summary.samples:
+        for field in ("gpu_utilization", "power_w"):
+            report.note(field, "no NVML samples (no NVIDIA GPU, or the run was too short)")
+        return
+    report.gpu_utilization = summary.gpu_utilization
+    report.gpu_memory_used_bytes = summary.memory_used_bytes
+    report.power_w = summary.power_w
+    report.sm_clock_mhz = summary.sm_clock_mhz

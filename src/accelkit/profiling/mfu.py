@@ -1,0 +1,56 @@
+"""Model FLOPs utilisation: achieved FLOP/s over the dense peak for the dtype the
+matmuls really ran in.
+
+MFU = FLOPs per step x steps / seconds / peak (PaLM, appendix B). The peak is
+the datasheet's dense figure (no 2:4 sparsity) for:
+
+- bf16 or fp16 under mixed precision,
+- tf32 when the framework lets fp32 matmuls use TF32,
+- fp32 otherwise,
+
+times the number of devices this process drives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from accelkit import specs
+from accelkit.hardware.info import HardwareInfo
+from accelkit.planning.types import Precision
+
+
+@dataclasses.dataclass(frozen=True)
+class Peak:
+    tflops: float | None  # for all devices used
+    dtype: str
+    source: str  # the datasheet row's source, or why there is no peak
+
+
+def matmul_dtype(precision: Precision, tf32_enabled: bool) -> str:
+    """The dtype the matmuls ran in, as a `GpuSpec.peak_tflops` key."""
+    if precision is Precision.BF16:
+        return "bf16"
+    if precision is Precision.FP16:
+        return "fp16"
+    return "tf32" if tf32_enabled else "fp32"
+
+
+def peak(hardware: HardwareInfo, dtype: str, devices: int = 1, gpu: int = 0) -> Peak:
+    """The dense peak of `devices` GPUs like `hardware.gpus[gpu]` for `dtype`."""
+    if not hardware.gpus:
+        return Peak(None, dtype, "no GPU: CPUs have no datasheet peak here "
+                                 "(calibrate=True measures one)")
+    info = hardware.gpus[min(gpu, len(hardware.gpus) - 1)]
+    if info.mig_enabled:
+        return Peak(None, dtype, f"{info.name} is split into MIG slices: a slice's share of "
+                                 "the peak is not known (calibrate=True measures one)")
+    spec = specs.for_gpu(info)
+    if spec is None:
+        return Peak(None, dtype, f"{specs.unknown_message(info.name)}; "
+                                 "calibrate=True measures the achievable rate instead")
+    value = spec.peak(dtype)
+    if value is None:
+        return Peak(None, dtype, f"{spec.name} has no {dtype} tensor path in its datasheet")
+    return Peak(value * devices, dtype, f"{spec.name} dense {dtype} {value:g} TFLOP/s"
+                                        f"{f' x {devices}' if devices > 1 else ''} ({spec.source})")

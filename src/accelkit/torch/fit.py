@@ -1,0 +1,230 @@
+"""`accelkit.torch.fit`: a training loop that applies the plan and measures itself."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from accelkit.configure import auto_configure, current_plan
+from accelkit.planning import Plan
+from accelkit.profiling.flops_torch import count_train_step_flops
+from accelkit.report.run_report import RunReport
+from accelkit.torch.meter import Meter
+from accelkit.utils.imports import require
+
+
+def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[..., Any] | None,
+        *, epochs: int = 1, steps: int | None = None, plan: Plan | None = None,
+        device: Any = None, accumulation_steps: int = 1, compile: bool | None = None,
+        channels_last: bool | None = None, max_grad_norm: float | None = None,
+        flops_per_step: float | None = None, tokens_per_sample: int | None = None,
+        warmup: int = 3, window: int = 50, calibrate: bool = False,
+        progress: bool = True) -> RunReport:
+    """Train `model` on `loader` with the plan's settings and return the measured run.
+
+    Each batch is ``(inputs, targets)`` (inputs a tensor, tuple or dict) and the
+    loss is ``loss_fn(model(inputs), targets)``; with ``loss_fn=None`` the model
+    is called on the whole batch and must return the loss.
+
+    What it does per the plan: autocast in bf16/fp16, a GradScaler for fp16,
+    outputs cast to float32 before the loss, channels-last for conv nets,
+    ``torch.compile`` when asked, gradient accumulation, ``zero_grad(set_to_none=True)``,
+    non-blocking host-to-device copies. A KeyboardInterrupt ends the fit early and
+    returns a partial report (``report.interrupted``); any other error (yours or
+    PyTorch's) propagates unchanged after the GPU sampler has stopped.
+
+    Args:
+        model, loader, optimizer, loss_fn: the usual.
+        epochs: passes over `loader`.
+        steps: stop after this many steps in all (None: run every epoch to the end).
+        plan: the plan to follow; defaults to the last `auto_configure()` plan, or calls
+            `auto_configure(framework="torch")` when there is none.
+        device: where to train; defaults to the GPU of this rank, or the CPU.
+        accumulation_steps: batches per optimizer step.
+        compile: ``torch.compile`` the model (default: the plan's choice).
+        channels_last: convert conv models to channels-last (default: the plan's choice).
+        max_grad_norm: clip gradients to this norm.
+        flops_per_step: FLOPs of one step, if known; counted automatically otherwise.
+        tokens_per_sample: for tokens/s when the batch has no (B, T) token-id tensor.
+        warmup, window: see `accelkit.torch.Meter`.
+        calibrate: also report MFU against a matmul rate measured on this device.
+        progress: print live throughput to stderr every `window` steps.
+
+    Returns:
+        The `RunReport` (throughput, FLOPs, MFU, input wait, GPU figures, losses).
+
+    Raises:
+        ValueError: bad arguments, or a loader that yields no batch.
+
+    Example:
+        >>> plan = accelkit.auto_configure()
+        >>> report = accelkit.torch.fit(model, loader, optimizer, nn.CrossEntropyLoss(), epochs=2)
+        >>> print(report)
+    """
+    torch = require("torch")
+    _check(epochs, steps, accumulation_steps, warmup, window)
+    plan = plan or current_plan() or auto_configure(framework="torch", verbose=False)
+    device = torch.device(device) if device is not None else _default_device(torch, plan)
+    model = model.to(device)
+    conv = any(isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d)) for m in model.modules())
+    if (plan.value("channels_last", False) if channels_last is None else channels_last) and conv:
+        model = model.to(memory_format=torch.channels_last)
+    step_model = model
+    if plan.compile if compile is None else compile:
+        step_model = torch.compile(model)
+
+    def autocast() -> Any:
+        return plan.autocast(device.type)
+
+    # Loss scaling exists for fp16 on CUDA; elsewhere the scaler passes calls through.
+    scaler = torch.amp.GradScaler(device.type, enabled=(
+        device.type == "cuda" and plan.grad_scaler().is_enabled()))
+    float_outputs = plan.value("outputs.float32", False)
+
+    def compute_loss(batch: Any) -> Any:
+        if loss_fn is None:
+            return _call(step_model, batch)
+        inputs, targets = _split(batch)
+        outputs = _call(step_model, inputs)
+        if float_outputs:
+            outputs = _to_float(torch, outputs)
+        return loss_fn(outputs, targets)
+
+    model.train()
+    meter = Meter(model, plan=plan, flops_per_step=flops_per_step,
+                  tokens_per_sample=tokens_per_sample, warmup=warmup, window=window,
+                  calibrate=calibrate, epochs=epochs, count_flops=False)
+    if progress:
+        meter.clock.on_window = _progress_printer(meter, steps)
+    done = 0
+    running = torch.zeros((), device=device)
+    with meter:
+        try:
+            for _epoch in range(epochs):
+                epoch_steps = 0
+                running.zero_()
+                for batch in loader:
+                    batch = _to_device(batch, device)
+                    if done == 0 and flops_per_step is None:
+                        meter.set_flops(_count(model, batch, loss_fn, autocast))
+                    with meter.step(batch):
+                        with autocast():
+                            loss = compute_loss(batch)
+                        scaler.scale(loss / accumulation_steps).backward()
+                        done += 1
+                        epoch_steps += 1
+                        if done % accumulation_steps == 0:
+                            _optimizer_step(torch, model, optimizer, scaler, max_grad_norm)
+                        running += loss.detach().float()
+                    if steps is not None and done >= steps:
+                        break
+                if epoch_steps:
+                    meter.record_loss((running / epoch_steps).item())
+                if steps is not None and done >= steps:
+                    break
+            if done == 0:
+                raise ValueError("the loader yielded no batch: nothing to train on")
+            if done % accumulation_steps:
+                _optimizer_step(torch, model, optimizer, scaler, max_grad_norm)
+        except KeyboardInterrupt:
+            meter.interrupted = True
+            print(f"accelkit: interrupted after {done} steps; returning a partial report",
+                  file=sys.stderr)
+    if progress and sys.stderr.isatty() and meter.clock.steps >= window:
+        print(file=sys.stderr)
+    return meter.report()
+
+
+def _check(epochs: int, steps: int | None, accumulation_steps: int, warmup: int,
+           window: int) -> None:
+    if not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs={epochs!r} must be a whole number >= 1")
+    if steps is not None and (not isinstance(steps, int) or steps < 1):
+        raise ValueError(f"steps={steps!r} must be a whole number >= 1, or None for whole epochs")
+    if accumulation_steps < 1:
+        raise ValueError(f"accumulation_steps={accumulation_steps!r} must be >= 1")
+    if warmup < 0 or window < 1:
+        raise ValueError(f"warmup={warmup!r} must be >= 0 and window={window!r} >= 1")
+
+
+def _default_device(torch: Any, plan: Plan) -> Any:
+    if torch.cuda.is_available() and plan.hardware.gpus:
+        rank = plan.hardware.launcher.local_rank or 0
+        return torch.device("cuda", rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def _count(model: Any, batch: Any, loss_fn: Any, autocast: Any) -> Any:
+    """FLOPs of one step on the uncompiled model (FlopCounterMode cannot see inside
+    compiled graphs); the model's state is restored afterwards."""
+    if loss_fn is None:
+        return count_train_step_flops(model, batch, None, None, autocast=autocast)
+    inputs, targets = _split(batch)
+    return count_train_step_flops(model, inputs, targets, loss_fn, autocast=autocast)
+
+
+def _optimizer_step(torch: Any, model: Any, optimizer: Any, scaler: Any,
+                    max_grad_norm: float | None) -> None:
+    if max_grad_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _split(batch: Any) -> tuple[Any, Any]:
+    if isinstance(batch, (list, tuple)) and len(batch) >= 2:
+        return batch[0], batch[1] if len(batch) == 2 else tuple(batch[1:])
+    raise ValueError("each batch must be (inputs, targets) when loss_fn is given; "
+                     f"got {type(batch).__name__}")
+
+
+def _call(model: Any, inputs: Any) -> Any:
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (list, tuple)):
+        return model(*inputs)
+    return model(inputs)
+
+
+def _to_device(batch: Any, device: Any) -> Any:
+    if hasattr(batch, "to") and hasattr(batch, "shape"):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
+def _to_float(torch: Any, outputs: Any) -> Any:
+    if isinstance(outputs, torch.Tensor):
+        return outputs.float() if outputs.is_floating_point() else outputs
+    if isinstance(outputs, (list, tuple)):
+        return type(outputs)(_to_float(torch, o) for o in outputs)
+    if isinstance(outputs, dict):
+        return {k: _to_float(torch, v) for k, v in outputs.items()}
+    return outputs
+
+
+def _progress_printer(meter: Meter, steps: int | None) -> Callable[[float, int], None]:
+    interactive = sys.stderr.isatty()
+    started = time.perf_counter()
+    last = [0.0]
+
+    def show(step_s: float, step: int) -> None:
+        now = time.perf_counter()
+        if not interactive and now - last[0] < 10.0:  # a log file gets a line every 10 s
+            return
+        last[0] = now
+        rate = (meter.last_batch_size or 0) / step_s if step_s else 0.0
+        total = f"/{steps}" if steps else ""
+        line = (f"accelkit: step {step}{total}  {rate:,.1f} samples/s  "
+                f"{step_s * 1e3:.1f} ms/step  {now - started:.0f} s")
+        print(("\r" if interactive else "") + line, end="" if interactive else "\n",
+              file=sys.stderr, flush=True)
+
+    return show

@@ -1,0 +1,264 @@
+"""`Meter`: the profiled-fit measurements for a hand-written PyTorch loop.
+
+    meter = accelkit.torch.Meter(model)
+    with meter:
+        for batch in loader:
+            with meter.step(batch):
+                loss = loss_fn(model(batch[0]), batch[1])
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+    print(meter.report())
+
+Per step it reads the host clock twice and adds a few numbers; the device is
+synchronised only every `window` steps (see `accelkit.profiling.clock`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from accelkit.configure import current_plan
+from accelkit.hardware import detect
+from accelkit.hardware.info import HardwareInfo
+from accelkit.planning import Plan, Request, plan as make_plan
+from accelkit.profiling.assemble import Measurements, build_report
+from accelkit.profiling.clock import StepClock
+from accelkit.profiling.flop_count import FlopCount
+from accelkit.profiling.sampler import NvmlSampler
+from accelkit.report.run_report import RunReport
+from accelkit.utils.imports import require
+
+
+class Meter:
+    """Measures a PyTorch training loop and builds its `RunReport`.
+
+    Args:
+        model: the model being trained (for its device, name and FLOP count).
+        plan: the plan in force; defaults to the last `auto_configure()` plan, or a
+            fresh (unapplied) plan for the detected hardware.
+        flops_per_step: FLOPs of one step, if you know them; otherwise the first
+            step is counted with `torch.utils.flop_counter.FlopCounterMode`.
+        tokens_per_sample: tokens in one sample, for tokens/s (found automatically
+            when the batch's first tensor holds integer token ids of shape (B, T)).
+        warmup: steps left out of steady-state figures (at least 1 when counting FLOPs,
+            since the counted step runs slower).
+        window: steps between device synchronisations.
+        sample_gpu: sample NVML in a background thread.
+        calibrate: measure the achievable matmul rate after the run and report MFU against it.
+        epochs: recorded in the report.
+        count_flops: count the first step's FLOPs; False when the caller counts them
+            (`set_flops`) or they are not wanted.
+
+    Example:
+        >>> meter = Meter(model, tokens_per_sample=1024)
+        >>> with meter:
+        ...     for batch in loader:
+        ...         with meter.step(batch):
+        ...             train_step(batch)
+        >>> meter.report().mfu
+    """
+
+    def __init__(self, model: Any = None, *, plan: Plan | None = None,
+                 flops_per_step: float | None = None, tokens_per_sample: int | None = None,
+                 warmup: int = 3, window: int = 50, sample_gpu: bool = True,
+                 calibrate: bool = False, epochs: int | None = None,
+                 count_flops: bool = True) -> None:
+        self._torch = require("torch")
+        if tokens_per_sample is not None and tokens_per_sample < 1:
+            raise ValueError(f"tokens_per_sample={tokens_per_sample} must be >= 1")
+        self.model = model
+        self.plan = plan or current_plan() or make_plan(detect(), Request(framework="torch"))
+        self.flops_per_step = flops_per_step
+        self.tokens_per_sample = tokens_per_sample
+        self.calibrate = calibrate
+        self.epochs = epochs
+        self.losses: list[float] = []
+        self.interrupted = False
+        self._flops: FlopCount | None = None
+        self._count_first = count_flops and flops_per_step is None
+        self.last_batch_size: int | None = None
+        self._device = self._model_device()
+        self._cuda = self._device.type == "cuda"
+        sync = (lambda: self._torch.cuda.synchronize(self._device)) if self._cuda else None
+        self.clock = StepClock(sync, warmup=max(warmup, 1 if self._count_first else 0),
+                               window=window)
+        self._sampler = NvmlSampler(self._nvml_devices() if sample_gpu and self._cuda else [])
+        self._notes: dict[str, str] = {}
+        self._started = False
+        self._report: RunReport | None = None
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def __enter__(self) -> Meter:
+        self.start()
+        return self
+
+    def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
+        if kind is None or kind is KeyboardInterrupt:
+            self.interrupted = kind is KeyboardInterrupt
+            self.close()
+        else:  # the user's error propagates unchanged; only the sampler must stop
+            self._sampler.stop()
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        if self._cuda:
+            self._torch.cuda.reset_peak_memory_stats(self._device)
+        self._sampler.start()
+
+    def close(self) -> RunReport:
+        """Stop the sampler and build the report (idempotent)."""
+        if self._report is None:
+            self._sampler.stop()
+            self._report = self._build()
+        return self._report
+
+    def report(self) -> RunReport:
+        return self.close()
+
+    # -- per step --------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def step(self, batch: Any = None, *, samples: int | None = None) -> Iterator[None]:
+        """Measure one training step; `batch` gives the sample (and token) count."""
+        self.start()
+        self.clock.step_begin()
+        counter = self._flop_counter() if self._count_first else None
+        if counter is None:
+            yield
+        else:
+            self._count_first = False
+            with counter:
+                yield
+            self._flops = FlopCount(total=int(counter.get_total_flops()), forward=None,
+                                    method="torch FlopCounterMode on the first step")
+        count = samples if samples is not None else batch_size(batch)
+        self.last_batch_size = count
+        tokens = self._tokens(batch, count)
+        self.clock.step_done(samples=count or 0, tokens=tokens)
+
+    def _flop_counter(self) -> Any:
+        try:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            return FlopCounterMode(display=False)
+        except Exception as error:  # noqa: BLE001 - counting is optional
+            self._notes["flops_per_step"] = f"FLOP counting unavailable: {error}"
+            return None
+
+    def _tokens(self, batch: Any, samples: int | None) -> int:
+        if not samples:
+            return 0
+        if self.tokens_per_sample is not None:
+            return samples * self.tokens_per_sample
+        first = first_tensor(batch)
+        torch = self._torch
+        if first is not None and first.dim() == 2 and not torch.is_floating_point(first):
+            return int(first.shape[0] * first.shape[1])
+        return 0
+
+    def set_flops(self, count: FlopCount) -> None:
+        """Use `count` (e.g. from `count_train_step_flops`) instead of counting inline."""
+        self._flops = count
+        self._count_first = False
+
+    def record_loss(self, value: float) -> None:
+        self.losses.append(float(value))
+
+    # -- devices ---------------------------------------------------------------------
+
+    def _model_device(self) -> Any:
+        torch = self._torch
+        if self.model is not None:
+            for tensor in self.model.parameters():
+                return tensor.device
+        return torch.device("cuda", torch.cuda.current_device()) if (
+            torch.cuda.is_available() and torch.cuda.is_initialized()) else torch.device("cpu")
+
+    def _nvml_devices(self) -> list[int]:
+        gpus = self.plan.hardware.gpus
+        index = self._device.index or 0
+        return [gpus[index].index] if index < len(gpus) else []
+
+    @property
+    def device_label(self) -> str:
+        if not self._cuda:
+            return "cpu"
+        return f"{self._device} {self._torch.cuda.get_device_name(self._device)}"
+
+    # -- report ----------------------------------------------------------------------
+
+    def _tf32_enabled(self) -> bool:
+        torch = self._torch
+        matmul = torch.backends.cuda.matmul
+        if hasattr(matmul, "fp32_precision"):
+            return matmul.fp32_precision == "tf32"
+        return bool(matmul.allow_tf32)
+
+    def _build(self) -> RunReport:
+        summary = self.clock.finish()
+        hardware: HardwareInfo = self.plan.hardware if self._cuda else HardwareInfo(
+            launcher=self.plan.hardware.launcher, source="cpu")
+        calibration = None
+        if self.calibrate:
+            calibration = self._calibrate()
+        notes = dict(self._notes)
+        notes.update({k: v for k, v in {"gpu_utilization": "; ".join(self._sampler.notes)}.items()
+                      if v})
+        measurements = Measurements(
+            framework="torch", model=type(self.model).__name__ if self.model is not None else "-",
+            device=self.device_label, plan=self.plan, hardware=hardware, clock=summary,
+            tf32_enabled=self._cuda and self._tf32_enabled(),
+            gpu=self._device.index or 0 if self._cuda else 0,
+            flops=self._flops, flops_per_step=self.flops_per_step,
+            sampler=self._sampler.summary(self.clock.warmup_end, None),
+            peak_memory_bytes=(int(self._torch.cuda.max_memory_allocated(self._device))
+                               if self._cuda else None),
+            calibration=calibration, epochs=self.epochs, losses=self.losses,
+            interrupted=self.interrupted, notes=notes,
+        )
+        report = build_report(measurements)
+        if not self._cuda:
+            report.note("peak_memory_bytes", "CPU run: device memory is not tracked")
+        return report
+
+    def _calibrate(self) -> Any:
+        from accelkit.profiling.mfu import matmul_dtype
+
+        dtype = matmul_dtype(self.plan.precision, self._cuda and self._tf32_enabled())
+        try:
+            from accelkit.profiling.calibrate import matmul_tflops
+
+            return matmul_tflops(dtype, device=str(self._device))
+        except Exception as error:  # noqa: BLE001 - a failed calibration leaves the figure out
+            self._notes["calibrated_tflops"] = f"calibration failed: {error}"
+            return None
+
+
+def first_tensor(batch: Any) -> Any:
+    """The first tensor in a batch (tensor, tuple/list, or dict), or None."""
+    if hasattr(batch, "shape") and hasattr(batch, "dim"):
+        return batch
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            found = first_tensor(item)
+            if found is not None:
+                return found
+    if isinstance(batch, dict):
+        for item in batch.values():
+            found = first_tensor(item)
+            if found is not None:
+                return found
+    return None
+
+
+def batch_size(batch: Any) -> int | None:
+    first = first_tensor(batch)
+    if first is None or first.dim() == 0:
+        return None
+    return int(first.shape[0])
