@@ -13,6 +13,7 @@ from accelkit.hardware import detect
 from accelkit.hardware.info import GpuInfo, HardwareInfo
 from accelkit.hardware.what_if import UnknownGPUError, what_if
 from accelkit.planning import Distribution, Framework, Plan, Precision, Request, Setting, Status
+from accelkit.report.run_report import RunReport
 
 __all__ = [
     "Distribution",
@@ -22,6 +23,7 @@ __all__ = [
     "Plan",
     "Precision",
     "Request",
+    "RunReport",
     "Setting",
     "Status",
     "UnknownGPUError",

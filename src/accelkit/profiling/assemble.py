@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+import json
 import platform
 from collections.abc import Sequence
 from typing import Any
@@ -52,6 +53,11 @@ def versions(framework: str) -> dict[str, str | None]:
     return found
 
 
+def _plain(data: dict[str, Any]) -> dict[str, Any]:
+    """As JSON gives it back (lists, not tuples), so a saved report loads equal."""
+    return json.loads(json.dumps(data, default=str))
+
+
 def build_report(m: Measurements) -> RunReport:
     clock = m.clock
     dtype = mfu.matmul_dtype(m.plan.precision, m.tf32_enabled)
@@ -62,7 +68,8 @@ def build_report(m: Measurements) -> RunReport:
         steady_steps=clock.steady_steps, steady_seconds=clock.steady_s,
         step_time_s=clock.step_s, losses=[float(v) for v in m.losses],
         interrupted=m.interrupted, peak_memory_bytes=m.peak_memory_bytes,
-        hardware=m.hardware.to_dict(), plan=m.plan.to_dict(), versions=versions(m.framework),
+        hardware=_plain(m.hardware.to_dict()), plan=_plain(m.plan.to_dict()),
+        versions=versions(m.framework),
         notes=dict(m.notes),
     )
     _throughput(report, clock)

@@ -92,6 +92,9 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
             outputs = _to_float(torch, outputs)
         return loss_fn(outputs, targets)
 
+    def counted_loss(outputs: Any, targets: Any) -> Any:
+        return loss_fn(_to_float(torch, outputs) if float_outputs else outputs, targets)
+
     model.train()
     meter = Meter(model, plan=plan, flops_per_step=flops_per_step,
                   tokens_per_sample=tokens_per_sample, warmup=warmup, window=window,
@@ -108,7 +111,7 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
                 for batch in loader:
                     batch = _to_device(batch, device)
                     if done == 0 and flops_per_step is None:
-                        meter.set_flops(_count(model, batch, loss_fn, autocast))
+                        meter.set_flops(_count(model, batch, loss_fn and counted_loss, autocast))
                     with meter.step(batch):
                         with autocast():
                             loss = compute_loss(batch)

@@ -98,7 +98,7 @@ class Meter:
 
     def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
         if kind is None or kind is KeyboardInterrupt:
-            self.interrupted = kind is KeyboardInterrupt
+            self.interrupted = self.interrupted or kind is KeyboardInterrupt
             self.close()
         else:  # the user's error propagates unchanged; only the sampler must stop
             self._sampler.stop()

@@ -1,0 +1,459 @@
+"""Count the FLOPs of one Keras training step through TensorFlow's graph profiler.
+
+The step is traced, never run: forward, loss (`model.compute_loss`, so a loss
+set by `compile`, `add_loss` terms, regularisers and an overridden
+`compute_loss` are all included) and the gradients of the loss with respect to
+`model.trainable_variables`, into one `tf.function` whose input signature has
+the batch's real shapes. TensorFlow's profiler
+(`tensorflow.python.profiler.model_analyzer.profile` with
+`ProfileOptionBuilder.float_operation()`) then reads the FLOPs of every op from
+the concrete function's graph, through the rules registered with
+`ops.RegisterStatistics(op_type, "flops")`.
+
+Convention (the one `FlopCount` states, shared with the PyTorch counter, so
+both frameworks give the same number for the same model):
+
+- A multiply-add is 2 FLOPs. Counted ops are the matmul-like ones:
+  `MatMul`, `BatchMatMul`/`V2`/`V3`, `Einsum`, `Conv`, `Conv2D`, `Conv3D`,
+  `DepthwiseConv2dNative` and their backprop ops. A Dense layer with batch B,
+  D inputs, K units costs 2·B·D·K forward and twice that backward (gradients
+  of its input and of its kernel): 6·B·D·K in all.
+- What TensorFlow runs is what is counted. Ops whose result nothing uses are
+  pruned before a `tf.function` runs, so they are left out here too: the
+  gradient of the first layer's input (the data needs none) costs nothing,
+  which makes that layer 2x its forward, not 3x. For a Dense layer
+  `tf.GradientTape` never emits it; for `Conv2D` and `EinsumDense` it is
+  emitted, unused, and pruned.
+- Elementwise ops (`BiasAdd`, `BiasAddGrad`, `Add`, `Mul`, `Softmax`, `Mean`,
+  `Sum`, ... whatever TensorFlow registers a rule for), normalisation, the loss's
+  own arithmetic, metrics and the optimizer update are not in `total`. How many
+  FLOPs TensorFlow's rules give them is reported in `notes`, op by op. Ops
+  TensorFlow has no rule for (`Relu`, `ReluGrad`, `Sigmoid`, `Tanh`, `Exp`,
+  `SparseSoftmaxCrossEntropyWithLogits`, `Cast`, ...) count 0 even there.
+- The dtype does not change the count: under `mixed_float16` the same number.
+- Attention is counted over the full T x T score matrix (`Einsum` of Q·Kᵀ and
+  of the probabilities with V: 2·2·B·T²·D forward, 2x that backward).
+
+TensorFlow 2.x has no FLOP rule for `Einsum`, the `Conv3D`/`Conv2D` "V2"
+backprop ops, `Conv` and the depthwise backprop ops; `register_flop_rules`
+adds them (once, idempotently). Two of its rules are wrong for training graphs
+and are replaced for the counted ops, through the profiler's op log, without
+touching TensorFlow's registry: `BatchMatMul*` reads `transpose_a`, which
+those ops do not have (they have `adj_x`), so a kernel gradient xᵀ·dy gets the
+wrong inner dimension (4x too many FLOPs for T=16, D=64); and
+`Conv2DBackpropInput`/`Filter` reject NCHW (the profiler then drops the op
+silently) and count the full input size over the strides instead of the
+forward convolution's work.
+
+Never raises: a model or op the profiler cannot count gives `total=None` and
+`notes` saying why, listing matmul-like op types that had no rule and
+loops or function calls whose bodies the profiler does not see.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from accelkit.profiling.flop_count import FlopCount
+from accelkit.utils.imports import is_available
+
+_METHOD = (
+    "tensorflow profiler (model_analyzer.profile, float_operation) on the traced "
+    "tf.function of forward + loss + gradients (no optimizer update)"
+)
+_BACKWARD_SCOPE = "gradient_tape/"  # tf.GradientTape names every op it emits under this scope
+_LIVE_TYPE = "_accelkit_live"  # op-log type marking the ops the runtime keeps
+
+# Matmul-like op types counted in `total`, all with a rule (TensorFlow's or ours).
+_COUNTED = frozenset({
+    "MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum",
+    "Conv", "Conv2D", "Conv3D", "DepthwiseConv2dNative",
+    "Conv2DBackpropInput", "Conv2DBackpropFilter",
+    "Conv2DBackpropInputV2", "Conv2DBackpropFilterV2",
+    "Conv3DBackpropInput", "Conv3DBackpropFilter",
+    "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2",
+    "DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropFilter",
+})
+# Any other op type matching this is matmul-like work the count would miss.
+_MATMUL_LIKE = re.compile(r"MatMul|Conv(?!ert)|Einsum|Dot|Cudnn|Attention")
+
+_registered = False
+
+
+# ---------------------------------------------------------------- rules
+
+
+def _shape(graph: Any, tensor_name: str) -> list[int]:
+    """The fully defined shape of `tensor_name` ("op" or "op:1"); ValueError if not defined."""
+    name = tensor_name if ":" in tensor_name else f"{tensor_name}:0"
+    shape = graph.get_tensor_by_name(name).shape
+    shape.assert_is_fully_defined()
+    return shape.as_list()
+
+
+def _product(values: Any) -> int:
+    result = 1
+    for value in values:
+        result *= int(value)
+    return result
+
+
+def einsum_flops(equation: str, input_shapes: list[list[int]], output_shape: list[int]) -> int:
+    """FLOPs of an einsum: 2 x the product of the sizes of all distinct indices.
+
+    That is 2·M·N·K for "mk,kn->mn", as for a matmul. Ellipsis dimensions count
+    once each, broadcast across the operands. A one-operand einsum is a
+    transpose (0 FLOPs) or a sum (one add per input element it folds away).
+
+    Example:
+        >>> einsum_flops("BTNH,BSNH->BNTS", [[2, 3, 4, 5], [2, 6, 4, 5]], [2, 4, 3, 6])
+        1440
+    """
+    inputs, arrow, output = equation.replace(" ", "").partition("->")
+    specs = inputs.split(",")
+    sizes: dict[str, int] = {}
+    ellipsis: list[int] = []
+    for spec, shape in zip(specs, input_shapes):
+        before, dots, after = spec.partition("...")
+        labels = [*before, *after]
+        dims = [*shape[:len(before)], *shape[len(shape) - len(after):]] if dots else list(shape)
+        for label, dim in zip(labels, dims):
+            sizes[label] = max(sizes.get(label, 1), int(dim))
+        if dots:
+            middle = [int(d) for d in shape[len(before):len(shape) - len(after)]]
+            ellipsis = _broadcast(ellipsis, middle)
+    if len(specs) == 1:
+        folded = arrow and set(specs[0].replace("...", "")) - set(output.replace("...", ""))
+        return max(_product(input_shapes[0]) - _product(output_shape), 0) if folded else 0
+    return 2 * _product(sizes.values()) * _product(ellipsis)
+
+
+def _broadcast(left: list[int], right: list[int]) -> list[int]:
+    size = max(len(left), len(right))
+    left, right = [1] * (size - len(left)) + left, [1] * (size - len(right)) + right
+    return [max(a, b) for a, b in zip(left, right)]
+
+
+def _einsum_rule(graph: Any, node: Any) -> Any:
+    from tensorflow.python.framework import ops
+
+    inputs = [_shape(graph, name) for name in node.input if not name.startswith("^")]
+    equation = node.attr["equation"].s.decode()
+    return ops.OpStats("flops", einsum_flops(equation, inputs, _shape(graph, node.name)))
+
+
+def _batch_matmul_rule(graph: Any, node: Any) -> Any:
+    """2·(output elements)·K, K read from `adj_x` (TensorFlow's rule reads `transpose_a`)."""
+    from tensorflow.python.framework import ops
+
+    a_shape = _shape(graph, node.input[0])
+    inner = a_shape[-2] if node.attr["adj_x"].b else a_shape[-1]
+    return ops.OpStats("flops", 2 * inner * _product(_shape(graph, node.name)))
+
+
+def _conv_rule(graph: Any, node: Any) -> Any:
+    """Forward `Conv`: 2·(output elements)·(filter elements per output channel), any layout."""
+    from tensorflow.python.framework import ops
+
+    kernel = _shape(graph, node.input[1])
+    return ops.OpStats("flops", 2 * _product(_shape(graph, node.name)) * _product(kernel) // kernel[-1])
+
+
+def _conv_backprop_rule(kernel_from_output: bool, depthwise: bool = False) -> Callable[..., Any]:
+    """Backprop of a convolution: the forward's work, 2·(out_backprop elements)·(filter
+    elements per output channel), whatever the layout, stride, padding or groups.
+
+    Inputs are (input or its sizes, filter or its sizes, out_backprop); the filter's
+    shape is input 1 for the input gradient and the op's output for the filter gradient.
+    """
+
+    def rule(graph: Any, node: Any) -> Any:
+        from tensorflow.python.framework import ops
+
+        kernel = _shape(graph, node.name if kernel_from_output else node.input[1])
+        per_output = _product(kernel[:-2]) if depthwise else _product(kernel) // kernel[-1]
+        return ops.OpStats("flops", 2 * _product(_shape(graph, node.input[2])) * per_output)
+
+    return rule
+
+
+# Op types TensorFlow has no FLOP rule for: registered with ops.RegisterStatistics.
+_MISSING_RULES: dict[str, Callable[..., Any]] = {
+    "Einsum": _einsum_rule,
+    "Conv": _conv_rule,
+    "Conv2DBackpropInputV2": _conv_backprop_rule(kernel_from_output=False),
+    "Conv2DBackpropFilterV2": _conv_backprop_rule(kernel_from_output=True),
+    "Conv3DBackpropInput": _conv_backprop_rule(kernel_from_output=False),
+    "Conv3DBackpropFilter": _conv_backprop_rule(kernel_from_output=True),
+    "Conv3DBackpropInputV2": _conv_backprop_rule(kernel_from_output=False),
+    "Conv3DBackpropFilterV2": _conv_backprop_rule(kernel_from_output=True),
+    "DepthwiseConv2dNativeBackpropInput": _conv_backprop_rule(False, depthwise=True),
+    "DepthwiseConv2dNativeBackpropFilter": _conv_backprop_rule(True, depthwise=True),
+}
+# Op types whose TensorFlow rule is wrong in training graphs: replaced, per op, in the op log.
+_CORRECTED_RULES: dict[str, Callable[..., Any]] = {
+    "BatchMatMul": _batch_matmul_rule,
+    "BatchMatMulV2": _batch_matmul_rule,
+    "BatchMatMulV3": _batch_matmul_rule,
+    "Conv2DBackpropInput": _conv_backprop_rule(kernel_from_output=False),
+    "Conv2DBackpropFilter": _conv_backprop_rule(kernel_from_output=True),
+}
+
+
+def register_flop_rules() -> None:
+    """Register FLOP rules for the matmul-like ops TensorFlow 2.x has none for.
+
+    Safe to call any number of times, from any number of imports of this module:
+    an op type that already has a rule (TensorFlow's own, or ours from an
+    earlier call) keeps it.
+
+    Example:
+        >>> register_flop_rules(); register_flop_rules()   # the second call does nothing
+    """
+    global _registered
+    if _registered:
+        return
+    from tensorflow.python.framework import ops
+
+    # TensorFlow's own rules first, so that its later import never collides with ours.
+    from tensorflow.python.profiler.internal import flops_registry  # noqa: F401
+
+    for op_type, rule in _MISSING_RULES.items():
+        try:
+            ops.RegisterStatistics(op_type, "flops")(rule)
+        except KeyError:  # registered already
+            pass
+    _registered = True
+
+
+# ---------------------------------------------------------------- counting
+
+
+def count_train_step_flops(model: Any, x: Any, y: Any = None, *, sample_weight: Any = None) -> FlopCount:
+    """FLOPs of one training step of a Keras 3 model on one batch: forward, loss, gradients.
+
+    The step is traced into a `tf.function` with the batch's shapes and
+    counted by TensorFlow's graph profiler; nothing runs, so weights, optimizer,
+    BatchNormalization statistics, random seeds and the global policy are left
+    as they were (an unbuilt model gets built, as `fit` would build it).
+
+    Args:
+        model: a `keras.Model` on the TensorFlow backend, compiled with a loss
+            (or with an overridden `compute_loss`). An uncompiled model has no
+            loss to differentiate: its forward is counted and `total` is None.
+        x: one batch of inputs, as `model.fit` takes them (array, tensor, list
+            or dict of them), or a `tf.data.Dataset`, whose first element is used.
+        y: the targets of that batch, if the loss needs them.
+        sample_weight: the batch's sample weights, if any.
+
+    Returns:
+        A `FlopCount` for this batch size: `total` (forward + backward),
+        `forward` (model and loss), `by_op` per TensorFlow op type, and `notes`.
+        `total` is None, with the reason in `notes`, when part of the step could
+        not be counted.
+
+    Example:
+        >>> model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(10)])
+        >>> model.compile(optimizer="adam", loss="mse")
+        >>> count_train_step_flops(model, np.zeros((32, 784)), np.zeros((32, 10))).total
+        1003520
+        >>> # 2·32·784·10 forward + the same for the kernel gradient: the input needs none
+    """
+    try:
+        return _count(model, x, y, sample_weight)
+    except Exception as error:  # noqa: BLE001 - counting must never break a training run
+        return _failed(f"{type(error).__name__}: {error}")
+
+
+def _failed(note: str, forward: int | None = None) -> FlopCount:
+    return FlopCount(None, forward, {}, _METHOD, (f"FLOP counting failed: {note}",))
+
+
+def _count(model: Any, x: Any, y: Any, sample_weight: Any) -> FlopCount:
+    if not is_available("tensorflow") or not is_available("keras"):
+        return _failed("TensorFlow is not installed; install it with: pip install 'accelkit[tensorflow]'")
+    import keras
+    import tensorflow as tf
+
+    if keras.backend.backend() != "tensorflow":
+        return _failed(f"Keras runs on the {keras.backend.backend()} backend; this counter needs tensorflow")
+    if not isinstance(model, keras.Model):
+        return _failed(f"expected a keras.Model, got {type(model).__name__}")
+    if isinstance(x, tf.data.Dataset):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(next(iter(x)))
+    register_flop_rules()
+
+    notes: list[str] = []
+    signature, rebuild = _signature(tf, (x, y, sample_weight))
+    forward_only = not getattr(model, "compiled", False)
+    if forward_only:
+        notes.append("the model is not compiled, so it has no loss to differentiate: forward counted, "
+                     "total unknown; compile it with a loss to count the training step")
+    else:
+        if "train_step" in type(model).__dict__ or any(
+            "train_step" in vars(cls) for cls in type(model).__mro__[1:] if not cls.__module__.startswith("keras")
+        ):
+            notes.append("the model overrides train_step: counted the standard step "
+                         "(forward, compute_loss, gradients of the trainable variables)")
+        try:
+            graph = _trace(tf, _train_step(tf, model), signature, rebuild)
+        except Exception as error:  # noqa: BLE001 - e.g. a loss that needs y when y is None
+            notes.append(f"the training step could not be traced ({type(error).__name__}: {error}): "
+                         "forward counted, total unknown")
+            forward_only = True
+    if forward_only:
+        graph = _trace(tf, _forward(model), signature, rebuild)
+    return _profile(graph, notes, forward_only)
+
+
+def _signature(tf: Any, data: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
+    """TensorSpecs with the batch's real shapes for every array in `data`, and how to put them back."""
+    leaves = tf.nest.flatten(data)
+    arrays = [i for i, leaf in enumerate(leaves) if leaf is not None]
+    specs = []
+    for i in arrays:
+        tensor = leaves[i] if hasattr(leaves[i], "dtype") and hasattr(leaves[i], "shape") else tf.constant(leaves[i])
+        specs.append(tf.TensorSpec(tuple(tensor.shape), tf.as_dtype(tensor.dtype)))
+
+    def rebuild(tensors: list[Any]) -> Any:
+        filled = list(leaves)
+        for i, tensor in zip(arrays, tensors):
+            filled[i] = tensor
+        return tf.nest.pack_sequence_as(data, filled)
+
+    return specs, rebuild
+
+
+def _train_step(tf: Any, model: Any) -> Callable[..., Any]:
+    """Keras's TensorFlow `train_step` up to the gradients: no loss scaling, metrics or update."""
+    takes_training = "training" in inspect.signature(model.compute_loss).parameters
+
+    def step(x: Any, y: Any, sample_weight: Any) -> Any:
+        with tf.GradientTape() as tape:
+            y_pred = model(x, training=True)
+            loss_args = dict(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
+            loss = model.compute_loss(**loss_args, training=True) if takes_training else model.compute_loss(**loss_args)
+        return loss, tape.gradient(loss, model.trainable_variables)
+
+    return step
+
+
+def _forward(model: Any) -> Callable[..., Any]:
+    def step(x: Any, y: Any, sample_weight: Any) -> Any:
+        return model(x, training=True)
+
+    return step
+
+
+def _trace(tf: Any, step: Callable[..., Any], signature: list[Any], rebuild: Callable[[list[Any]], Any]) -> Any:
+    function = tf.function(lambda *tensors: step(*rebuild(list(tensors))), input_signature=signature)
+    return function.get_concrete_function().graph
+
+
+def _live_ops(graph: Any) -> set[str]:
+    """Names of the ops the runtime keeps: those the outputs or a stateful op depend on."""
+    pending = [tensor.op for tensor in graph.outputs] + list(graph.control_outputs)
+    pending += [op for op in graph.get_operations() if op.op_def.is_stateful and op.type != "Placeholder"]
+    live: set[str] = set()
+    while pending:
+        op = pending.pop()
+        if op.name not in live:
+            live.add(op.name)
+            pending.extend(tensor.op for tensor in op.inputs)
+            pending.extend(op.control_inputs)
+    return live
+
+
+def _op_log(graph: Any, live: set[str]) -> Any:
+    """Marks the live ops for the profiler and gives the corrected FLOPs of `_CORRECTED_RULES` ops."""
+    from tensorflow.core.profiler import tfprof_log_pb2
+
+    op_log = tfprof_log_pb2.OpLogProto()
+    for name in sorted(live):
+        entry = op_log.log_entries.add()
+        entry.name = name
+        entry.types.append(_LIVE_TYPE)
+        op = graph.get_operation_by_name(name)
+        rule = _CORRECTED_RULES.get(op.type)
+        if rule is not None:
+            try:
+                entry.float_ops = int(rule(graph, op.node_def).value)
+            except ValueError:  # shape not fully defined: reported by _uncounted
+                pass
+    return op_log
+
+
+def _run_profiler(graph: Any, op_log: Any) -> Any:
+    from tensorflow.python.profiler import model_analyzer
+    from tensorflow.python.profiler.option_builder import ProfileOptionBuilder
+    from tensorflow.python.util import deprecation
+
+    options = ProfileOptionBuilder(ProfileOptionBuilder.float_operation()).with_empty_output().build()
+    options["account_type_regexes"] = [f"^{_LIVE_TYPE}$"]
+    with deprecation.silence():  # TensorFlow's own rules call a deprecated shape helper
+        return model_analyzer.profile(graph, op_log=op_log, cmd="scope", options=options)
+
+
+def _nodes(node: Any) -> Iterator[Any]:
+    yield node
+    for child in node.children:
+        yield from _nodes(child)
+
+
+def _uncounted(graph: Any, live: set[str]) -> tuple[dict[str, set[str]], bool]:
+    """Live matmul-like ops the count misses, by reason, and whether one is in the forward."""
+    from tensorflow.python.framework import ops
+
+    missed: dict[str, set[str]] = {}
+    in_forward = False
+    for name in live:
+        op = graph.get_operation_by_name(name)
+        reason = None
+        if any(value.HasField("func") or value.list.func for value in op.node_def.attr.values()):
+            reason = "loops or function calls whose bodies the profiler does not see"
+        elif op.type in _COUNTED:
+            rule = _CORRECTED_RULES.get(op.type)
+            try:
+                value = (rule(graph, op.node_def) if rule else ops.get_stats_for_node_def(graph, op.node_def, "flops")).value
+            except ValueError:
+                value = None
+            if value is None:
+                reason = "matmul-like ops whose shapes are not fully known"
+        elif _MATMUL_LIKE.search(op.type):
+            reason = "matmul-like ops with no FLOP rule"
+        if reason:
+            missed.setdefault(reason, set()).add(op.type)
+            in_forward = in_forward or not name.startswith(_BACKWARD_SCOPE)
+    return missed, in_forward
+
+
+def _profile(graph: Any, notes: list[str], forward_only: bool) -> FlopCount:
+    live = _live_ops(graph)
+    result = _run_profiler(graph, _op_log(graph, live))
+    by_op: dict[str, int] = {}
+    other: dict[str, int] = {}
+    forward = 0
+    for node in _nodes(result):
+        if not node.float_ops or node.name not in live:
+            continue
+        op_type = graph.get_operation_by_name(node.name).type
+        bucket = by_op if op_type in _COUNTED else other
+        bucket[op_type] = bucket.get(op_type, 0) + int(node.float_ops)
+        if op_type in _COUNTED and not node.name.startswith(_BACKWARD_SCOPE):
+            forward += int(node.float_ops)
+    total = sum(by_op.values())
+    if other:
+        listed = ", ".join(f"{op} {flops:,}" for op, flops in sorted(other.items(), key=lambda kv: -kv[1]))
+        notes.append(f"not in total, by the convention: {sum(other.values()):,} FLOPs TensorFlow's rules give "
+                     f"elementwise and reduction ops ({listed})")
+    missed, in_forward = _uncounted(graph, live)
+    for reason, op_types in sorted(missed.items()):
+        notes.append(f"incomplete count, {total:,} FLOPs counted: {reason}: {', '.join(sorted(op_types))}")
+    if missed or forward_only:
+        return FlopCount(None, None if in_forward else forward, by_op, _METHOD, tuple(notes))
+    if total == 0:
+        notes.append("no matmul, convolution or einsum op was counted: total is 0")
+    return FlopCount(total, forward, by_op, _METHOD, tuple(notes))
