@@ -86,7 +86,8 @@ def matmul_tflops(
 
     target = _torch_device(torch, device)
     n = size or _default_size(dtype, on_cpu=target.type == "cpu")
-    torch_dtype = torch.float32 if dtype in ("fp32", "tf32") else getattr(torch, _HALF_DTYPE_NAMES[dtype])
+    half = _HALF_DTYPE_NAMES.get(dtype)
+    torch_dtype = getattr(torch, half) if half else torch.float32
     a = torch.randn(n, n, device=target, dtype=torch_dtype)
     b = torch.randn(n, n, device=target, dtype=torch_dtype)
     out = torch.empty(n, n, device=target, dtype=torch_dtype)
@@ -103,7 +104,8 @@ def matmul_tflops(
 
     with _torch_fp32_precision(torch, dtype), torch.no_grad():
         seconds, group = _time(run, sync, repeats, warmup)
-    return _calibration(dtype, _torch_device_name(torch, target), n, seconds, group, warmup, "torch.matmul")
+    name = _torch_device_name(torch, target)
+    return _calibration(dtype, name, n, seconds, group, warmup, "torch.matmul")
 
 
 def matmul_tflops_tensorflow(
@@ -135,7 +137,8 @@ def matmul_tflops_tensorflow(
     name = device or ("/GPU:0" if gpus else "/CPU:0")
     on_cpu = "CPU" in name.upper()
     n = size or _default_size(dtype, on_cpu=on_cpu)
-    tf_dtype = tf.float32 if dtype in ("fp32", "tf32") else getattr(tf, _HALF_DTYPE_NAMES[dtype])
+    half = _HALF_DTYPE_NAMES.get(dtype)
+    tf_dtype = getattr(tf, half) if half else tf.float32
     saved_tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
     tf.config.experimental.enable_tensor_float_32_execution(dtype == "tf32")
     try:
@@ -165,7 +168,8 @@ def matmul_tflops_tensorflow(
 
 def _check(dtype: str, size: int | None, repeats: int, warmup: int) -> None:
     if dtype not in DTYPES:
-        raise ValueError(f"dtype={dtype!r} is not valid; choose one of {', '.join(map(repr, DTYPES))}")
+        valid = ", ".join(map(repr, DTYPES))
+        raise ValueError(f"dtype={dtype!r} is not valid; choose one of {valid}")
     if size is not None and size < 1:
         raise ValueError(f"size={size!r} must be a positive matrix dimension")
     if repeats < 1:
@@ -180,7 +184,9 @@ def _default_size(dtype: str, *, on_cpu: bool) -> int:
     return _CPU_HALF_SIZE if dtype in ("bf16", "fp16") else _CPU_SIZE
 
 
-def _time(run: Callable[[int], None], sync: Callable[[], None], repeats: int, warmup: int) -> tuple[list[float], int]:
+def _time(
+    run: Callable[[int], None], sync: Callable[[], None], repeats: int, warmup: int
+) -> tuple[list[float], int]:
     """Seconds per matmul for each of `repeats` timings, and the matmuls per timing."""
     sync()
     run(warmup)
@@ -219,17 +225,24 @@ def _calibration(
 
 def _torch_device(torch: Any, device: str | None) -> Any:
     if device is None:
-        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
     try:
         target = torch.device(device)
     except (RuntimeError, TypeError) as error:
-        raise ValueError(f"device={device!r} is not a torch device such as 'cuda', 'cuda:0' or 'cpu' ({error})") from None
+        raise ValueError(
+            f"device={device!r} is not a torch device such as 'cuda', 'cuda:0' or 'cpu' ({error})"
+        ) from None
     if target.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"device={device!r} but torch.cuda.is_available() is False; use device='cpu'")
+            raise ValueError(
+                f"device={device!r} but torch.cuda.is_available() is False; use device='cpu'"
+            )
         index = torch.cuda.current_device() if target.index is None else target.index
         if index >= torch.cuda.device_count():
-            raise ValueError(f"device={device!r} but only {torch.cuda.device_count()} CUDA device(s) are visible")
+            visible = torch.cuda.device_count()
+            raise ValueError(f"device={device!r} but only {visible} CUDA device(s) are visible")
         target = torch.device("cuda", index)
     return target
 
@@ -252,11 +265,8 @@ def _torch_fp32_precision(torch: Any, dtype: str) -> Iterator[None]:
         yield
         return
     backends = torch.backends
-    flags = [
-        flag
-        for flag in (getattr(backends.cuda, "matmul", None), getattr(getattr(backends, "mkldnn", None), "matmul", None))
-        if flag is not None and hasattr(flag, "fp32_precision")
-    ]
+    candidates = (backends.cuda.matmul, getattr(getattr(backends, "mkldnn", None), "matmul", None))
+    flags = [flag for flag in candidates if hasattr(flag, "fp32_precision")]
     if flags:
         saved = [flag.fp32_precision for flag in flags]
         for flag in flags:

@@ -265,7 +265,13 @@ def count_train_step_flops(model: Any, x: Any, y: Any = None, *, sample_weight: 
     try:
         return _count(model, x, y, sample_weight)
     except Exception as error:  # noqa: BLE001 - counting must never break a training run
-        return _failed(f"{type(error).__name__}: {error}")
+        return _failed(_describe(error))
+
+
+def _describe(error: Exception) -> str:
+    """The error's type and last line: tf.function prefixes the message with a traceback."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[-1].strip() if lines else ''}"
 
 
 def _failed(note: str, forward: int | None = None) -> FlopCount:
@@ -293,15 +299,13 @@ def _count(model: Any, x: Any, y: Any, sample_weight: Any) -> FlopCount:
         notes.append("the model is not compiled, so it has no loss to differentiate: forward counted, "
                      "total unknown; compile it with a loss to count the training step")
     else:
-        if "train_step" in type(model).__dict__ or any(
-            "train_step" in vars(cls) for cls in type(model).__mro__[1:] if not cls.__module__.startswith("keras")
-        ):
+        if getattr(type(model), "train_step", None) is not getattr(keras.Model, "train_step", None):
             notes.append("the model overrides train_step: counted the standard step "
                          "(forward, compute_loss, gradients of the trainable variables)")
         try:
             graph = _trace(tf, _train_step(tf, model), signature, rebuild)
         except Exception as error:  # noqa: BLE001 - e.g. a loss that needs y when y is None
-            notes.append(f"the training step could not be traced ({type(error).__name__}: {error}): "
+            notes.append(f"the training step could not be traced ({_describe(error)}): "
                          "forward counted, total unknown")
             forward_only = True
     if forward_only:

@@ -1,0 +1,1 @@
+"""Profiling: step timing, FLOPs counted per step, achieved FLOP/s against peak."""

@@ -1,0 +1,291 @@
+"""Count the FLOPs of one PyTorch training step by running it once under
+`torch.utils.flop_counter.FlopCounterMode`.
+
+Convention (the one MFU figures use; PaLM appendix B, Lightning's `measure_flops`):
+
+- A multiply-add is 2 FLOPs. Counted ops are matmuls (`mm`, `addmm`, `bmm`,
+  `baddbmm`, `_scaled_mm`), convolutions and fused attention (SDPA); elementwise
+  ops, normalisation, softmax, the loss's reductions and the optimizer update
+  are not counted.
+- A matmul's backward is two matmuls of the forward's size (gradient of its
+  input and of its weight), so a layer costs 3x its forward - except where the
+  layer's input needs no gradient (the first layer, fed by the data): its
+  backward computes only the weight gradient, and it costs 2x its forward.
+- Fused attention is counted over the full T x T score matrix even when causal
+  (FlopCounterMode's formula ignores the mask): forward 4·B·T²·D (QKᵀ and AV),
+  backward 8·B·T²·D (gradients of Q, K, V and of the scores), which is PaLM's
+  12·L·T·D per token and what the unfused path (plain `bmm`s) counts.
+  FlopCounterMode's formulas for the fused kernels add the recomputation of
+  QKᵀ that flash/memory-efficient kernels do in backward (2·B·T²·D); that is
+  hardware work, not model work, so it is taken out again (half the forward
+  attention count) and the amount is stated in `notes`.
+- What runs is what is counted: activation checkpointing's recomputed forward
+  is included (hardware FLOPs, not model FLOPs).
+
+PyTorch registers no formula for the CPU flash-attention kernel, so without help
+SDPA on CPU counts 0 FLOPs; the CPU and "overrideable" fused kernels are given
+the same formulas as the CUDA ones here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from accelkit.profiling.flop_count import FlopCount
+
+if TYPE_CHECKING:
+    import torch
+
+_METHOD = (
+    "torch.utils.flop_counter.FlopCounterMode over one forward + loss + backward"
+    " (no optimizer step)"
+)
+
+# aten ops PyTorch's flop registry misses, mapped to the registered formula whose
+# argument order they share: (query, key, value, ...) and (grad_out, query, key, value, ...).
+_EXTRA_SDPA_FORWARD = (
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_fused_attention_overrideable",
+)
+_EXTRA_SDPA_BACKWARD = (
+    "_scaled_dot_product_flash_attention_for_cpu_backward",
+    "_scaled_dot_product_fused_attention_overrideable_backward",
+)
+
+
+def count_train_step_flops(
+    model: Callable[..., Any],
+    batch_inputs: Any,
+    targets: Any = None,
+    loss_fn: Callable[..., Any] | None = None,
+    *,
+    autocast: Any = None,
+) -> FlopCount:
+    """FLOPs of one training step of `model` on one batch: forward, loss and backward.
+
+    Runs the step once, for real, under `FlopCounterMode`, then puts the model
+    back as it was: parameters' `.grad`, buffers (BatchNorm running statistics,
+    `num_batches_tracked`), each module's train/eval mode and the random number
+    generators are restored, and no optimizer step is taken. `forward` is read
+    from the same pass, before the backward starts.
+
+    Never raises: if the step cannot be counted (an op the counter cannot run,
+    an error from the model itself) `total` is None and `notes` says why; an
+    error from the model will surface again in the training loop.
+
+    Args:
+        model: an `nn.Module` (or any callable of tensors). A `torch.compile`d
+            module or a `DistributedDataParallel`/`DataParallel` wrapper is
+            counted through the module it wraps: same FLOPs, no compilation and
+            no collective on one rank.
+        batch_inputs: what the model takes: a tensor (`model(x)`), a tuple or
+            list (`model(*x)`) or a mapping (`model(**x)`), already on the device.
+        targets: passed to `loss_fn(output, targets)`; ignored without `loss_fn`.
+        loss_fn: `loss_fn(output, targets)`, or `loss_fn(output)` when
+            `targets` is None. Without it, a scalar loss returned by the model
+            (a 0-d tensor, a `"loss"` entry, or a 0-d tensor in a returned
+            tuple) is used, else the sum of the outputs; `notes` says which.
+        autocast: a context manager, or a factory of one such as
+            `plan.autocast`, entered around forward and loss so the counted
+            ops are the ones training runs.
+
+    Returns:
+        A `FlopCount` whose `total` is forward + backward FLOPs for the batch.
+
+    Example:
+        >>> model = torch.nn.Linear(4, 2)
+        >>> count_train_step_flops(model, torch.randn(8, 4)).total   # 2·8·4·2 fwd + weight grad
+        256
+    """
+    try:
+        import torch
+        from torch.utils.flop_counter import FlopCounterMode
+    except ImportError as error:
+        return _failed(f"{error}; FlopCounterMode needs `pip install 'torch>=2.1'`")
+
+    notes: list[str] = []
+    model = _unwrap(model, torch, notes)
+    counts: dict[str, int] = {}
+    forward: int | None = None
+    try:
+        with _restored(model, batch_inputs, torch), torch.enable_grad():
+            counter = FlopCounterMode(display=False, custom_mapping=_extra_formulas(torch))
+            with counter:
+                with _autocast_context(autocast):
+                    output = _call(model, batch_inputs)
+                    loss = _loss(output, targets, loss_fn, torch, notes)
+                forward = counter.get_total_flops()
+                if not loss.requires_grad:
+                    notes.append(
+                        "the loss does not require grad (no trainable parameter reached):"
+                        " no backward to count"
+                    )
+                    return FlopCount(None, forward, _by_op(counter), _METHOD, tuple(notes))
+                loss.backward()
+            counts = _by_op(counter)
+            total = counter.get_total_flops() - _attention_recompute(counts, notes)
+    except Exception as error:  # noqa: BLE001 - counting must never break training
+        notes.append(f"FLOP counting failed: {type(error).__name__}: {error}")
+        return FlopCount(None, forward, counts, _METHOD, tuple(notes))
+    if total == 0:
+        notes.append("no matmul, convolution or attention op was counted: total is 0")
+    return FlopCount(total, forward, counts, _METHOD, tuple(notes))
+
+
+def _failed(note: str) -> FlopCount:
+    return FlopCount(None, None, {}, _METHOD, (f"FLOP counting failed: {note}",))
+
+
+def _unwrap(model: Any, torch: Any, notes: list[str]) -> Any:
+    """The module under a compile or data-parallel wrapper: same ops, no side effects."""
+    while True:
+        if type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
+            notes.append("counted the module under torch.compile (same FLOPs, no compilation)")
+            model = model._orig_mod
+        elif isinstance(model, (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)):
+            wrapper = type(model).__name__
+            notes.append(f"counted the module under {wrapper}: FLOPs of this process's batch")
+            model = model.module
+        else:
+            return model
+
+
+def _extra_formulas(torch: Any) -> dict[Any, Callable[..., int]]:
+    from torch.utils.flop_counter import flop_registry
+
+    aten = torch.ops.aten
+    mapping: dict[Any, Callable[..., int]] = {}
+    for names, cuda_op in (
+        (_EXTRA_SDPA_FORWARD, aten._scaled_dot_product_flash_attention),
+        (_EXTRA_SDPA_BACKWARD, aten._scaled_dot_product_flash_attention_backward),
+    ):
+        formula = flop_registry.get(cuda_op)
+        for name in names:
+            op = getattr(aten, name, None)
+            if formula is not None and op is not None and op not in flop_registry:
+                mapping[op] = _already_shape_wrapped(formula)
+    return mapping
+
+
+def _already_shape_wrapped(formula: Callable[..., int]) -> Callable[..., int]:
+    """Registry entries take tensors already; `_get_raw` stops FlopCounterMode re-wrapping them."""
+
+    def raw(*args: Any, **kwargs: Any) -> int:
+        return formula(*args, **kwargs)
+
+    raw._get_raw = True  # type: ignore[attr-defined]
+    return raw
+
+
+def _autocast_context(autocast: Any) -> contextlib.AbstractContextManager[Any]:
+    if autocast is None:
+        return contextlib.nullcontext()
+    if hasattr(autocast, "__enter__"):
+        return autocast
+    return autocast()
+
+
+def _call(model: Callable[..., Any], batch_inputs: Any) -> Any:
+    if isinstance(batch_inputs, Mapping):
+        return model(**batch_inputs)
+    if isinstance(batch_inputs, (tuple, list)):
+        return model(*batch_inputs)
+    return model(batch_inputs)
+
+
+def _loss(
+    output: Any, targets: Any, loss_fn: Callable[..., Any] | None, torch: Any, notes: list[str]
+) -> Any:
+    if loss_fn is not None:
+        return loss_fn(output) if targets is None else loss_fn(output, targets)
+    if targets is not None:
+        notes.append("targets given without loss_fn: ignored")
+    scalar = _scalar_loss(output, torch)
+    if scalar is not None:
+        notes.append("loss: the scalar loss the model returned")
+        return scalar
+    tensors = [t for t in _tensors(output, torch) if t.is_floating_point()]
+    if not tensors:
+        kind = type(output).__name__
+        raise TypeError(f"the model returned no floating-point tensor to take a loss of ({kind})")
+    notes.append(
+        "loss: no loss_fn and no scalar loss returned, so the sum of the model's outputs"
+        " (its FLOPs are not counted)"
+    )
+    return sum(t.float().sum() for t in tensors)
+
+
+def _scalar_loss(output: Any, torch: Any) -> Any:
+    def is_scalar(value: Any) -> bool:
+        return isinstance(value, torch.Tensor) and value.dim() == 0 and value.is_floating_point()
+
+    if is_scalar(output):
+        return output
+    if isinstance(output, Mapping) and is_scalar(output.get("loss")):
+        return output["loss"]
+    if is_scalar(getattr(output, "loss", None)):
+        return output.loss
+    if isinstance(output, (tuple, list)):
+        return next((item for item in output if is_scalar(item)), None)
+    return None
+
+
+def _tensors(value: Any, torch: Any) -> Iterator[Any]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _tensors(item, torch)
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _tensors(item, torch)
+
+
+def _attention_recompute(counts: Mapping[str, int], notes: list[str]) -> int:
+    """FLOPs of the QKᵀ the fused attention backward recomputes: half the forward
+    attention count (QKᵀ and AV are the same size when Q, K, V share a head width)."""
+    if not any("attention" in op and "backward" in op for op in counts):
+        return 0
+    forward = sum(n for op, n in counts.items() if "attention" in op and "backward" not in op)
+    if forward:
+        notes.append(f"fused attention's recomputation of QKᵀ in backward ({forward // 2:.4g} "
+                     "FLOPs) is not counted: model FLOPs, as in PaLM appendix B")
+    return forward // 2
+
+
+def _by_op(counter: Any) -> dict[str, int]:
+    return {str(op): int(n) for op, n in counter.get_flop_counts().get("Global", {}).items() if n}
+
+
+@contextlib.contextmanager
+def _restored(model: Any, batch_inputs: Any, torch: Any) -> Iterator[None]:
+    """Leave `model` (and the inputs' grads, and the RNGs) exactly as they were."""
+    modules = list(model.modules()) if isinstance(model, torch.nn.Module) else []
+    modes = [(module, module.training) for module in modules]
+    buffers = [
+        (module, name, buffer, buffer.detach().clone())
+        for module in modules
+        for name, buffer in module._buffers.items()
+        if buffer is not None
+    ]
+    leaves = list(model.parameters()) if modules else []
+    leaves += [t for t in _tensors(batch_inputs, torch) if t.requires_grad and t.is_leaf]
+    grads = [(leaf, leaf.grad) for leaf in leaves]
+    for leaf in leaves:  # with .grad None, backward writes fresh tensors; saved ones stay intact
+        leaf.grad = None
+    on_device = leaves + [buffer for _, _, buffer, _ in buffers]
+    devices = sorted({t.device.index or 0 for t in on_device if t.is_cuda})
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        with torch.no_grad():
+            for leaf, grad in grads:
+                leaf.grad = grad
+            for module, name, buffer, saved in buffers:
+                module._buffers[name] = buffer
+                buffer.copy_(saved)
+        for module, training in modes:
+            module.training = training
