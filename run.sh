@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up and run accelkit on a fresh machine.
-#   ./run.sh demo   hardware report, the plan auto_configure would apply, a what-if plan
+#   ./run.sh demo   hardware report and plan, a what-if plan, a profiled run of a built-in GPT
 #   ./run.sh test   the test suite (real PyTorch CPU build and TensorFlow)
 # The first call creates .venv and installs everything; later calls reuse it.
 set -euo pipefail
@@ -29,6 +29,8 @@ case "${1:-}" in
         "$VENV/bin/accelkit" doctor
         echo
         "$VENV/bin/accelkit" plan --gpu "NVIDIA H200" --count 8 --framework torch
+        echo
+        "$VENV/bin/accelkit" bench --model gpt --framework torch --steps 20 --calibrate
         ;;
     test)
         setup

@@ -20,6 +20,7 @@ from accelkit.hardware import detect
 from accelkit.hardware.what_if import UnknownGPUError
 from accelkit.planning import Framework, Precision, Request, plan
 from accelkit.report.render import describe_hardware, table
+from accelkit.report.run_report import RunReport
 
 EXIT_UNKNOWN_GPU = 1
 EXIT_USAGE = 2
@@ -65,6 +66,26 @@ def _parser() -> argparse.ArgumentParser:
     specs_cmd.add_argument("--gpu", help="GPU name or alias")
     specs_cmd.add_argument("--json", action="store_true", help="one JSON document on stdout")
     specs_cmd.set_defaults(command=cmd_specs)
+
+    bench = commands.add_parser(
+        "bench", help="a built-in model on synthetic data through the profiled fit")
+    bench.add_argument("--model", default="mlp",
+                       help="torch: mlp, cnn, gpt, gpt2, resnet50; tensorflow: mlp, cnn")
+    bench.add_argument("--framework", choices=_values(Framework), default="auto")
+    bench.add_argument("--steps", type=_positive_int, default=60, help="steps, warm-up included")
+    bench.add_argument("--batch-size", type=_positive_int, default=None)
+    bench.add_argument("--precision", choices=_values(Precision), default="auto")
+    bench.add_argument("--compile", action="store_true", help="torch.compile / XLA")
+    bench.add_argument("--calibrate", action="store_true",
+                       help="also measure this device's matmul rate and report MFU against it")
+    bench.add_argument("--save", metavar="PATH", help="write the report as JSON")
+    bench.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    bench.set_defaults(command=cmd_bench)
+
+    report = commands.add_parser("report", help="render a saved run report")
+    report.add_argument("path", metavar="RUN.json")
+    report.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    report.set_defaults(command=cmd_report)
     return parser
 
 
@@ -174,6 +195,35 @@ def cmd_specs(args: argparse.Namespace) -> int:
     ) for r in rows]
     print("dense peak TFLOP/s (no sparsity; fp16/bf16 with fp32 accumulate)")
     print(table(headers, body, wrap_last=60 if args.gpu else None))
+    return 0
+
+
+# -- bench / report ---------------------------------------------------------------
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from accelkit import bench
+
+    result = bench.run(args.model, args.framework, steps=args.steps, batch_size=args.batch_size,
+                       precision=args.precision, compile=args.compile,
+                       calibrate=args.calibrate, progress=not args.json)
+    if args.save:
+        result.save(args.save)
+    if args.json:
+        _emit_json(result.to_dict())
+    else:
+        print(result)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    try:
+        result = RunReport.load(args.path)
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"cannot read {args.path}: {error}") from None
+    if args.json:
+        _emit_json(result.to_dict())
+    else:
+        print(result)
     return 0
 
 

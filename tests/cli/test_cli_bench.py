@@ -1,0 +1,48 @@
+"""`accelkit bench` and `accelkit report`, in a subprocess, on real PyTorch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+pytestmark = pytest.mark.torch
+
+
+def accelkit(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "accelkit", *args], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": SRC})
+
+
+def test_bench_gpt_json_and_saved_report(tmp_path) -> None:
+    path = tmp_path / "run.json"
+    done = accelkit("bench", "--model", "gpt", "--framework", "torch", "--steps", "8",
+                    "--batch-size", "2", "--calibrate", "--json", "--save", str(path))
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["model"] == "GPT" and document["steps"] == 8
+    assert document["tokens_per_second"] == pytest.approx(document["samples_per_second"] * 256)
+    # The counted FLOPs agree with the independent 6N + 12LTd count.
+    assert "ratio 1.0000" in document["notes"]["flops_per_step"]
+    assert document["mfu_calibrated"] > 0
+    assert json.loads(path.read_text()) == document
+
+    rendered = accelkit("report", str(path))
+    assert rendered.returncode == 0, rendered.stderr
+    assert "accelkit run: torch, GPT" in rendered.stdout and "tokens/s" in rendered.stdout
+
+
+def test_bench_unknown_model_is_a_usage_error() -> None:
+    done = accelkit("bench", "--model", "alexnet", "--framework", "torch")
+    assert done.returncode == 2 and "gpt" in done.stderr
+
+
+def test_report_of_a_file_that_is_not_a_report(tmp_path) -> None:
+    path = tmp_path / "other.json"
+    path.write_text('{"hello": 1}')
+    done = accelkit("report", str(path))
+    assert done.returncode == 2 and "not an accelkit run report" in done.stderr
