@@ -149,18 +149,27 @@ def float32_head(model: Any) -> Any:
         'float32'
     """
     keras = _keras()
-    inputs = getattr(model, "inputs", None)
-    try:
-        outputs = model.outputs
-    except (AttributeError, ValueError):
-        outputs = None
+    if outputs_float32(model):
+        return model
+    inputs, outputs = _symbolic_io(model)
     if inputs and outputs:
-        if all(_dtype_name(o) == "float32" for o in outputs):
-            return model
         cast = [keras.layers.Activation("linear", dtype="float32", name=f"float32_head_{i}")(o)
                 for i, o in enumerate(outputs)]
         return keras.Model(inputs, cast if len(cast) > 1 else cast[0], name=model.name)
     return _Float32Head(model)
+
+
+def outputs_float32(model: Any) -> bool:
+    """True when a functional model's outputs are all float32 (False when unknown)."""
+    _, outputs = _symbolic_io(model)
+    return bool(outputs) and all(_dtype_name(o) == "float32" for o in outputs)
+
+
+def _symbolic_io(model: Any) -> tuple[Any, Any]:
+    try:
+        return getattr(model, "inputs", None), model.outputs
+    except (AttributeError, ValueError):  # subclassed models have no symbolic outputs
+        return None, None
 
 
 def _dtype_name(tensor: Any) -> str:

@@ -1,6 +1,7 @@
-"""Keras helpers: `float32_head` now; the profiled `fit` and `ProfileCallback` build on it.
+"""Keras side of accelkit: the profiled `fit`, `ProfileCallback` and `float32_head`.
 
-Importing this module does not import TensorFlow; each helper does when called.
+Importing this module does not import TensorFlow; `fit` and `ProfileCallback`
+do on first use.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from typing import Any
 def float32_head(model: Any) -> Any:
     """Return `model` with float32 outputs, for training under a mixed policy.
 
-    See `accelkit.frameworks.tensorflow_adapter.float32_head`.
+    A functional or built Sequential model gets a float32 `Activation('linear')`
+    per output; a subclassed model is wrapped in a model that casts its outputs.
+    A model whose outputs are float32 already is returned as it is.
 
     Example:
         >>> accelkit.auto_configure(framework="tensorflow")
@@ -22,4 +25,16 @@ def float32_head(model: Any) -> Any:
     return tensorflow_adapter.float32_head(model)
 
 
-__all__ = ["float32_head"]
+def __getattr__(name: str) -> Any:  # PEP 562: import TensorFlow only when these are used
+    if name == "fit":
+        from accelkit.keras.training import fit
+
+        return fit
+    if name == "ProfileCallback":
+        from accelkit.keras.callback import ProfileCallback
+
+        return ProfileCallback
+    raise AttributeError(f"module 'accelkit.keras' has no attribute {name!r}")
+
+
+__all__ = ["ProfileCallback", "fit", "float32_head"]

@@ -3,7 +3,7 @@
 Importing this module imports torch.
 """
 
-from accelkit.torch.fit import fit
+from accelkit.torch.training import fit
 from accelkit.torch.meter import Meter
 
 __all__ = ["Meter", "fit"]

@@ -1,0 +1,229 @@
+"""`ProfileCallback`: the profiled-fit measurements for any `model.fit`.
+
+Keras' TensorFlow trainer fetches each batch inside its compiled train function,
+where no host timer can see the wait. For the default `steps_per_execution=1`
+the callback therefore replaces `model.train_function` with one that takes the
+batch from the iterator in Python (timed: that is the input wait), counts the
+first batch's FLOPs, and hands the batch to Keras' own compiled step through
+the path Keras uses for Python iterators. The step itself is unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from accelkit.configure import current_plan
+from accelkit.hardware import detect
+from accelkit.hardware.info import HardwareInfo
+from accelkit.planning import Plan, Request, plan as make_plan
+from accelkit.profiling.assemble import Measurements, build_report
+from accelkit.profiling.clock import StepClock
+from accelkit.profiling.flop_count import FlopCount
+from accelkit.profiling.sampler import NvmlSampler
+from accelkit.report.run_report import RunReport
+
+
+class ProfileCallback(keras.callbacks.Callback):
+    """Measures a Keras fit; `callback.report` holds the `RunReport` once it ends.
+
+    Args:
+        plan: the plan in force (default: the last `auto_configure()` plan).
+        flops_per_step: FLOPs of one step, if known; counted from the first batch otherwise.
+        tokens_per_sample: for tokens/s (found automatically for integer (B, T) inputs).
+        warmup: steps left out of steady-state figures (tracing, autotuning).
+        window: steps between device synchronisations.
+        sample_gpu: sample NVML in a background thread.
+        calibrate: measure the achievable matmul rate after the run.
+
+    Example:
+        >>> callback = accelkit.keras.ProfileCallback()
+        >>> model.fit(dataset, epochs=3, callbacks=[callback])
+        >>> print(callback.report)
+    """
+
+    def __init__(self, plan: Plan | None = None, *, flops_per_step: float | None = None,
+                 tokens_per_sample: int | None = None, warmup: int = 3, window: int = 50,
+                 sample_gpu: bool = True, calibrate: bool = False) -> None:
+        super().__init__()
+        if warmup < 0 or window < 1:
+            raise ValueError(f"warmup={warmup} must be >= 0 and window={window} >= 1")
+        self.plan = plan
+        self.flops_per_step = flops_per_step
+        self.tokens_per_sample = tokens_per_sample
+        self.warmup, self.window = warmup, window
+        self.sample_gpu, self.calibrate = sample_gpu, calibrate
+        self.report: RunReport | None = None
+        self.interrupted = False
+        self._notes: dict[str, str] = {}
+
+    # -- Keras hooks -----------------------------------------------------------------
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self.plan = self.plan or current_plan() or make_plan(detect(), Request(
+            framework="tensorflow"))
+        self._gpus = tf.config.list_physical_devices("GPU")
+        self._flops: FlopCount | None = None
+        self._count_first = self.flops_per_step is None
+        self._batch: tuple[int | None, int] = (None, 0)  # (samples, tokens) of the last batch
+        self._last_logs: Any = None
+        self._losses: list[float] = []
+        self._epochs = 0
+        self.report = None
+        self.clock = StepClock(self._sync, warmup=self.warmup, window=self.window)
+        nvml = [g.index for g in self.plan.hardware.gpus[:len(self._gpus)]]
+        self._sampler = NvmlSampler(nvml if self.sample_gpu and self._gpus else [])
+        if self._gpus:
+            tf.config.experimental.reset_memory_stats("GPU:0")
+        self._wrap_train_function()
+        self._sampler.start()
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._last_logs = logs
+        samples, tokens = self._batch
+        self.clock.step_done(samples=samples or 0, tokens=tokens)
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self._epochs = epoch + 1
+        if logs and "loss" in logs:
+            self._losses.append(float(logs["loss"]))
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self.finish()
+
+    def finish(self) -> RunReport:
+        """Stop the sampler and build the report (idempotent)."""
+        if self.report is None:
+            self._sampler.stop()
+            self._restore_train_function()
+            self.report = self._build()
+        return self.report
+
+    def stop_sampler(self) -> None:
+        """For a fit that raised: stop measuring, build nothing."""
+        self._sampler.stop()
+        self._restore_train_function()
+
+    # -- the train function ------------------------------------------------------------
+
+    def _wrap_train_function(self) -> None:
+        model = self.model
+        self._original = model.train_function
+        if model.steps_per_execution != 1 or getattr(model, "run_eagerly", False):
+            why = (f"steps_per_execution={model.steps_per_execution}" if
+                   model.steps_per_execution != 1 else "run_eagerly=True")
+            self._notes["input_wait_share"] = f"not measured with {why}"
+            if self._count_first:
+                self._notes["flops_per_step"] = f"not counted with {why}: pass flops_per_step="
+                self._count_first = False
+            return
+        original = self._original
+
+        def timed(iterator: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                data = next(iterator)
+            except (StopIteration, tf.errors.OutOfRangeError):
+                raise StopIteration from None
+            self.clock.fetched(time.perf_counter() - start)
+            self._batch = self._sizes(data)
+            if self._count_first:
+                self._count_first = False
+                self._flops = self._count(data)
+            return original(iter((data,)))  # Keras' path for Python iterators: one step
+
+        model.train_function = timed
+
+    def _restore_train_function(self) -> None:
+        if getattr(self, "_original", None) is not None:
+            self.model.train_function = self._original
+            self._original = None
+
+    def _sizes(self, data: Any) -> tuple[int | None, int]:
+        x, _, _ = keras.utils.unpack_x_y_sample_weight(_first_replica(data))
+        first = next(iter(tf.nest.flatten(x)), None)
+        if first is None or not first.shape or first.shape[0] is None:
+            return None, 0
+        samples = int(first.shape[0]) * self._replicas()
+        if self.tokens_per_sample:
+            return samples, samples * self.tokens_per_sample
+        if len(first.shape) == 2 and first.dtype.is_integer:
+            return samples, samples * int(first.shape[1])
+        return samples, 0
+
+    def _count(self, data: Any) -> FlopCount:
+        from accelkit.profiling.flops_tensorflow import count_train_step_flops
+
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(_first_replica(data))
+        count = count_train_step_flops(self.model, x, y, sample_weight=sample_weight)
+        replicas = self._replicas()
+        if count.total is None or replicas == 1:
+            return count
+        return FlopCount(count.total * replicas, (count.forward or 0) * replicas, count.by_op,
+                         f"{count.method}, x {replicas} replicas", count.notes)
+
+    def _replicas(self) -> int:
+        return int(self.model.distribute_strategy.num_replicas_in_sync)
+
+    def _sync(self) -> None:
+        """Wait for queued device work: reading a loss value does."""
+        logs = self._last_logs
+        if logs:
+            value = next(iter(logs.values()))
+            if hasattr(value, "numpy"):
+                value.numpy()
+
+    # -- report ------------------------------------------------------------------------
+
+    def _build(self) -> RunReport:
+        summary = self.clock.finish()
+        plan = self.plan
+        hardware = plan.hardware if self._gpus else HardwareInfo(
+            launcher=plan.hardware.launcher, source="cpu")
+        notes = dict(self._notes)
+        if self._sampler.notes:
+            notes["gpu_utilization"] = "; ".join(self._sampler.notes)
+        replicas = self._replicas()
+        device = (f"{replicas} x {plan.hardware.gpus[0].name}" if self._gpus and plan.hardware.gpus
+                  else "GPU:0" if self._gpus else "cpu")
+        report = build_report(Measurements(
+            framework="tensorflow", model=self.model.name, device=device, plan=plan,
+            hardware=hardware, clock=summary,
+            tf32_enabled=bool(self._gpus) and tf.config.experimental
+            .tensor_float_32_execution_enabled(),
+            devices=replicas if self._gpus else 1, flops=self._flops,
+            flops_per_step=self.flops_per_step,
+            sampler=self._sampler.summary(self.clock.warmup_end, None),
+            peak_memory_bytes=(tf.config.experimental.get_memory_info("GPU:0")["peak"]
+                               if self._gpus else None),
+            calibration=self._calibrate() if self.calibrate else None,
+            epochs=self._epochs, losses=self._losses, interrupted=self.interrupted, notes=notes,
+        ))
+        if not self._gpus:
+            report.note("peak_memory_bytes", "CPU run: device memory is not tracked")
+        return report
+
+    def _calibrate(self) -> Any:
+        try:
+            from accelkit.profiling.calibrate import matmul_tflops_tensorflow
+            from accelkit.profiling.mfu import matmul_dtype
+
+            tf32 = bool(self._gpus) and tf.config.experimental.tensor_float_32_execution_enabled()
+            return matmul_tflops_tensorflow(matmul_dtype(self.plan.precision, tf32))
+        except Exception as error:  # noqa: BLE001 - a failed calibration leaves the figure out
+            warnings.warn(f"accelkit: calibration failed: {error}", stacklevel=2)
+            self._notes["calibrated_tflops"] = f"calibration failed: {error}"
+            return None
+
+
+def _first_replica(data: Any) -> Any:
+    """A batch as one replica sees it (MirroredStrategy hands out PerReplica values)."""
+    def first(value: Any) -> Any:
+        values = getattr(value, "values", None)
+        return values[0] if isinstance(values, tuple) else value
+
+    return tf.nest.map_structure(first, data)
