@@ -9,6 +9,7 @@
 
 from accelkit._version import __version__
 from accelkit.configure import apply, auto_configure, current_plan, plan_for
+from accelkit.dispatch import fit
 from accelkit.hardware import detect
 from accelkit.hardware.info import GpuInfo, HardwareInfo
 from accelkit.hardware.what_if import UnknownGPUError, what_if
@@ -32,6 +33,7 @@ __all__ = [
     "auto_configure",
     "current_plan",
     "detect",
+    "fit",
     "plan_for",
     "what_if",
 ]

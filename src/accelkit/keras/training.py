@@ -53,7 +53,8 @@ def fit(model: Any, x: Any = None, y: Any = None, *, plan: Plan | None = None,
     callback = ProfileCallback(plan, flops_per_step=flops_per_step,
                                tokens_per_sample=tokens_per_sample, warmup=warmup,
                                window=window, sample_gpu=sample_gpu, calibrate=calibrate)
-    callbacks = [*(fit_kwargs.pop("callbacks", None) or []), callback]
+    # First, so a step is counted before a user callback can stop the fit.
+    callbacks = [callback, *(fit_kwargs.pop("callbacks", None) or [])]
     history = None
     try:
         history = model.fit(x, y, callbacks=callbacks, **fit_kwargs)

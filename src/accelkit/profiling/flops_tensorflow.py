@@ -10,8 +10,8 @@ the batch's real shapes. TensorFlow's profiler
 the concrete function's graph, through the rules registered with
 `ops.RegisterStatistics(op_type, "flops")`.
 
-Convention (the one `FlopCount` states, shared with the PyTorch counter, so
-both frameworks give the same number for the same model):
+Convention (the one `FlopCount` states, PaLM appendix B; shared with the
+PyTorch counter, so both frameworks give the same number for the same model):
 
 - A multiply-add is 2 FLOPs. Counted ops are the matmul-like ones:
   `MatMul`, `BatchMatMul`/`V2`/`V3`, `Einsum`, `Conv`, `Conv2D`, `Conv3D`,
@@ -30,13 +30,16 @@ both frameworks give the same number for the same model):
   FLOPs TensorFlow's rules give them is reported in `notes`, op by op. Ops
   TensorFlow has no rule for (`Relu`, `ReluGrad`, `Sigmoid`, `Tanh`, `Exp`,
   `SparseSoftmaxCrossEntropyWithLogits`, `Cast`, ...) count 0 even there.
-- The dtype does not change the count: under `mixed_float16` the same number.
+- `forward` is the part of `total` outside the tape's `gradient_tape/` scope:
+  the model and its loss. The dtype does not change either: under
+  `mixed_float16` the numbers are the same.
 - Attention is counted over the full T x T score matrix (`Einsum` of Q·Kᵀ and
   of the probabilities with V: 2·2·B·T²·D forward, 2x that backward).
 
-TensorFlow 2.x has no FLOP rule for `Einsum`, the `Conv3D`/`Conv2D` "V2"
-backprop ops, `Conv` and the depthwise backprop ops; `register_flop_rules`
-adds them (once, idempotently). Two of its rules are wrong for training graphs
+TensorFlow 2.x (checked on 2.21) has no FLOP rule for `Einsum`, `Conv`, the
+`Conv3D` backprop ops, the `Conv2D` "V2" backprop ops and the depthwise backprop
+ops; `register_flop_rules` adds them (once, idempotently). Two families of its
+rules are wrong for training graphs
 and are replaced for the counted ops, through the profiler's op log, without
 touching TensorFlow's registry: `BatchMatMul*` reads `transpose_a`, which
 those ops do not have (they have `adj_x`), so a kernel gradient xᵀ·dy gets the
@@ -64,7 +67,8 @@ _METHOD = (
     "tensorflow profiler (model_analyzer.profile, float_operation) on the traced "
     "tf.function of forward + loss + gradients (no optimizer update)"
 )
-_BACKWARD_SCOPE = "gradient_tape/"  # tf.GradientTape names every op it emits under this scope
+# tf.GradientTape names every op it emits under this scope (under "replica_N/" for replicas > 0).
+_BACKWARD_SCOPE = re.compile(r"(?:^|/)gradient_tape/")
 _LIVE_TYPE = "_accelkit_live"  # op-log type marking the ops the runtime keeps
 
 # Matmul-like op types counted in `total`, all with a rule (TensorFlow's or ours).
@@ -159,7 +163,8 @@ def _conv_rule(graph: Any, node: Any) -> Any:
     from tensorflow.python.framework import ops
 
     kernel = _shape(graph, node.input[1])
-    return ops.OpStats("flops", 2 * _product(_shape(graph, node.name)) * _product(kernel) // kernel[-1])
+    per_output = _product(kernel) // kernel[-1]
+    return ops.OpStats("flops", 2 * _product(_shape(graph, node.name)) * per_output)
 
 
 def _conv_backprop_rule(kernel_from_output: bool, depthwise: bool = False) -> Callable[..., Any]:
@@ -232,7 +237,9 @@ def register_flop_rules() -> None:
 # ---------------------------------------------------------------- counting
 
 
-def count_train_step_flops(model: Any, x: Any, y: Any = None, *, sample_weight: Any = None) -> FlopCount:
+def count_train_step_flops(
+    model: Any, x: Any, y: Any = None, *, sample_weight: Any = None
+) -> FlopCount:
     """FLOPs of one training step of a Keras 3 model on one batch: forward, loss, gradients.
 
     The step is traced into a `tf.function` with the batch's shapes and
@@ -253,7 +260,8 @@ def count_train_step_flops(model: Any, x: Any, y: Any = None, *, sample_weight: 
         A `FlopCount` for this batch size: `total` (forward + backward),
         `forward` (model and loss), `by_op` per TensorFlow op type, and `notes`.
         `total` is None, with the reason in `notes`, when part of the step could
-        not be counted.
+        not be counted. Inside a distribution strategy's scope the figures are
+        one replica's, for this batch: multiply by the replicas for the step.
 
     Example:
         >>> model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(10)])
@@ -280,12 +288,14 @@ def _failed(note: str, forward: int | None = None) -> FlopCount:
 
 def _count(model: Any, x: Any, y: Any, sample_weight: Any) -> FlopCount:
     if not is_available("tensorflow") or not is_available("keras"):
-        return _failed("TensorFlow is not installed; install it with: pip install 'accelkit[tensorflow]'")
+        return _failed("TensorFlow is not installed; "
+                       "install it with: pip install 'accelkit[tensorflow]'")
     import keras
     import tensorflow as tf
 
     if keras.backend.backend() != "tensorflow":
-        return _failed(f"Keras runs on the {keras.backend.backend()} backend; this counter needs tensorflow")
+        return _failed(f"Keras runs on the {keras.backend.backend()} backend; "
+                       "this counter needs tensorflow")
     if not isinstance(model, keras.Model):
         return _failed(f"expected a keras.Model, got {type(model).__name__}")
     if isinstance(x, tf.data.Dataset):
@@ -296,31 +306,38 @@ def _count(model: Any, x: Any, y: Any, sample_weight: Any) -> FlopCount:
     signature, rebuild = _signature(tf, (x, y, sample_weight))
     forward_only = not getattr(model, "compiled", False)
     if forward_only:
-        notes.append("the model is not compiled, so it has no loss to differentiate: forward counted, "
-                     "total unknown; compile it with a loss to count the training step")
+        notes.append("the model is not compiled, so it has no loss to differentiate: "
+                     "forward counted, total unknown; compile it with a loss to count the "
+                     "training step")
     else:
-        if getattr(type(model), "train_step", None) is not getattr(keras.Model, "train_step", None):
+        standard_step = getattr(keras.Model, "train_step", None)
+        if getattr(type(model), "train_step", None) is not standard_step:
             notes.append("the model overrides train_step: counted the standard step "
                          "(forward, compute_loss, gradients of the trainable variables)")
         try:
-            graph = _trace(tf, _train_step(tf, model), signature, rebuild)
+            graph, replicas = _trace(tf, _train_step(tf, model), signature, rebuild)
         except Exception as error:  # noqa: BLE001 - e.g. a loss that needs y when y is None
             notes.append(f"the training step could not be traced ({_describe(error)}): "
                          "forward counted, total unknown")
             forward_only = True
     if forward_only:
-        graph = _trace(tf, _forward(model), signature, rebuild)
-    return _profile(graph, notes, forward_only)
+        graph, replicas = _trace(tf, _forward(model), signature, rebuild)
+    if replicas > 1:
+        notes.append(f"traced under the distribution strategy, once per replica: "
+                     f"the figures are one replica's, for the batch given ({replicas} replicas)")
+    return _profile(graph, notes, forward_only, replicas)
 
 
 def _signature(tf: Any, data: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
-    """TensorSpecs with the batch's real shapes for every array in `data`, and how to put them back."""
+    """TensorSpecs with the batch's real shapes for the arrays in `data`; how to put them back."""
     leaves = tf.nest.flatten(data)
     arrays = [i for i, leaf in enumerate(leaves) if leaf is not None]
     specs = []
     for i in arrays:
-        tensor = leaves[i] if hasattr(leaves[i], "dtype") and hasattr(leaves[i], "shape") else tf.constant(leaves[i])
-        specs.append(tf.TensorSpec(tuple(tensor.shape), tf.as_dtype(tensor.dtype)))
+        array = leaves[i]
+        if not (hasattr(array, "dtype") and hasattr(array, "shape")):
+            array = tf.constant(array)
+        specs.append(tf.TensorSpec(tuple(array.shape), tf.as_dtype(array.dtype)))
 
     def rebuild(tensors: list[Any]) -> Any:
         filled = list(leaves)
@@ -333,13 +350,16 @@ def _signature(tf: Any, data: Any) -> tuple[list[Any], Callable[[list[Any]], Any
 
 def _train_step(tf: Any, model: Any) -> Callable[..., Any]:
     """Keras's TensorFlow `train_step` up to the gradients: no loss scaling, metrics or update."""
+    # Keras < 3.3 overrides of compute_loss may lack `training`.
     takes_training = "training" in inspect.signature(model.compute_loss).parameters
 
     def step(x: Any, y: Any, sample_weight: Any) -> Any:
         with tf.GradientTape() as tape:
             y_pred = model(x, training=True)
             loss_args = dict(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
-            loss = model.compute_loss(**loss_args, training=True) if takes_training else model.compute_loss(**loss_args)
+            if takes_training:
+                loss_args["training"] = True
+            loss = model.compute_loss(**loss_args)
         return loss, tape.gradient(loss, model.trainable_variables)
 
     return step
@@ -352,15 +372,29 @@ def _forward(model: Any) -> Callable[..., Any]:
     return step
 
 
-def _trace(tf: Any, step: Callable[..., Any], signature: list[Any], rebuild: Callable[[list[Any]], Any]) -> Any:
-    function = tf.function(lambda *tensors: step(*rebuild(list(tensors))), input_signature=signature)
-    return function.get_concrete_function().graph
+def _trace(
+    tf: Any, step: Callable[..., Any], signature: list[Any], rebuild: Callable[[list[Any]], Any]
+) -> Any:
+    """The graph of `step` traced with the batch's static shapes (nothing runs), and the
+    number of copies of it the graph holds: inside a strategy's scope (`fit` calls its
+    callbacks there) distributed variables can only be differentiated in a replica
+    context, so the step is traced through `strategy.run`, once per replica."""
+    strategy = tf.distribute.get_strategy() if tf.distribute.in_cross_replica_context() else None
+
+    def flat_step(*tensors: Any) -> Any:
+        args = rebuild(list(tensors))
+        return strategy.run(step, args=args) if strategy is not None else step(*args)
+
+    function = tf.function(flat_step, input_signature=signature)
+    replicas = int(strategy.num_replicas_in_sync) if strategy is not None else 1
+    return function.get_concrete_function().graph, replicas
 
 
 def _live_ops(graph: Any) -> set[str]:
     """Names of the ops the runtime keeps: those the outputs or a stateful op depend on."""
     pending = [tensor.op for tensor in graph.outputs] + list(graph.control_outputs)
-    pending += [op for op in graph.get_operations() if op.op_def.is_stateful and op.type != "Placeholder"]
+    pending += [op for op in graph.get_operations()
+                if op.op_def.is_stateful and op.type != "Placeholder"]
     live: set[str] = set()
     while pending:
         op = pending.pop()
@@ -372,7 +406,7 @@ def _live_ops(graph: Any) -> set[str]:
 
 
 def _op_log(graph: Any, live: set[str]) -> Any:
-    """Marks the live ops for the profiler and gives the corrected FLOPs of `_CORRECTED_RULES` ops."""
+    """Marks the live ops for the profiler; gives `_CORRECTED_RULES` ops their corrected FLOPs."""
     from tensorflow.core.profiler import tfprof_log_pb2
 
     op_log = tfprof_log_pb2.OpLogProto()
@@ -385,7 +419,7 @@ def _op_log(graph: Any, live: set[str]) -> Any:
         if rule is not None:
             try:
                 entry.float_ops = int(rule(graph, op.node_def).value)
-            except ValueError:  # shape not fully defined: reported by _uncounted
+            except ValueError:  # shape not fully defined: _uncounted reports it
                 pass
     return op_log
 
@@ -395,7 +429,8 @@ def _run_profiler(graph: Any, op_log: Any) -> Any:
     from tensorflow.python.profiler.option_builder import ProfileOptionBuilder
     from tensorflow.python.util import deprecation
 
-    options = ProfileOptionBuilder(ProfileOptionBuilder.float_operation()).with_empty_output().build()
+    builder = ProfileOptionBuilder(ProfileOptionBuilder.float_operation())
+    options = builder.with_empty_output().build()
     options["account_type_regexes"] = [f"^{_LIVE_TYPE}$"]
     with deprecation.silence():  # TensorFlow's own rules call a deprecated shape helper
         return model_analyzer.profile(graph, op_log=op_log, cmd="scope", options=options)
@@ -407,57 +442,60 @@ def _nodes(node: Any) -> Iterator[Any]:
         yield from _nodes(child)
 
 
-def _uncounted(graph: Any, live: set[str]) -> tuple[dict[str, set[str]], bool]:
-    """Live matmul-like ops the count misses, by reason, and whether one is in the forward."""
-    from tensorflow.python.framework import ops
-
+def _uncounted(graph: Any, live: set[str], counted: set[str]) -> tuple[dict[str, set[str]], bool]:
+    """Live matmul-like ops missing from `counted`, by reason; and whether one is in the forward."""
     missed: dict[str, set[str]] = {}
     in_forward = False
-    for name in live:
+    for name in live - counted:
         op = graph.get_operation_by_name(name)
-        reason = None
         if any(value.HasField("func") or value.list.func for value in op.node_def.attr.values()):
             reason = "loops or function calls whose bodies the profiler does not see"
-        elif op.type in _COUNTED:
-            rule = _CORRECTED_RULES.get(op.type)
-            try:
-                value = (rule(graph, op.node_def) if rule else ops.get_stats_for_node_def(graph, op.node_def, "flops")).value
-            except ValueError:
-                value = None
-            if value is None:
-                reason = "matmul-like ops whose shapes are not fully known"
+        elif op.type in _COUNTED:  # its rule raised ValueError, which the profiler swallows
+            reason = "matmul-like ops whose shapes are not fully known"
         elif _MATMUL_LIKE.search(op.type):
             reason = "matmul-like ops with no FLOP rule"
-        if reason:
-            missed.setdefault(reason, set()).add(op.type)
-            in_forward = in_forward or not name.startswith(_BACKWARD_SCOPE)
+        else:
+            continue
+        missed.setdefault(reason, set()).add(op.type)
+        in_forward = in_forward or not _BACKWARD_SCOPE.search(name)
     return missed, in_forward
 
 
-def _profile(graph: Any, notes: list[str], forward_only: bool) -> FlopCount:
+def _profile(graph: Any, notes: list[str], forward_only: bool, replicas: int = 1) -> FlopCount:
     live = _live_ops(graph)
     result = _run_profiler(graph, _op_log(graph, live))
     by_op: dict[str, int] = {}
     other: dict[str, int] = {}
     forward = 0
+    counted: set[str] = set()
     for node in _nodes(result):
         if not node.float_ops or node.name not in live:
             continue
+        counted.add(node.name)
         op_type = graph.get_operation_by_name(node.name).type
         bucket = by_op if op_type in _COUNTED else other
         bucket[op_type] = bucket.get(op_type, 0) + int(node.float_ops)
-        if op_type in _COUNTED and not node.name.startswith(_BACKWARD_SCOPE):
+        if op_type in _COUNTED and not _BACKWARD_SCOPE.search(node.name):
             forward += int(node.float_ops)
+    if replicas > 1:  # identical copies, one per replica
+        by_op = {op: flops // replicas for op, flops in by_op.items()}
+        other = {op: flops // replicas for op, flops in other.items()}
+        forward //= replicas
     total = sum(by_op.values())
     if other:
-        listed = ", ".join(f"{op} {flops:,}" for op, flops in sorted(other.items(), key=lambda kv: -kv[1]))
-        notes.append(f"not in total, by the convention: {sum(other.values()):,} FLOPs TensorFlow's rules give "
-                     f"elementwise and reduction ops ({listed})")
-    missed, in_forward = _uncounted(graph, live)
+        listed = ", ".join(f"{op} {flops:,}" for op, flops in sorted(other.items(), key=_largest))
+        notes.append(f"not in total, by the convention: {sum(other.values()):,} FLOPs "
+                     f"TensorFlow's rules give elementwise and reduction ops ({listed})")
+    missed, in_forward = _uncounted(graph, live, counted)
     for reason, op_types in sorted(missed.items()):
-        notes.append(f"incomplete count, {total:,} FLOPs counted: {reason}: {', '.join(sorted(op_types))}")
+        notes.append(f"incomplete count, {total:,} FLOPs counted: {reason}: "
+                     f"{', '.join(sorted(op_types))}")
     if missed or forward_only:
         return FlopCount(None, None if in_forward else forward, by_op, _METHOD, tuple(notes))
     if total == 0:
         notes.append("no matmul, convolution or einsum op was counted: total is 0")
     return FlopCount(total, forward, by_op, _METHOD, tuple(notes))
+
+
+def _largest(item: tuple[str, int]) -> tuple[int, str]:
+    return -item[1], item[0]

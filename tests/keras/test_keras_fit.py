@@ -1,0 +1,153 @@
+"""accelkit.keras.fit, ProfileCallback and accelkit.fit on real Keras 3 / TensorFlow (CPU)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import accelkit
+from accelkit.hardware.info import GpuInfo, HardwareInfo
+from accelkit.planning import Request, plan
+
+pytestmark = pytest.mark.tensorflow
+keras = pytest.importorskip("keras")
+tf = pytest.importorskip("tensorflow")
+
+CPU_PLAN = plan(HardwareInfo(source="snapshot"), Request(framework="tensorflow"))
+T4_PLAN = plan(HardwareInfo(gpus=(GpuInfo(0, "Tesla T4", compute_capability=(7, 5)),)),
+               Request(framework="tensorflow"))
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def float32_policy():
+    policy = keras.mixed_precision.global_policy().name
+    yield
+    keras.mixed_precision.set_global_policy(policy)
+
+
+def data(n: int = 1024, dim: int = 16, classes: int = 4):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, dim)).astype("float32")
+    return x, (x @ rng.normal(size=(dim, classes))).argmax(1)
+
+
+def mlp(dim: int = 16, hidden: int = 64, classes: int = 4, loss=None):
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((dim,))
+    outputs = keras.layers.Dense(classes)(keras.layers.Dense(hidden, activation="relu")(inputs))
+    model = keras.Model(inputs, outputs)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), metrics=["accuracy"],
+                  loss=loss or keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def test_fit_learns_and_reports_consistent_figures() -> None:
+    x, y = data()
+    report = accelkit.keras.fit(mlp(), x, y, batch_size=32, epochs=3, verbose=0, plan=CPU_PLAN)
+    assert report.history.history["loss"] == pytest.approx(report.losses)
+    assert report.losses[-1] < 0.6 * report.losses[0]
+    assert "accuracy" in report.history.history
+    assert report.steps == 3 * 32 and report.warmup_steps == 3 and report.epochs == 3
+    # Same MLP and batch as the PyTorch test: forward 2·B·(16·64 + 64·4), backward
+    # both kernel gradients and the second layer's input gradient.
+    assert report.flops_per_step == 2 * 32 * (16 * 64 + 64 * 4) * 2 + 2 * 32 * 64 * 4
+    assert report.achieved_tflops == pytest.approx(
+        report.flops_per_step * report.steady_steps / report.steady_seconds / 1e12)
+    assert report.samples_per_second == pytest.approx(
+        32 * report.steady_steps / report.steady_seconds)
+    assert 0 <= report.input_wait_share < 1
+    assert report.framework == "tensorflow" and report.device == "cpu"
+
+
+def test_tf_data_input_and_tokens_per_sample() -> None:
+    x, y = data()
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(64).prefetch(2)
+    report = accelkit.keras.fit(mlp(), dataset, epochs=2, verbose=0, plan=CPU_PLAN,
+                                tokens_per_sample=16)
+    assert report.steps == 2 * 16
+    assert report.tokens_per_second == pytest.approx(report.samples_per_second * 16)
+
+
+def test_a_slow_input_pipeline_shows_as_input_wait() -> None:
+    x, y = data(256)
+
+    def slow(xb, yb):
+        return tf.py_function(lambda a: (__import__("time").sleep(0.05), a)[1], [xb],
+                              tf.float32), yb
+
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).map(slow)
+    dataset = dataset.map(lambda a, b: (tf.ensure_shape(a, (None, 16)), b))
+    report = accelkit.keras.fit(mlp(), dataset, epochs=2, verbose=0, plan=CPU_PLAN,
+                                warmup=1)
+    # 50 ms of loading against a step of a few ms; Keras' own per-step work is the rest.
+    assert report.input_wait_share > 0.4
+
+
+def test_mixed_policy_model_gets_a_float32_head_and_still_learns() -> None:
+    accelkit.apply(T4_PLAN)
+    assert keras.mixed_precision.global_policy().name == "mixed_float16"
+    model = mlp()
+    assert model.outputs[0].dtype == "float16"
+    x, y = data()
+    with pytest.warns(UserWarning, match="float32"):
+        report = accelkit.keras.fit(model, x, y, batch_size=32, epochs=3, verbose=0,
+                                    plan=T4_PLAN)
+    assert "float32 output head" in report.notes["model"]
+    assert report.losses[-1] < report.losses[0]
+    assert report.precision == "fp16"
+
+
+def test_profile_callback_in_a_plain_model_fit() -> None:
+    x, y = data()
+    callback = accelkit.keras.ProfileCallback(CPU_PLAN)
+    model = mlp()
+    model.fit(x, y, batch_size=128, epochs=2, verbose=0, callbacks=[callback])
+    assert callback.report.steps == 16 and callback.report.flops_per_step > 0
+    # The wrapped train function is put back afterwards.
+    model.fit(x, y, batch_size=128, epochs=1, verbose=0)
+
+
+def test_user_errors_propagate_unchanged() -> None:
+    class Failing(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 3:
+                raise Boom("from the user's callback")
+
+    x, y = data()
+    with pytest.raises(Boom, match="user's callback"):
+        accelkit.keras.fit(mlp(), x, y, batch_size=32, verbose=0, plan=CPU_PLAN,
+                           callbacks=[Failing()])
+    assert not [t for t in threading.enumerate() if t.name == "accelkit-nvml"]
+
+
+def test_keyboard_interrupt_leaves_a_partial_report() -> None:
+    class Interrupt(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 9:
+                raise KeyboardInterrupt
+
+    x, y = data()
+    report = accelkit.keras.fit(mlp(), x, y, batch_size=32, verbose=0, plan=CPU_PLAN,
+                                callbacks=[Interrupt()])
+    assert report.interrupted and report.steps == 10
+
+
+def test_uncompiled_model_is_a_clear_error() -> None:
+    inputs = keras.Input((4,))
+    model = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+    with pytest.raises(ValueError, match="compile"):
+        accelkit.keras.fit(model, np.zeros((8, 4)), np.zeros((8, 2)), plan=CPU_PLAN)
+
+
+def test_accelkit_fit_dispatches_on_the_model() -> None:
+    x, y = data()
+    report = accelkit.fit(mlp(), x, y=y, batch_size=64, epochs=1, verbose=0, plan=CPU_PLAN)
+    assert report.framework == "tensorflow"
+    with pytest.raises(TypeError, match="torch.nn.Module or a keras.Model"):
+        accelkit.fit(object(), x)
