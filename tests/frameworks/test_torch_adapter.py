@@ -111,7 +111,7 @@ def test_bf16_autocast_runs_matmuls_in_bf16(torch_flags) -> None:
     bf16 = plan(A100, Request())
     x = torch.randn(4, 8)
     layer = torch.nn.Linear(8, 3)
-    with bf16.autocast():
+    with bf16.autocast("cpu"):
         assert layer(x).dtype == torch.bfloat16
     assert layer(x).dtype == torch.float32
     assert not bf16.grad_scaler().is_enabled()
@@ -121,7 +121,7 @@ def test_fp32_and_tf32_plans_autocast_does_nothing(torch_flags) -> None:
     torch = torch_flags
     for precision in ("fp32", "tf32"):
         result = plan(A100, Request(precision=precision))
-        with result.autocast():
+        with result.autocast("cpu"):
             assert torch.nn.Linear(4, 2)(torch.randn(2, 4)).dtype == torch.float32
 
 
@@ -131,16 +131,15 @@ def test_fp16_plan_scaler_is_enabled(torch_flags) -> None:
     assert result.grad_scaler().is_enabled()
 
 
-def test_set_device_without_cuda_is_not_applicable(torch_flags) -> None:
+def test_set_device_on_the_local_rank(torch_flags) -> None:
+    from accelkit.frameworks.torch_adapter import apply_device
     from accelkit.hardware.info import LauncherEnv
 
-    hardware = HardwareInfo(gpus=A100.gpus, launcher=LauncherEnv(
-        rank=0, local_rank=0, world_size=1, local_world_size=1))
-    # world_size 1: no DDP, so build the setting through a 2-rank launcher on a copy.
-    two = HardwareInfo(gpus=A100.gpus, launcher=LauncherEnv(
+    two_ranks = HardwareInfo(gpus=A100.gpus, launcher=LauncherEnv(
         rank=0, local_rank=0, world_size=2, local_world_size=2))
-    assert plan(hardware, Request()).get("torch.cuda.set_device") is None
-    from accelkit.frameworks.torch_adapter import apply_device
-
-    status, detail = apply_device(plan(two, Request()).get("torch.cuda.set_device"))
-    assert status is Status.NOT_APPLICABLE and "CUDA" in detail
+    setting = plan(two_ranks, Request()).get("torch.cuda.set_device")
+    status, detail = apply_device(setting)
+    if torch_flags.cuda.is_available():
+        assert status is Status.APPLIED and torch_flags.cuda.current_device() == 0
+    else:
+        assert status is Status.NOT_APPLICABLE and "CUDA" in detail

@@ -143,7 +143,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     print(f"GPUs: {describe_hardware(hardware)}")
     for gpu, row in zip(hardware.gpus, document["gpu_specs"]):
         match = row["name"] if row else "no datasheet row (MFU will need calibrate=True)"
-        memory = f"{gpu.memory_gb:.0f} GB" if gpu.memory_gb else "? GB"
+        memory = f"{gpu.memory_bytes / 2**30:.1f} GiB" if gpu.memory_bytes else "? GiB"
         power = f"{gpu.power_limit_w:.0f} W" if gpu.power_limit_w else "? W"
         print(f"  [{gpu.index}] {gpu.name}: {memory}, {power}, MIG "
               f"{'on' if gpu.mig_enabled else 'off'} -> {match}")
