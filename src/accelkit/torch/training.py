@@ -69,8 +69,10 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
     device = torch.device(device) if device is not None else _default_device(torch, plan)
     model = model.to(device)
     conv = any(isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d)) for m in model.modules())
+    layout = None
     if (plan.value("channels_last", False) if channels_last is None else channels_last) and conv:
         model = model.to(memory_format=torch.channels_last)
+        layout = torch.channels_last  # images follow, so the first conv needs no transpose
     step_model = model
     if plan.compile if compile is None else compile:
         step_model = torch.compile(model)
@@ -109,7 +111,7 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
                 epoch_steps = 0
                 running.zero_()
                 for batch in loader:
-                    batch = _to_device(batch, device)
+                    batch = _to_device(batch, device, layout)
                     if done == 0 and flops_per_step is None:
                         meter.set_flops(_count(model, batch, loss_fn and counted_loss, autocast))
                     with meter.step(batch):
@@ -193,13 +195,17 @@ def _call(model: Any, inputs: Any) -> Any:
     return model(inputs)
 
 
-def _to_device(batch: Any, device: Any) -> Any:
+def _to_device(batch: Any, device: Any, layout: Any = None) -> Any:
+    """Copy a batch to `device` (non-blocking: overlaps when the loader pins memory);
+    4-d float tensors take `layout` (channels-last) when given."""
     if hasattr(batch, "to") and hasattr(batch, "shape"):
+        if layout is not None and batch.dim() == 4 and batch.is_floating_point():
+            return batch.to(device, non_blocking=True, memory_format=layout)
         return batch.to(device, non_blocking=True)
     if isinstance(batch, (list, tuple)):
-        return type(batch)(_to_device(b, device) for b in batch)
+        return type(batch)(_to_device(b, device, layout) for b in batch)
     if isinstance(batch, dict):
-        return {k: _to_device(v, device) for k, v in batch.items()}
+        return {k: _to_device(v, device, layout) for k, v in batch.items()}
     return batch
 
 
