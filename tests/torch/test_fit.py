@@ -94,14 +94,16 @@ def test_bf16_plan_trains_a_cnn_with_float32_outputs_on_cpu() -> None:
     seen = []
 
     def loss_fn(outputs, targets):
-        seen.append(outputs.dtype)
-        return torch.nn.functional.cross_entropy(outputs, targets)
+        loss = torch.nn.functional.cross_entropy(outputs, targets)
+        seen.append((outputs.dtype, loss.dtype))
+        return loss
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     report = accelkit.torch.fit(model, loader, optimizer, loss_fn, epochs=4, plan=A100_PLAN,
-                                progress=False)
-    assert report.precision == "bf16" and report.device == "cpu"
-    assert set(seen) == {torch.float32}  # outputs cast before the loss
+                                progress=False, device="cpu")
+    assert report.precision == "bf16"
+    # 16-bit outputs, float32 loss: autocast runs the loss in float32.
+    assert set(seen) == {(torch.bfloat16, torch.float32)}
     assert report.losses[-1] < report.losses[0]
     conv = model[0].weight
     assert conv.is_contiguous(memory_format=torch.channels_last)

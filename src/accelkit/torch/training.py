@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -28,8 +29,9 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
     loss is ``loss_fn(model(inputs), targets)``; with ``loss_fn=None`` the model
     is called on the whole batch and must return the loss.
 
-    What it does per the plan: autocast in bf16/fp16, a GradScaler for fp16,
-    outputs cast to float32 before the loss, channels-last for conv nets,
+    What it does per the plan: autocast in bf16/fp16 with the loss inside it (where
+    PyTorch computes softmax and losses in float32), a GradScaler for fp16,
+    channels-last for conv nets,
     ``torch.compile`` when asked, gradient accumulation, ``zero_grad(set_to_none=True)``,
     non-blocking host-to-device copies. A KeyboardInterrupt ends the fit early and
     returns a partial report (``report.interrupted``); any other error (yours or
@@ -73,38 +75,41 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
     if (plan.value("channels_last", False) if channels_last is None else channels_last) and conv:
         model = model.to(memory_format=torch.channels_last)
         layout = torch.channels_last  # images follow, so the first conv needs no transpose
-    step_model = model
-    if plan.compile if compile is None else compile:
-        step_model = torch.compile(model)
-
     def autocast() -> Any:
         return plan.autocast(device.type)
 
     # Loss scaling exists for fp16 on CUDA; elsewhere the scaler passes calls through.
     scaler = torch.amp.GradScaler(device.type, enabled=(
         device.type == "cuda" and plan.grad_scaler().is_enabled()))
-    float_outputs = plan.value("outputs.float32", False)
 
-    def compute_loss(batch: Any) -> Any:
-        if loss_fn is None:
-            return _call(step_model, batch)
-        inputs, targets = _split(batch)
-        outputs = _call(step_model, inputs)
-        if float_outputs:
-            outputs = _to_float(torch, outputs)
-        return loss_fn(outputs, targets)
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(plan.precision.value)
 
-    def counted_loss(outputs: Any, targets: Any) -> Any:
-        return loss_fn(_to_float(torch, outputs) if float_outputs else outputs, targets)
+    def forward_loss(batch: Any) -> Any:
+        # The loss runs under autocast, where PyTorch computes softmax, log-softmax and
+        # the losses in float32 from 16-bit outputs inside the kernel: the float32 head
+        # without a separate cast pass (an explicit .float() of GPT-2's logits costs 8%
+        # of the step on an H200). torch.autocast itself, so torch.compile traces it.
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            if loss_fn is None:
+                return _call(model, batch)
+            inputs, targets = _split(batch)
+            return loss_fn(_call(model, inputs), targets)
+
+    # Compiling forward and loss together lets the compiler fuse the loss into the
+    # output layer's epilogue.
+    compiled = plan.compile if compile is None else compile
+    step = torch.compile(forward_loss) if compiled else forward_loss
 
     model.train()
     meter = Meter(model, plan=plan, flops_per_step=flops_per_step,
                   tokens_per_sample=tokens_per_sample, warmup=warmup, window=window,
-                  calibrate=calibrate, epochs=epochs, count_flops=False)
-    if progress:
-        meter.clock.on_window = _progress_printer(meter, steps)
+                  calibrate=calibrate, epochs=epochs, count_flops=False, optimizer=optimizer,
+                  grad_scaler=scaler)
+    meter.facts.update(_loader_facts(loader), compiled=compiled)
     done = 0
     running = torch.zeros((), device=device)
+    meter.on_window = _watch_loss(meter, running,
+                                  _progress_printer(meter, steps) if progress else None)
     with meter:
         try:
             for _epoch in range(epochs):
@@ -113,10 +118,9 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
                 for batch in loader:
                     batch = _to_device(batch, device, layout)
                     if done == 0 and flops_per_step is None:
-                        meter.set_flops(_count(model, batch, loss_fn and counted_loss, autocast))
+                        meter.set_flops(_count(model, batch, loss_fn, autocast))
                     with meter.step(batch):
-                        with autocast():
-                            loss = compute_loss(batch)
+                        loss = step(batch)
                         scaler.scale(loss / accumulation_steps).backward()
                         done += 1
                         epoch_steps += 1
@@ -125,8 +129,12 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
                         running += loss.detach().float()
                     if steps is not None and done >= steps:
                         break
+                else:
+                    meter.facts.setdefault("steps_per_epoch", epoch_steps)
                 if epoch_steps:
                     meter.record_loss((running / epoch_steps).item())
+                    if not math.isfinite(meter.losses[-1]):
+                        meter.facts.setdefault("first_nonfinite_loss_step", done)
                 if steps is not None and done >= steps:
                     break
             if done == 0:
@@ -209,14 +217,28 @@ def _to_device(batch: Any, device: Any, layout: Any = None) -> Any:
     return batch
 
 
-def _to_float(torch: Any, outputs: Any) -> Any:
-    if isinstance(outputs, torch.Tensor):
-        return outputs.float() if outputs.is_floating_point() else outputs
-    if isinstance(outputs, (list, tuple)):
-        return type(outputs)(_to_float(torch, o) for o in outputs)
-    if isinstance(outputs, dict):
-        return {k: _to_float(torch, v) for k, v in outputs.items()}
-    return outputs
+def _loader_facts(loader: Any) -> dict[str, Any]:
+    from accelkit.advisor.facts_torch import loader_facts, steps_per_epoch
+
+    facts: dict[str, Any] = {"loader": loader_facts(loader)}
+    length = steps_per_epoch(loader)
+    if length:
+        facts["steps_per_epoch"] = length
+    return facts
+
+
+def _watch_loss(meter: Meter, running: Any,
+                then: Callable[[float, int], None] | None) -> Callable[[float, int], None]:
+    """At each window boundary, where the device is synchronised anyway, note the first
+    non-finite running loss: a NaN stays in the epoch's sum, so one look per window finds
+    it without a per-step `.item()`."""
+    def on_window(step_s: float, step: int) -> None:
+        if "first_nonfinite_loss_step" not in meter.facts and not bool(running.isfinite()):
+            meter.facts["first_nonfinite_loss_step"] = step
+        if then is not None:
+            then(step_s, step)
+
+    return on_window
 
 
 def _progress_printer(meter: Meter, steps: int | None) -> Callable[[float, int], None]:
