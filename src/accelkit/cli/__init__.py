@@ -82,8 +82,17 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="one JSON document on stdout")
     bench.set_defaults(command=cmd_bench)
 
-    report = commands.add_parser("report", help="render a saved run report")
+    report = commands.add_parser(
+        "report", help="render a saved run report with its advice, and what-if projections")
     report.add_argument("path", metavar="RUN.json")
+    report.add_argument("--project", action="append", default=[], metavar="NAME[:COUNT]",
+                        help="estimate step and epoch time on COUNT (default 1) GPUs called "
+                             "NAME at the run's MFU; repeat to rank several")
+    report.add_argument("--price", action="append", default=[], metavar="NAME=USD_PER_HOUR",
+                        help="price of one GPU-hour of NAME, for the cost per epoch")
+    report.add_argument("--mfu", type=float, default=None,
+                        help="MFU to assume in projections (default: the run's own when it "
+                             "was measured on a GPU, else 0.4)")
     report.add_argument("--json", action="store_true", help="one JSON document on stdout")
     report.set_defaults(command=cmd_report)
     return parser
@@ -220,11 +229,61 @@ def cmd_report(args: argparse.Namespace) -> int:
         result = RunReport.load(args.path)
     except (OSError, json.JSONDecodeError) as error:
         raise ValueError(f"cannot read {args.path}: {error}") from None
+    result.refresh_advice()  # the current rules, on the saved figures and facts
+    projections = _projections(result, args.project, args.price, args.mfu)
     if args.json:
-        _emit_json(result.to_dict())
-    else:
-        print(result)
+        document = result.to_dict()
+        if projections:
+            from accelkit.advisor.projection import ranked
+
+            document["projections"] = [{**p.to_dict(), "rank_by_time": t, "rank_by_cost": c}
+                                       for p, t, c in ranked(projections)]
+        _emit_json(document)
+        return 0
+    print(result)
+    if projections:
+        from accelkit.advisor.projection import render
+
+        print()
+        print(render(projections))
     return 0
+
+
+def _projections(report: RunReport, targets: Sequence[str], prices: Sequence[str],
+                 mfu: float | None) -> list[Any]:
+    """`--project NAME[:COUNT]` and `--price NAME=USD` as projections (prices by datasheet row)."""
+    if not targets:
+        if prices or mfu is not None:
+            raise ValueError("--price and --mfu go with --project NAME")
+        return []
+    by_key: dict[str, float] = {}
+    for item in prices:
+        name, _, value = item.rpartition("=")
+        if not name:
+            raise ValueError(f"--price {item!r}: use NAME=USD_PER_HOUR")
+        spec = specs.lookup(name)
+        if spec is None:
+            raise UnknownGPUError(f"--price {item!r}: {specs.unknown_message(name)}")
+        try:
+            by_key[spec.key] = float(value)
+        except ValueError:
+            raise ValueError(f"--price {item!r}: {value!r} is not a price in USD per hour") \
+                from None
+    found = []
+    for target in targets:
+        name, _, count = target.rpartition(":") if ":" in target else (target, "", "1")
+        spec = specs.lookup(name)
+        if spec is None:
+            raise UnknownGPUError(specs.unknown_message(name))
+        try:
+            number = _positive_int(count)
+        except argparse.ArgumentTypeError as error:
+            raise ValueError(f"--project {target!r}: {error}") from None
+        found.append(report.project(spec.key, number, by_key.get(spec.key), mfu=mfu))
+    unused = set(by_key) - {p.key for p in found}
+    if unused:
+        raise ValueError(f"--price for {', '.join(sorted(unused))}, which no --project names")
+    return found
 
 
 def _peak(value: float | None) -> str:

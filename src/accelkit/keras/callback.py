@@ -40,6 +40,11 @@ class ProfileCallback(keras.callbacks.Callback):
         sample_gpu: sample NVML in a background thread.
         calibrate: measure the achievable matmul rate after the run.
 
+    Attributes:
+        facts: what the advisor reads besides the figures (layer sizes, dtype policy,
+            loss scale, input pipeline...; see `accelkit.advisor.context`); add your own
+            before the fit, e.g. ``callback.facts["loader"] = {"type": "PyDataset", ...}``.
+
     Example:
         >>> callback = accelkit.keras.ProfileCallback()
         >>> model.fit(dataset, epochs=3, callbacks=[callback])
@@ -60,6 +65,7 @@ class ProfileCallback(keras.callbacks.Callback):
         self.report: RunReport | None = None
         self.interrupted = False
         self._notes: dict[str, str] = {}
+        self.facts: dict[str, Any] = {}
 
     # -- Keras hooks -----------------------------------------------------------------
 
@@ -73,6 +79,9 @@ class ProfileCallback(keras.callbacks.Callback):
         self._last_logs: Any = None
         self._losses: list[float] = []
         self._epochs = 0
+        self._first_batch_size: int | None = None
+        self._scales: list[list[float]] = []
+        self._read_scale(0, initial=True)
         self.report = None
         self.clock = StepClock(self._sync, warmup=self.warmup, window=self.window)
         nvml = [g.index for g in self.plan.hardware.gpus[:len(self._gpus)]]
@@ -85,12 +94,29 @@ class ProfileCallback(keras.callbacks.Callback):
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         self._last_logs = logs
         samples, tokens = self._batch
+        if self._first_batch_size is None:
+            self._first_batch_size = samples
         self.clock.step_done(samples=samples or 0, tokens=tokens)
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         self._epochs = epoch + 1
         if logs and "loss" in logs:
             self._losses.append(float(logs["loss"]))
+        self._read_scale(self.clock.steps)
+
+    def _read_scale(self, step: int, initial: bool = False) -> None:
+        """The loss scale of a LossScaleOptimizer (mixed_float16), once per epoch."""
+        optimizer = getattr(self.model, "optimizer", None)
+        try:
+            if initial:
+                scale = getattr(optimizer, "initial_scale", None)
+            else:
+                variable = getattr(optimizer, "dynamic_scale", None)
+                scale = None if variable is None else variable.numpy()
+            if scale is not None:
+                self._scales.append([step, float(scale)])
+        except Exception:  # noqa: BLE001 - a fact for the advisor, never a failure
+            pass
 
     def on_train_end(self, logs: Any = None) -> None:
         self.finish()
@@ -188,6 +214,10 @@ class ProfileCallback(keras.callbacks.Callback):
         if self._sampler.notes:
             notes["gpu_utilization"] = "; ".join(self._sampler.notes)
         replicas = self._replicas()
+        try:
+            facts = self._facts(replicas)
+        except Exception as error:  # noqa: BLE001 - facts feed advice, never fail a run
+            facts = {"facts_error": f"{type(error).__name__}: {error}"}
         device = (f"{replicas} x {plan.hardware.gpus[0].name}" if self._gpus and plan.hardware.gpus
                   else "GPU:0" if self._gpus else "cpu")
         report = build_report(Measurements(
@@ -202,10 +232,26 @@ class ProfileCallback(keras.callbacks.Callback):
                                if self._gpus else None),
             calibration=self._calibrate() if self.calibrate else None,
             epochs=self._epochs, losses=self._losses, interrupted=self.interrupted, notes=notes,
+            facts=facts,
         ))
         if not self._gpus:
             report.note("peak_memory_bytes", "CPU run: device memory is not tracked")
         return report
+
+    def _facts(self, replicas: int) -> dict[str, Any]:
+        from accelkit.advisor.facts_keras import model_facts
+
+        facts = model_facts(self.model)
+        facts.update(devices_used=replicas, visible_gpus=len(self._gpus),
+                     distributed=replicas > 1)
+        if self._first_batch_size:
+            facts["batch_size"] = self._first_batch_size
+        if self.params and self.params.get("steps"):
+            facts["steps_per_epoch"] = int(self.params["steps"])
+        if self._scales and self._scales[0][0] == 0:
+            facts["loss_scale"] = {"initial": self._scales[0][1], "history": self._scales[1:]}
+        facts.update(self.facts)  # the caller's facts win
+        return facts
 
     def _calibrate(self) -> Any:
         try:

@@ -8,6 +8,7 @@ from typing import Any
 
 import keras
 
+from accelkit.advisor.facts_keras import input_facts
 from accelkit.configure import auto_configure, current_plan
 from accelkit.frameworks.tensorflow_adapter import float32_head, outputs_float32
 from accelkit.keras.callback import ProfileCallback
@@ -53,6 +54,7 @@ def fit(model: Any, x: Any = None, y: Any = None, *, plan: Plan | None = None,
     callback = ProfileCallback(plan, flops_per_step=flops_per_step,
                                tokens_per_sample=tokens_per_sample, warmup=warmup,
                                window=window, sample_gpu=sample_gpu, calibrate=calibrate)
+    callback.facts["loader"] = input_facts(x)
     # First, so a step is counted before a user callback can stop the fit.
     callbacks = [callback, *(fit_kwargs.pop("callbacks", None) or [])]
     history = None

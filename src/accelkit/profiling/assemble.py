@@ -41,6 +41,8 @@ class Measurements:
     losses: Sequence[float] = ()
     interrupted: bool = False
     notes: dict[str, str] = dataclasses.field(default_factory=dict)
+    # What the advisor reads besides the figures (accelkit.advisor.context lists them).
+    facts: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def versions(framework: str) -> dict[str, str | None]:
@@ -70,7 +72,7 @@ def build_report(m: Measurements) -> RunReport:
         interrupted=m.interrupted, peak_memory_bytes=m.peak_memory_bytes,
         hardware=_plain(m.hardware.to_dict()), plan=_plain(m.plan.to_dict()),
         versions=versions(m.framework),
-        notes=dict(m.notes),
+        notes=dict(m.notes), facts=_plain({**m.facts, "run_seconds": clock.total_s}),
     )
     _throughput(report, clock)
     _flops(report, m)
@@ -78,6 +80,7 @@ def build_report(m: Measurements) -> RunReport:
     report.world_size = 1
     report.global_samples_per_second = report.samples_per_second
     report.note("scaling_efficiency", "a single process: nothing to scale against")
+    report.refresh_advice(m.hardware, m.plan)
     return report
 
 

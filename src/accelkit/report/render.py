@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from accelkit.hardware.info import HardwareInfo
@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from accelkit.report.run_report import RunReport
 
 REASON_WIDTH = 72
+ADVICE_WIDTH = 100
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *,
@@ -108,13 +109,37 @@ def render_run(report: RunReport) -> str:
         rows.append(("loss", " -> ".join(f"{v:.4g}" for v in _ends(r.losses))))
     body = table(("figure", "value"), rows)
     notes = "".join(f"\nnote: {k}: {v}" for k, v in r.notes.items())
-    advice = ""
-    if r.advice:
-        lines = [f"  {i}. [{a.get('severity', 'info')}] {a.get('title', '')}"
-                 + (f" -- {a['action']}" if a.get("action") else "")
-                 for i, a in enumerate(r.advice, 1)]
-        advice = "\nadvice:\n" + "\n".join(lines)
+    advice = "\nadvice:\n" + render_advice(r.advice) if r.advice else ""
     return f"{head}\n{body}{notes}{advice}"
+
+
+def render_advice(advice: Sequence[Mapping[str, Any]]) -> str:
+    """Numbered verdicts, each with its evidence, action and expected gain."""
+    lines: list[str] = []
+    for i, a in enumerate(advice, 1):
+        lead = f"  {i}. "
+        pad = " " * len(lead)
+        lines += _wrapped(f"[{a.get('severity', 'info')}] {a.get('title', '')}", lead, pad)
+        evidence = ", ".join(f"{k}={_evidence(v)}" for k, v in (a.get("evidence") or {}).items())
+        for label, text in (("evidence", evidence), ("do", a.get("action")),
+                            ("gain", a.get("expected_gain"))):
+            for n, part in enumerate(str(text or "").splitlines()):
+                lines += _wrapped(part, pad + (f"{label}: " if n == 0 else "  "),
+                                  pad + "  ")
+    return "\n".join(lines)
+
+
+def _wrapped(text: str, first: str, rest: str) -> list[str]:
+    return textwrap.wrap(text, ADVICE_WIDTH, initial_indent=first, subsequent_indent=rest,
+                         break_on_hyphens=False, break_long_words=False) or []
+
+
+def _evidence(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + "; ".join(_evidence(v) for v in value) + "]"
+    return str(value)
 
 
 def _ends(values: list[float]) -> list[float]:

@@ -6,7 +6,13 @@ import dataclasses
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from accelkit.advisor.projection import Projection
+    from accelkit.advisor.types import Advice
+    from accelkit.hardware.info import HardwareInfo
+    from accelkit.planning.types import Plan
 
 SCHEMA = "accelkit.run_report/1"
 
@@ -34,7 +40,9 @@ class RunReport:
         peak_memory_bytes: the framework's peak device memory allocation.
         world_size, global_samples_per_second, scaling_efficiency: across processes
             (a single process: 1, samples_per_second, None).
-        advice: the advisor's verdicts (dicts), most important first.
+        advice: the advisor's verdicts (`Advice.to_dict()`), most important first.
+        facts: what the meters noticed for the advisor (layer sizes, loader settings,
+            loss scale...; `accelkit.advisor.context` lists them).
     """
 
     framework: str
@@ -73,6 +81,7 @@ class RunReport:
     losses: list[float] = dataclasses.field(default_factory=list)
     interrupted: bool = False
     advice: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    facts: dict[str, Any] = dataclasses.field(default_factory=dict)
     notes: dict[str, str] = dataclasses.field(default_factory=dict)
     hardware: dict[str, Any] = dataclasses.field(default_factory=dict)
     plan: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -109,6 +118,50 @@ class RunReport:
             raise ValueError(f"{path} is not an accelkit run report (schema {data.get('schema')!r}, "
                              f"expected {SCHEMA!r})")
         return cls.from_dict(data)
+
+    def advise(self, hardware: HardwareInfo | None = None,
+               plan: Plan | None = None) -> list[Advice]:
+        """The advisor's verdicts for this run, or for other hardware and plan (a what-if).
+
+        Args:
+            hardware: default: the hardware the run was on, or `plan.hardware` when a
+                plan is given.
+            plan: default: the plan the run used.
+
+        Example:
+            >>> what_if = accelkit.plan_for("A100-SXM4-80GB", precision="fp32")
+            >>> [a.title for a in report.advise(plan=what_if)]
+        """
+        from accelkit.advisor import advise
+        from accelkit.hardware.info import HardwareInfo
+        from accelkit.planning.types import Plan
+
+        if plan is None:
+            plan = Plan.from_dict(self.plan) if self.plan else None
+            hardware = hardware or HardwareInfo.from_dict(self.hardware)
+        return advise(hardware, plan, self)
+
+    def refresh_advice(self, hardware: HardwareInfo | None = None,
+                       plan: Plan | None = None) -> None:
+        """Set `advice` from the advisor; a failing advisor leaves a note, never an error."""
+        try:
+            self.advice = [a.to_dict() for a in self.advise(hardware, plan)]
+        except Exception as error:  # noqa: BLE001 - advice must never break a run
+            self.note("advice", f"the advisor failed: {type(error).__name__}: {error}")
+
+    def project(self, gpu: str, count: int = 1, price_per_hour: float | None = None, *,
+                mfu: float | None = None, precision: str | None = None) -> Projection:
+        """Estimated step and epoch time (and cost) of this run on `count` GPUs called `gpu`.
+
+        At the run's MFU when it was measured against a GPU datasheet peak, else an
+        assumed one; the result lists its assumptions. See `accelkit.advisor.projection`.
+
+        Example:
+            >>> print(report.project("H100 SXM", count=8, price_per_hour=2.5))
+        """
+        from accelkit.advisor.projection import project
+
+        return project(self, gpu, count, price_per_hour, mfu=mfu, precision=precision)
 
     def __str__(self) -> str:
         from accelkit.report.render import render_run

@@ -17,7 +17,7 @@ synchronised only every `window` steps (see `accelkit.profiling.clock`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from accelkit.configure import current_plan
@@ -51,6 +51,16 @@ class Meter:
         epochs: recorded in the report.
         count_flops: count the first step's FLOPs; False when the caller counts them
             (`set_flops`) or they are not wanted.
+        optimizer: the optimizer, for the advisor's memory figures (its state size).
+        grad_scaler: the `torch.amp.GradScaler` in use; its scale is read at window
+            boundaries (when the device is synchronised anyway) for the advisor.
+
+    Attributes:
+        facts: what the advisor reads besides the figures (layer sizes, loader
+            settings, loss scale...; see `accelkit.advisor.context`). Add your own,
+            e.g. ``meter.facts.update(accelkit.advisor.facts_torch.loader_facts(loader))``.
+        on_window: called as ``on_window(step_seconds, step)`` at each steady-state
+            window boundary.
 
     Example:
         >>> meter = Meter(model, tokens_per_sample=1024)
@@ -65,7 +75,8 @@ class Meter:
                  flops_per_step: float | None = None, tokens_per_sample: int | None = None,
                  warmup: int = 3, window: int = 50, sample_gpu: bool = True,
                  calibrate: bool = False, epochs: int | None = None,
-                 count_flops: bool = True) -> None:
+                 count_flops: bool = True, optimizer: Any = None,
+                 grad_scaler: Any = None) -> None:
         self._torch = require("torch")
         if tokens_per_sample is not None and tokens_per_sample < 1:
             raise ValueError(f"tokens_per_sample={tokens_per_sample} must be >= 1")
@@ -86,6 +97,13 @@ class Meter:
         self.clock = StepClock(sync, warmup=max(warmup, 1 if self._count_first else 0),
                                window=window)
         self._sampler = NvmlSampler(self._nvml_devices() if sample_gpu and self._cuda else [])
+        self.clock.on_window = self._window_end
+        self.on_window: Callable[[float, int], None] | None = None
+        self.facts: dict[str, Any] = {}
+        self.optimizer = optimizer
+        self._scaler = grad_scaler if grad_scaler is not None and _enabled(grad_scaler) else None
+        self._scales: list[list[float]] = []
+        self._first_batch_size: int | None = None
         self._notes: dict[str, str] = {}
         self._started = False
         self._report: RunReport | None = None
@@ -109,6 +127,8 @@ class Meter:
         self._started = True
         if self._cuda:
             self._torch.cuda.reset_peak_memory_stats(self._device)
+        if self._scaler is not None:
+            self._read_scale(0)
         self._sampler.start()
 
     def close(self) -> RunReport:
@@ -139,6 +159,8 @@ class Meter:
                                     method="torch FlopCounterMode on the first step")
         count = samples if samples is not None else batch_size(batch)
         self.last_batch_size = count
+        if self._first_batch_size is None:
+            self._first_batch_size = count
         tokens = self._tokens(batch, count)
         self.clock.step_done(samples=count or 0, tokens=tokens)
 
@@ -169,6 +191,19 @@ class Meter:
 
     def record_loss(self, value: float) -> None:
         self.losses.append(float(value))
+
+    def _window_end(self, step_s: float, step: int) -> None:
+        """At a synchronised window boundary: read what would cost a sync elsewhere."""
+        if self._scaler is not None:
+            self._read_scale(step)
+        if self.on_window is not None:
+            self.on_window(step_s, step)
+
+    def _read_scale(self, step: int) -> None:
+        try:
+            self._scales.append([step, float(self._scaler.get_scale())])
+        except Exception:  # noqa: BLE001 - a fact for the advisor, never a failure
+            self._scaler = None
 
     # -- devices ---------------------------------------------------------------------
 
@@ -210,6 +245,10 @@ class Meter:
         notes = dict(self._notes)
         notes.update({k: v for k, v in {"gpu_utilization": "; ".join(self._sampler.notes)}.items()
                       if v})
+        try:
+            facts = self._facts()
+        except Exception as error:  # noqa: BLE001 - facts feed advice, never fail a run
+            facts = {"facts_error": f"{type(error).__name__}: {error}"}
         measurements = Measurements(
             framework="torch", model=type(self.model).__name__ if self.model is not None else "-",
             device=self.device_label, plan=self.plan, hardware=hardware, clock=summary,
@@ -220,12 +259,27 @@ class Meter:
             peak_memory_bytes=(int(self._torch.cuda.max_memory_allocated(self._device))
                                if self._cuda else None),
             calibration=calibration, epochs=self.epochs, losses=self.losses,
-            interrupted=self.interrupted, notes=notes,
+            interrupted=self.interrupted, notes=notes, facts=facts,
         )
         report = build_report(measurements)
         if not self._cuda:
             report.note("peak_memory_bytes", "CPU run: device memory is not tracked")
         return report
+
+    def _facts(self) -> dict[str, Any]:
+        from accelkit.advisor.facts_torch import model_facts
+
+        facts: dict[str, Any] = {}
+        if self.model is not None:
+            facts.update(model_facts(self.model, self.optimizer))
+        facts["visible_gpus"] = (self._torch.cuda.device_count()
+                                 if self._torch.cuda.is_available() else 0)
+        if self._first_batch_size:
+            facts["batch_size"] = self._first_batch_size
+        if self._scales:
+            facts["loss_scale"] = {"initial": self._scales[0][1], "history": self._scales[1:]}
+        facts.update(self.facts)  # the caller's facts win
+        return facts
 
     def _calibrate(self) -> Any:
         from accelkit.profiling.mfu import matmul_dtype
@@ -238,6 +292,13 @@ class Meter:
         except Exception as error:  # noqa: BLE001 - a failed calibration leaves the figure out
             self._notes["calibrated_tflops"] = f"calibration failed: {error}"
             return None
+
+
+def _enabled(scaler: Any) -> bool:
+    try:
+        return bool(scaler.is_enabled())
+    except Exception:  # noqa: BLE001 - not a GradScaler: nothing to read
+        return False
 
 
 def first_tensor(batch: Any) -> Any:

@@ -1,0 +1,65 @@
+"""The advisor: ranked, evidence-backed advice from the plan and the measured run.
+
+`advise(hardware, plan, measurements)` is a pure function of plain data: a
+`HardwareInfo`, a `Plan` and the run's figures (a `RunReport` or its
+`to_dict()`, whose ``facts`` the meters collect). Every verdict carries the
+numbers it rests on, the change to make for the run's framework, and the
+expected gain with how it was estimated. Every `RunReport` carries the
+verdicts for the hardware it ran on; for another GPU, pass that GPU's plan:
+
+    >>> plan = accelkit.plan_for("A100-SXM4-80GB", precision="fp32")
+    >>> for advice in accelkit.advisor.advise(plan.hardware, plan, report):
+    ...     print(advice.severity, advice.title, advice.expected_gain)
+
+`report.project(gpu=...)` (see `accelkit.advisor.projection`) estimates step
+and epoch time on other GPUs at the same MFU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from accelkit.advisor.context import DEFAULT_MFU, Context
+from accelkit.advisor.rules import FALLBACK, RULES, FallbackRule, Rule
+from accelkit.advisor.types import Advice, Severity, rank
+from accelkit.hardware.info import HardwareInfo
+from accelkit.planning.types import Plan
+
+
+def advise(hardware: HardwareInfo | None, plan: Plan | None,
+           measurements: Mapping[str, Any] | Any, *, rules: Iterable[Rule] | None = None,
+           fallback: Iterable[FallbackRule] | None = None) -> list[Advice]:
+    """The verdicts for a run, most important first.
+
+    Args:
+        hardware: the hardware to advise for (None: the plan's, else the report's).
+        plan: the plan in force, or a what-if plan (`accelkit.plan_for`); None if unknown.
+        measurements: a `RunReport`, or a mapping with its keys (`report.to_dict()`);
+            missing figures and facts only keep the rules that need them quiet.
+        rules, fallback: override the registry (`accelkit.advisor.rules.RULES`).
+
+    Returns:
+        `Advice` items ranked by `accelkit.advisor.types.rank`: critical first, then
+        by estimated speed-up, then severity.
+
+    Example:
+        >>> advise(None, None, {"input_wait_share": 0.4, "framework": "torch"})[0].id
+        'input_bound'
+    """
+    ctx = Context.build(hardware, plan, measurements)
+    found: list[Advice] = []
+    for rule in RULES if rules is None else rules:
+        found.extend(_as_list(rule(ctx)))
+    for late in FALLBACK if fallback is None else fallback:
+        found.extend(_as_list(late(ctx, list(found))))
+    return rank(found)
+
+
+def _as_list(result: Advice | list[Advice] | None) -> list[Advice]:
+    if result is None:
+        return []
+    return [result] if isinstance(result, Advice) else list(result)
+
+
+__all__ = ["DEFAULT_MFU", "Advice", "Context", "Severity", "advise", "rank"]

@@ -1,0 +1,168 @@
+"""`Context`: the plain data every rule reads — hardware, plan, measured figures, facts.
+
+The measured figures are a `RunReport` as a mapping (`report.to_dict()`): the
+attribute names of `RunReport` are the keys, and its `facts` entry holds what
+the meters noticed about the model and the loop, once per run:
+
+=========================  ===================================================================
+fact                       what it is
+=========================  ===================================================================
+``layers``                 matmul layers: ``[{"name", "type", "dims": {name: int}}]``
+``batch_size``             samples in the first batch of this process
+``steps_per_epoch``        steps in one full pass over the data, when known
+``parameters``             trainable parameter count; ``parameter_bytes`` their size
+``model_state_bytes``      weights + gradients + optimizer state, in bytes
+``loader``                 the input pipeline: ``{"type", ...settings}``
+``data_parallel``          the model is wrapped in ``torch.nn.DataParallel``
+``distributed``            DistributedDataParallel / a process group is in use
+``devices_used``           devices this process trains on (Keras replicas)
+``visible_gpus``           GPUs the framework can see
+``compiled``               torch.compile / XLA ``jit_compile`` was on
+``keras_policy``           the global Keras dtype policy
+``keras_layers_off_policy``  matmul layers whose compute dtype is not the policy's
+``loss_scale``             ``{"initial": float, "history": [[step, scale], ...]}`` (fp16)
+``first_nonfinite_loss_step``  the first window boundary where the loss was NaN/inf
+``run_seconds``            wall time of the whole run
+=========================  ===================================================================
+
+Any of them may be missing (a hand-written loop, an older report): rules fire
+only on the evidence they have.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from accelkit import specs
+from accelkit.hardware.info import GpuInfo, HardwareInfo
+from accelkit.planning.types import Plan, Precision
+from accelkit.specs.types import GpuSpec
+
+# MFU assumed where none was measured on the GPU in question (a CPU run, a what-if
+# GPU): well-tuned large-model training reaches 40-50% (PaLM reports 46%, appendix B).
+DEFAULT_MFU = 0.4
+
+_TF32_KEYS = ("torch.backends.cuda.matmul.allow_tf32",
+              "tf.config.experimental.enable_tensor_float_32_execution")
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """What a rule sees. Build with `Context.build(hardware, plan, measurements)`.
+
+    Attributes:
+        hardware: the hardware to advise for (the run's, or a what-if GPU's).
+        plan: the plan in force (or the what-if plan); None when unknown.
+        m: the measured figures (a `RunReport` as a mapping).
+        facts: ``m["facts"]``.
+        framework: ``"torch"`` or ``"tensorflow"``.
+        measured_here: True when `m` was measured on `hardware`'s first GPU (or on
+            the CPU and `hardware` has none). Device figures (MFU, utilisation) of a
+            run measured elsewhere say nothing about `hardware`, so rules skip them.
+    """
+
+    hardware: HardwareInfo
+    plan: Plan | None
+    m: Mapping[str, Any]
+    facts: Mapping[str, Any]
+    framework: str
+    measured_here: bool
+
+    @classmethod
+    def build(cls, hardware: HardwareInfo | None, plan: Plan | None,
+              measurements: Mapping[str, Any] | Any) -> Context:
+        m = measurements.to_dict() if hasattr(measurements, "to_dict") else dict(measurements)
+        if hardware is None:
+            hardware = plan.hardware if plan is not None else HardwareInfo.from_dict(
+                m.get("hardware") or {})
+        framework = (plan.framework.value if plan is not None
+                     else str(m.get("framework") or "torch"))
+        return cls(hardware=hardware, plan=plan, m=m, facts=dict(m.get("facts") or {}),
+                   framework=framework, measured_here=_measured_on(hardware, m))
+
+    # -- figures ------------------------------------------------------------------------
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """A measured figure (None when it was not measured)."""
+        value = self.m.get(name)
+        return default if value is None else value
+
+    def fact(self, name: str, default: Any = None) -> Any:
+        value = self.facts.get(name)
+        return default if value is None else value
+
+    @property
+    def torch(self) -> bool:
+        return self.framework == "torch"
+
+    @property
+    def gpu(self) -> GpuInfo | None:
+        return self.hardware.gpus[0] if self.hardware.gpus else None
+
+    @property
+    def spec(self) -> GpuSpec | None:
+        gpu = self.gpu
+        return None if gpu is None else specs.for_gpu(gpu)
+
+    @property
+    def compute_capability(self) -> tuple[int, int] | None:
+        gpu = self.gpu
+        if gpu is None:
+            return None
+        if gpu.compute_capability is not None:
+            return tuple(gpu.compute_capability)  # type: ignore[return-value]
+        spec = self.spec
+        return None if spec is None else spec.compute_capability
+
+    @property
+    def precision(self) -> str:
+        if self.plan is not None:
+            return self.plan.precision.value
+        return str(self.m.get("precision") or "fp32")
+
+    @property
+    def matmul_dtype(self) -> str:
+        """The dtype the matmuls run in on `hardware`: measured when the run was
+        there, else what the plan implies."""
+        measured = self.m.get("matmul_dtype")
+        if self.measured_here and measured:
+            return str(measured)
+        precision = Precision.parse(self.precision)
+        if precision is Precision.BF16:
+            return "bf16"
+        if precision is Precision.FP16:
+            return "fp16"
+        tf32 = any(self.plan is not None and self.plan.value(key) is True for key in _TF32_KEYS)
+        return "tf32" if tf32 or precision is Precision.TF32 else "fp32"
+
+    @property
+    def mfu(self) -> float | None:
+        """MFU measured on `hardware` against its datasheet peak; None otherwise."""
+        return self.get("mfu") if self.measured_here else None
+
+    @property
+    def gpu_memory_bytes(self) -> int | None:
+        gpu = self.gpu
+        if gpu is not None and gpu.memory_bytes:
+            return int(gpu.memory_bytes)
+        spec = self.spec
+        return None if spec is None else int(spec.memory_gb * 1e9)
+
+    @property
+    def batch_size(self) -> int | None:
+        value = self.fact("batch_size", self.get("batch_size"))
+        return None if not value else int(round(value))
+
+    def pick(self, torch: str, tensorflow: str) -> str:
+        """The text for the run's framework."""
+        return torch if self.torch else tensorflow
+
+
+def _measured_on(hardware: HardwareInfo, m: Mapping[str, Any]) -> bool:
+    measured = (m.get("hardware") or {}).get("gpus") or ()
+    on_gpu = bool(measured) and str(m.get("device", "cpu")) != "cpu"
+    if not hardware.gpus:
+        return not on_gpu
+    return on_gpu and measured[0].get("name") == hardware.gpus[0].name

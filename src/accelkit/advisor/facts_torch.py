@@ -1,0 +1,107 @@
+"""Facts about a PyTorch model and its input, for the advisor; read once per run.
+
+Called by `accelkit.torch.Meter` and `accelkit.torch.fit`. Every function
+returns plain data and never raises into the run: a model it cannot read
+gives fewer facts, not an error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_MAX_LAYERS = 2000
+
+
+def model_facts(model: Any, optimizer: Any = None) -> dict[str, Any]:
+    """Matmul layer dimensions, parameter sizes, DataParallel/DDP wrapping.
+
+    Example:
+        >>> model_facts(torch.nn.Linear(512, 1001))["layers"]
+        [{'name': 'Linear', 'type': 'Linear', 'dims': {'in_features': 512, 'out_features': 1001}}]
+    """
+    import torch
+
+    facts: dict[str, Any] = {}
+    try:
+        nn = torch.nn
+        facts["data_parallel"] = isinstance(model, nn.DataParallel)
+        facts["distributed"] = isinstance(model, nn.parallel.DistributedDataParallel) or (
+            torch.distributed.is_available() and torch.distributed.is_initialized())
+        if facts["data_parallel"]:
+            facts["devices_used"] = max(len(model.device_ids or ()), 1)
+        facts["layers"] = _layers(torch, model)
+        params = [p for p in model.parameters() if p.requires_grad]
+        facts["parameters"] = sum(p.numel() for p in params)
+        facts["parameter_bytes"] = sum(p.numel() * p.element_size() for p in params)
+        state = facts["parameter_bytes"] + sum(
+            p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
+        if optimizer is not None:
+            state += _optimizer_bytes(torch, optimizer)
+        facts["model_state_bytes"] = state
+    except Exception as error:  # noqa: BLE001 - facts are optional; the run goes on
+        facts["facts_error"] = f"{type(error).__name__}: {error}"
+    return facts
+
+
+def _layers(torch: Any, model: Any) -> list[dict[str, Any]]:
+    nn = torch.nn
+    lazy = nn.modules.lazy.LazyModuleMixin  # not materialised yet: no sizes to read
+    root = type(model).__name__
+    found = []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear) and not isinstance(module, lazy):
+            dims = {"in_features": module.in_features, "out_features": module.out_features}
+        elif isinstance(module, nn.Embedding):
+            dims = {"num_embeddings": module.num_embeddings, "embedding_dim": module.embedding_dim}
+        elif isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)) and not isinstance(
+                module, lazy):
+            dims = {"in_channels": module.in_channels, "out_channels": module.out_channels}
+        else:
+            continue
+        # Children of a Sequential are named "0", "1"...: say whose.
+        label = f"{root}.{name}" if name[:1].isdigit() else name or root
+        found.append({"name": label, "type": type(module).__name__, "dims": dims})
+        if len(found) >= _MAX_LAYERS:
+            break
+    return found
+
+
+def _optimizer_bytes(torch: Any, optimizer: Any) -> int:
+    total = 0
+    for state in getattr(optimizer, "state", {}).values():
+        for value in state.values() if isinstance(state, dict) else ():
+            if isinstance(value, torch.Tensor):
+                total += value.numel() * value.element_size()
+    return total
+
+
+def loader_facts(loader: Any) -> dict[str, Any]:
+    """The input pipeline's settings: a `DataLoader`'s worker and pinning options.
+
+    Example:
+        >>> loader_facts(torch.utils.data.DataLoader(range(10), batch_size=2))["num_workers"]
+        0
+    """
+    try:
+        from torch.utils.data import DataLoader
+
+        if not isinstance(loader, DataLoader):
+            return {"type": type(loader).__name__}
+        return {
+            "type": "DataLoader",
+            "num_workers": loader.num_workers,
+            "pin_memory": bool(loader.pin_memory),
+            "persistent_workers": bool(loader.persistent_workers),
+            "prefetch_factor": loader.prefetch_factor,
+            "batch_size": loader.batch_size,
+        }
+    except Exception as error:  # noqa: BLE001 - facts are optional
+        return {"type": type(loader).__name__, "facts_error": str(error)}
+
+
+def steps_per_epoch(loader: Any) -> int | None:
+    """`len(loader)` when it has one (a DataLoader over a sized dataset), else None."""
+    try:
+        return int(len(loader))
+    except Exception:  # noqa: BLE001 - iterables without a length are fine
+        return None

@@ -1,0 +1,270 @@
+"""What-if projection: a measured run's step and epoch time on other GPUs, at the same MFU.
+
+MFU = FLOPs per step / (step time x peak) (PaLM, appendix B), so on GPU X
+
+    step time = FLOPs per device step / (MFU x peak_X(dtype)) + input wait per step
+
+The MFU is the run's own when it was measured against a datasheet peak, taken
+over the time not spent waiting for input (mfu / (1 - input share)), else an
+assumed one (`DEFAULT_MFU`, or `mfu=`): a CPU run's efficiency says nothing
+about a GPU. The input wait per step is the measured one: the host prepares
+batches no faster on a faster GPU. Several GPUs are data parallel with the
+same per-GPU batch and perfect scaling, so an epoch takes steps_per_epoch x
+measured devices / N steps. Every projection lists these assumptions.
+
+    >>> report.project("H100 SXM", count=8, price_per_hour=2.5).epoch_time_s
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from accelkit import specs
+from accelkit.advisor.context import DEFAULT_MFU, Context
+from accelkit.hardware.what_if import UnknownGPUError
+
+
+@dataclasses.dataclass(frozen=True)
+class Projection:
+    """The estimated speed and cost of a measured run on `count` GPUs of another model.
+
+    Attributes:
+        gpu, key: the datasheet row's name and key.
+        count: GPUs, data parallel.
+        dtype: the matmul dtype assumed there; peak_tflops: its dense peak per GPU.
+        mfu, mfu_source: the MFU assumed, and where it comes from.
+        flops_per_step: FLOPs of one step on one GPU.
+        input_wait_s: the measured wait for input per step, part of `step_time_s`.
+        step_time_s: one step on one GPU (all GPUs step together).
+        samples_per_second: across the `count` GPUs, when the batch is known.
+        steps_per_epoch: steps of one epoch on `count` GPUs; epoch_time_s: their time.
+        price_per_hour: per GPU-hour, when given; cost_per_epoch: epoch hours x price x count.
+        assumptions: what the estimate rests on, in words.
+    """
+
+    gpu: str
+    key: str
+    count: int
+    dtype: str
+    peak_tflops: float
+    mfu: float
+    mfu_source: str
+    flops_per_step: float
+    input_wait_s: float
+    step_time_s: float
+    samples_per_second: float | None
+    steps_per_epoch: float
+    epoch_time_s: float
+    price_per_hour: float | None = None
+    cost_per_epoch: float | None = None
+    assumptions: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["assumptions"] = list(self.assumptions)
+        return data
+
+    def __str__(self) -> str:
+        cost = ("" if self.cost_per_epoch is None else
+                f", ${self.cost_per_epoch:,.4g} per epoch at ${self.price_per_hour:g}/GPU-hour")
+        rate = ("" if self.samples_per_second is None
+                else f", {self.samples_per_second:,.0f} samples/s")
+        wait = (f" ({self.input_wait_s / self.step_time_s:.0%} input wait)"
+                if self.input_wait_s else "")
+        head = (f"what-if: {self.count} x {self.gpu}, {self.dtype} at MFU {self.mfu:.1%}: step "
+                f"{duration(self.step_time_s)}{wait}, epoch {duration(self.epoch_time_s)} "
+                f"({self.steps_per_epoch:,.0f} steps){rate}{cost}")
+        return head + "".join(f"\n  assumes: {a}" for a in self.assumptions)
+
+
+def project(report: Mapping[str, Any] | Any, gpu: str, count: int = 1,
+            price_per_hour: float | None = None, *, mfu: float | None = None,
+            precision: str | None = None) -> Projection:
+    """Estimate a measured run on `count` GPUs called `gpu`.
+
+    Args:
+        report: a `RunReport` or its `to_dict()`; needs `flops_per_step`.
+        gpu: a name or alias from the datasheet table (`accelkit specs`).
+        count: GPUs, data parallel with the run's per-GPU batch.
+        price_per_hour: price of one GPU-hour, for the cost of an epoch.
+        mfu: the MFU of the compute (input wait excluded) to assume; default the run's
+            own (measured against a datasheet peak), else `DEFAULT_MFU`.
+        precision: the precision to assume there; default the run's matmul dtype when
+            the run was on a GPU and the target has it, else accelkit's plan for the target.
+
+    Raises:
+        UnknownGPUError: no datasheet row for `gpu`.
+        ValueError: the report has no FLOP count, or a bad count, MFU or precision.
+
+    Example:
+        >>> p = project({"flops_per_step": 1e12, "batch_size": 32, "framework": "torch",
+        ...              "steps": 100}, "A100-SXM4-80GB", mfu=0.5)
+        >>> round(p.step_time_s * 1e3, 2)  # 1e12 / (0.5 x 312e12) s
+        6.41
+    """
+    from accelkit.configure import plan_for
+
+    data = report.to_dict() if hasattr(report, "to_dict") else dict(report)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count={count!r} is not valid; use a whole number >= 1")
+    if mfu is not None and not 0 < mfu <= 1:
+        raise ValueError(f"mfu={mfu!r} must be in (0, 1]")
+    if price_per_hour is not None and price_per_hour < 0:
+        raise ValueError(f"price_per_hour={price_per_hour!r} must be >= 0")
+    flops = data.get("flops_per_step")
+    if not flops:
+        raise ValueError("projection needs the run's FLOPs per step, which this report lacks "
+                         "(pass flops_per_step= to the fit)")
+    spec = specs.lookup(gpu)
+    if spec is None:
+        raise UnknownGPUError(specs.unknown_message(gpu))
+    facts = data.get("facts") or {}
+    framework = str(data.get("framework") or "torch")
+    on_gpu = data.get("mfu") is not None
+    dtype, dtype_note = _dtype(data, spec, plan_for(spec.key, count, framework=framework,
+                                                    **({"precision": precision} if precision
+                                                       else {})), precision, on_gpu)
+    peak = spec.peak(dtype)
+    if not peak:
+        raise ValueError(f"{spec.name} has no dense {dtype} peak in its datasheet")
+    share = float(data.get("input_wait_share") or 0.0)
+    wait = share * float(data.get("step_time_s") or 0.0)
+    chosen_mfu, mfu_source = _mfu(data, mfu, share)
+    devices = int(facts.get("devices_used") or 1)
+    measured_devices = devices * int(data.get("world_size") or 1)
+    per_gpu_flops = float(flops) / devices
+    step = per_gpu_flops / (chosen_mfu * peak * 1e12) + wait
+    batch = data.get("batch_size")
+    per_gpu_batch = float(facts.get("batch_size") or batch or 0) / devices or None
+    steps, steps_note = _steps_per_epoch(data, facts)
+    steps_here = steps * measured_devices / count
+    epoch = steps_here * step
+    cost = None if price_per_hour is None else epoch / 3600 * price_per_hour * count
+    assumptions = [
+        f"MFU {chosen_mfu:.1%} ({mfu_source})",
+        dtype_note,
+        f"{per_gpu_flops:.3e} FLOPs per GPU step"
+        + (f", {per_gpu_batch:g} samples per GPU" if per_gpu_batch else ""),
+        steps_note,
+    ]
+    if wait:
+        assumptions.append(f"{duration(wait)} per step waiting for input, as measured "
+                           "(host-side: a faster GPU does not shorten it)")
+    if count > 1 or measured_devices > 1:
+        assumptions.append(f"data parallel over {count} GPU(s) with perfect scaling "
+                           "(NCCL all-reduce adds a few percent)")
+    return Projection(
+        gpu=spec.name, key=spec.key, count=count, dtype=dtype, peak_tflops=peak,
+        mfu=chosen_mfu, mfu_source=mfu_source, flops_per_step=per_gpu_flops, input_wait_s=wait,
+        step_time_s=step,
+        samples_per_second=per_gpu_batch * count / step if per_gpu_batch else None,
+        steps_per_epoch=steps_here, epoch_time_s=epoch, price_per_hour=price_per_hour,
+        cost_per_epoch=cost, assumptions=tuple(assumptions),
+    )
+
+
+def _dtype(data: Mapping[str, Any], spec: Any, plan: Any, precision: str | None,
+           on_gpu: bool) -> tuple[str, str]:
+    planned = Context.build(plan.hardware, plan, {}).matmul_dtype
+    if precision:
+        return planned, f"matmuls in {planned} (precision={precision!r} asked)"
+    measured = str(data.get("matmul_dtype") or "")
+    if on_gpu and spec.peak(measured):
+        return measured, f"matmuls in {measured}, as in the measured run"
+    why = ("the run was not measured on a GPU" if not on_gpu
+           else f"{spec.name} has no {measured} path")
+    return planned, f"matmuls in {planned}: accelkit's plan for this GPU ({why})"
+
+
+def _mfu(data: Mapping[str, Any], mfu: float | None, share: float) -> tuple[float, str]:
+    if mfu is not None:
+        return float(mfu), "given"
+    measured = data.get("mfu")
+    if measured:
+        if not share:
+            return float(measured), f"the run's, measured on {data.get('device')}"
+        compute = min(float(measured) / max(1.0 - share, 1e-9), 1.0)
+        return compute, (f"the run's, measured on {data.get('device')}, over the time not "
+                         f"spent waiting for input: {measured:.1%} / (1 - {share:.3f})")
+    return DEFAULT_MFU, ("assumed, typical of well-tuned training: the run had no MFU against a "
+                         "GPU datasheet peak (pass mfu= to change it)")
+
+
+def _steps_per_epoch(data: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple[float, str]:
+    if facts.get("steps_per_epoch"):
+        steps = float(facts["steps_per_epoch"])
+        return steps, f"{steps:,.0f} steps per epoch on the measured devices (counted)"
+    steps = float(data.get("steps") or 0)
+    if not steps:
+        raise ValueError("projection needs the run's steps; this report has none")
+    return steps, (f"one 'epoch' is the measured run's {steps:,.0f} steps (steps per epoch "
+                   "unknown)")
+
+
+# -- ranking -------------------------------------------------------------------------
+
+def ranked(projections: Sequence[Projection]) -> list[tuple[Projection, int, int | None]]:
+    """The projections fastest first, each with its rank by time and by cost (None: no price).
+
+    Example:
+        >>> run = {"flops_per_step": 1e12, "steps": 100}
+        >>> found = [project(run, "Tesla T4", price_per_hour=0.35), project(run, "L4")]
+        >>> [(p.key, by_time, by_cost) for p, by_time, by_cost in ranked(found)]
+        [('l4', 1, None), ('t4', 2, 1)]
+    """
+    by_time = sorted(projections, key=lambda p: p.epoch_time_s)
+    priced = sorted((p for p in projections if p.cost_per_epoch is not None),
+                    key=lambda p: p.cost_per_epoch)
+    cost_rank = {id(p): i for i, p in enumerate(priced, 1)}
+    return [(p, i, cost_rank.get(id(p))) for i, p in enumerate(by_time, 1)]
+
+
+def render(projections: Sequence[Projection]) -> str:
+    """A table of the projections ranked by epoch time, with the rank by cost."""
+    from accelkit.report.render import table
+
+    rows = []
+    for p, by_time, by_cost in ranked(projections):
+        rows.append((
+            p.gpu, str(p.count), p.dtype, f"{p.peak_tflops * p.count:,.0f}", f"{p.mfu:.0%}",
+            duration(p.step_time_s), f"{p.input_wait_s / p.step_time_s:.0%}",
+            duration(p.epoch_time_s),
+            "-" if p.cost_per_epoch is None else f"${p.cost_per_epoch:,.4g}",
+            str(by_time), "-" if by_cost is None else str(by_cost),
+        ))
+    body = table(("gpu", "n", "dtype", "peak TFLOP/s", "MFU", "step", "input", "epoch",
+                  "cost/epoch", "by time", "by cost"), rows)
+    order = ranked(projections)
+    lines = [f"what-if projection: the same run on other GPUs\n{body}"]
+    lines.append(f"fastest: {order[0][0].count} x {order[0][0].gpu}")
+    cheapest = [p for p, _, c in order if c == 1]
+    if cheapest:
+        lines.append(f"cheapest per epoch: {cheapest[0].count} x {cheapest[0].gpu}")
+    lines += [f"assumes{f' for {who}' if who else ''}: {text}"
+              for text, who in _assumptions(projections)]
+    return "\n".join(lines)
+
+
+def _assumptions(projections: Sequence[Projection]) -> list[tuple[str, str]]:
+    """Each distinct assumption once, with the GPUs it is for ('' when for all)."""
+    holders: dict[str, list[str]] = {}
+    for p in projections:
+        for text in p.assumptions:
+            holders.setdefault(text, []).append(f"{p.count} x {p.gpu}")
+    return [(text, "" if len(who) == len(projections) else ", ".join(who))
+            for text, who in holders.items()]
+
+
+def duration(seconds: float) -> str:
+    """Seconds as ms, s, min or h, whichever reads best."""
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.3g} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.3g} ms"
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.3g} min"
+    return f"{seconds / 3600:.3g} h"

@@ -1,0 +1,52 @@
+"""The advisor's rules: one function per verdict, registered in `RULES`.
+
+A rule takes a `Context` and returns an `Advice`, a list of them, or None when
+its evidence is absent. To add one, write it in the module of its family
+(or a new module) and append it to `RULES`; docs/advice.md lists each rule's
+trigger, evidence and action.
+
+`FALLBACK` rules run last and also receive the verdicts found so far (the
+low-MFU rule speaks only when nothing else explains the gap).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Union
+
+from accelkit.advisor.context import Context
+from accelkit.advisor.rules import (
+    alignment,
+    distribution,
+    input_wait,
+    keras_policy,
+    memory,
+    precision,
+    reliability,
+    stability,
+    utilisation,
+)
+from accelkit.advisor.types import Advice
+
+Found = Union[Advice, list[Advice], None]
+Rule = Callable[[Context], Found]
+FallbackRule = Callable[[Context, list[Advice]], Found]
+
+# Order breaks ties in the ranking (same severity, no gain estimate).
+RULES: list[Rule] = [
+    stability.nonfinite_loss,
+    stability.loss_scale,
+    input_wait.input_bound,
+    utilisation.launch_overhead,
+    precision.precision,
+    keras_policy.keras_policy,
+    memory.memory,
+    alignment.alignment,
+    distribution.idle_gpus,
+    distribution.data_parallel,
+    reliability.no_ecc,
+]
+
+FALLBACK: list[FallbackRule] = [utilisation.where_to_look]
+
+__all__ = ["FALLBACK", "RULES", "FallbackRule", "Rule"]

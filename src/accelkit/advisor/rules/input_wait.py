@@ -1,0 +1,107 @@
+"""Input-bound: the training loop waits for its next batch.
+
+The meters time the wait for each batch (the gap between steps, or the time
+blocked in the iterator), so the share of step time it takes is measured, and
+removing it speeds the step up by at most 1 / (1 - share).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from accelkit.advisor.context import Context
+from accelkit.advisor.types import Advice, Severity, removing_share
+
+HIGH = 0.20  # a fifth of every step idle: the pipeline is the bottleneck
+MODERATE = 0.05
+
+
+def input_bound(ctx: Context) -> Advice | None:
+    """Fires when `input_wait_share` >= 5% (info) or >= 20% (warning).
+
+    Example:
+        >>> ctx = Context.build(None, None, {"input_wait_share": 0.35, "step_time_s": 0.02})
+        >>> round(input_bound(ctx).speedup, 2)
+        1.54
+    """
+    share = ctx.get("input_wait_share")
+    if share is None or share < MODERATE:
+        return None
+    step = ctx.get("step_time_s")
+    loader = ctx.fact("loader") or {}
+    evidence: dict[str, Any] = {"input_wait_share": round(share, 4)}
+    if step:
+        evidence["step_time_ms"] = round(step * 1e3, 3)
+        evidence["input_wait_per_step_ms"] = round(share * step * 1e3, 3)
+    evidence.update({f"loader.{k}": v for k, v in loader.items() if v is not None})
+    speedup = removing_share(share)
+    high = share >= HIGH
+    return Advice(
+        id="input_bound",
+        severity=Severity.WARNING if high else Severity.INFO,
+        title=(f"{'input-bound' if high else 'input wait'}: {share:.0%} of step time is spent "
+               "waiting for the next batch"),
+        evidence=evidence,
+        action=_torch_action(ctx, loader) if ctx.torch else _tf_action(loader),
+        expected_gain=(f"up to {speedup:.2f}x: 1 / (1 - {share:.3f}), if the wait is removed "
+                       "entirely (the measured input-wait share)"),
+        speedup=speedup,
+    )
+
+
+def _torch_action(ctx: Context, loader: Mapping[str, Any]) -> str:
+    cpus = ctx.hardware.cpu_count or 8
+    # One worker per CPU core left over after one per GPU process.
+    suggested = min(max(cpus // max(ctx.hardware.gpu_count, 1) - 1, 2), 16)
+    pin = bool(ctx.hardware.gpus)  # page-locked buffers only help host-to-GPU copies
+    if loader.get("type") not in (None, "DataLoader"):
+        return (f"DataLoader(dataset, batch_size=..., num_workers={suggested}"
+                f"{', pin_memory=True' if pin else ''}, persistent_workers=True, "
+                f"prefetch_factor=4)\ninstead of {loader['type']}: batches are then prepared "
+                "in worker processes while the model trains")
+    workers = int(loader.get("num_workers") or 0)
+    batch = loader.get("batch_size")
+    args = [f"batch_size={batch}" if batch else "batch_size=..."]
+    why = []
+    if workers < suggested:
+        args.append(f"num_workers={suggested}")
+        why.append(f"num_workers is {workers}: about one worker per free CPU core "
+                   f"({cpus} cores here)")
+    else:
+        args.append(f"num_workers={workers}")
+        why.append(f"{workers} workers already: make __getitem__ cheaper (decode once and "
+                   "cache, move augmentation to the GPU)")
+    if pin and not loader.get("pin_memory"):
+        args.append("pin_memory=True")
+        why.append("pinned buffers make host-to-device copies asynchronous")
+    if not loader.get("persistent_workers"):
+        args.append("persistent_workers=True")
+        why.append("workers survive between epochs")
+    if (loader.get("prefetch_factor") or 2) < 4:
+        args.append("prefetch_factor=4")
+        why.append("4 batches queued per worker")
+    return f"DataLoader(dataset, {', '.join(args)})\n" + "; ".join(why)
+
+
+def _tf_action(loader: Mapping[str, Any]) -> str:
+    kind = loader.get("type")
+    if kind == "tf.data.Dataset":
+        steps = []
+        if loader.get("map") and not loader.get("parallel_map"):
+            steps.append(".map(fn, num_parallel_calls=tf.data.AUTOTUNE)")
+        if not loader.get("cache"):
+            steps.append(".cache() after the expensive, deterministic steps (to a file: "
+                         ".cache(path) when it does not fit in memory)")
+        if not loader.get("prefetch"):
+            steps.append(".prefetch(tf.data.AUTOTUNE) as the last step")
+        steps = steps or [".interleave(..., num_parallel_calls=tf.data.AUTOTUNE) for file "
+                          "reading, and move per-sample Python (tf.py_function) into TF ops"]
+        return "tf.data: dataset" + "".join(f"\n  {s}" for s in steps)
+    if kind == "PyDataset":
+        return ("keras.utils.PyDataset(workers=8, use_multiprocessing=True, max_queue_size=16), "
+                "or a tf.data pipeline with .map(num_parallel_calls=tf.data.AUTOTUNE) and "
+                ".prefetch(tf.data.AUTOTUNE)")
+    return ("feed model.fit a tf.data pipeline: tf.data.Dataset.from_tensor_slices(...)"
+            ".map(fn, num_parallel_calls=tf.data.AUTOTUNE).cache().batch(B)"
+            ".prefetch(tf.data.AUTOTUNE)")

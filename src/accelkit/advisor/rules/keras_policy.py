@@ -1,0 +1,70 @@
+"""A Keras model built before the mixed policy was set: its layers still compute in float32.
+
+Keras fixes a layer's dtype policy when the layer is created, so
+`set_global_policy("mixed_float16")` (or `auto_configure`) after the model is
+built changes nothing: the matmuls stay float32 while the report says mixed.
+The meter lists the matmul layers (Dense, Conv, EinsumDense, attention) whose
+compute dtype differs from the global policy, leaving out the output layers
+that are meant to stay float32.
+"""
+
+from __future__ import annotations
+
+from accelkit.advisor.context import DEFAULT_MFU, Context
+from accelkit.advisor.types import Advice, Severity, amdahl
+
+_SHOWN = 6
+
+
+def keras_policy(ctx: Context) -> Advice | None:
+    """Fires when matmul layers compute in another dtype than the global mixed policy.
+
+    Example:
+        >>> facts = {"keras_policy": "mixed_float16", "keras_layers_off_policy": [
+        ...     {"name": "dense", "type": "Dense", "compute_dtype": "float32"}]}
+        >>> keras_policy(Context.build(None, None, {"facts": facts})).id
+        'keras_policy'
+    """
+    policy = ctx.fact("keras_policy")
+    off = ctx.fact("keras_layers_off_policy") or []
+    if not policy or not policy.startswith("mixed") or not off:
+        return None
+    names = [f"{layer.get('name')} ({layer.get('type')}, {layer.get('compute_dtype')})"
+             for layer in off]
+    total = ctx.fact("keras_matmul_layers")
+    evidence: dict[str, object] = {"global_policy": policy, "off_policy_layers": names}
+    if total:
+        evidence["matmul_layers"] = total
+    shown = ", ".join(names[:_SHOWN]) + (f" and {len(names) - _SHOWN} more"
+                                         if len(names) > _SHOWN else "")
+    return Advice(
+        id="keras_policy",
+        severity=Severity.WARNING,
+        title=(f"{len(off)}{f' of {total}' if total else ''} matmul layer(s) compute in "
+               f"float32 under the global policy {policy}: the model was built before the "
+               f"policy was set ({shown})"),
+        evidence=evidence,
+        action=("call accelkit.auto_configure(framework='tensorflow') (or "
+                f"keras.mixed_precision.set_global_policy('{policy}')) before building the "
+                "model, then build and compile it again"),
+        **_gain(ctx, policy),
+    )
+
+
+def _gain(ctx: Context, policy: str) -> dict[str, object]:
+    spec = ctx.spec
+    target = "bf16" if "bfloat16" in policy else "fp16"
+    now = "tf32" if spec is not None and spec.peak("tf32") else "fp32"
+    if spec is None or not spec.peak(now) or not spec.peak(target):
+        return {"expected_gain": "not estimated: no datasheet peaks for this device "
+                                 "(the layers run at the float32 rate instead of the "
+                                 f"{target} one)"}
+    ratio = spec.peak(target) / spec.peak(now)
+    mfu = ctx.mfu if ctx.mfu is not None else DEFAULT_MFU
+    speedup = min(amdahl(min(mfu, 1.0), ratio), ratio)
+    return {"speedup": speedup,
+            "expected_gain": (f"about {speedup:.2f}x if all matmuls were off-policy: "
+                              f"1 / ((1 - MFU) + MFU / R), MFU {mfu:.1%}"
+                              f"{'' if ctx.mfu is not None else ' (assumed)'}, R = "
+                              f"{spec.peak(target):g} / {spec.peak(now):g} ({spec.name} "
+                              f"{target} / {now}, datasheet)")}

@@ -1,0 +1,103 @@
+"""Memory: room for a larger batch, or a peak so close to the limit that the run may OOM.
+
+Per-sample memory comes from the measured peak: (peak - model state) / batch,
+where model state is weights + gradients + optimizer state as the meter
+counted them (0 when unknown, which overstates the per-sample share and so
+understates the batch that fits). 10% of the device is kept free for the
+CUDA context, allocator fragmentation and library workspaces.
+"""
+
+from __future__ import annotations
+
+from accelkit.advisor.context import Context
+from accelkit.advisor.types import Advice, Severity
+
+LOW = 0.50  # peak below half the device: the batch could at least double
+HIGH = 0.90  # peak within 10% of the device: fragmentation or a longer batch OOMs
+USABLE = 0.90
+
+
+def memory(ctx: Context) -> Advice | None:
+    """Low peak memory (batch that would fit) or near the limit (OOM risk).
+
+    Example:
+        >>> from accelkit import what_if
+        >>> ctx = Context.build(what_if("A100-SXM4-80GB"), None,
+        ...                     {"peak_memory_bytes": 8e9, "batch_size": 32})
+        >>> memory(ctx).evidence["batch_that_fits"]
+        288
+    """
+    peak, total, batch = ctx.get("peak_memory_bytes"), ctx.gpu_memory_bytes, ctx.batch_size
+    if not peak or not total:
+        return None
+    used = peak / total
+    state = int(ctx.fact("model_state_bytes", 0))
+    state = state if state < peak else 0
+    evidence: dict[str, object] = {
+        "peak_memory_gb": round(peak / 1e9, 3), "device_memory_gb": round(total / 1e9, 3),
+        "peak_share": round(used, 4)}
+    if state:
+        evidence["model_state_gb"] = round(state / 1e9, 3)
+    if batch:
+        evidence["batch_size"] = batch
+        evidence["per_sample_mb"] = round((peak - state) / batch / 1e6, 3)
+    if used >= HIGH:
+        return _near_limit(ctx, used, batch, evidence)
+    if used <= LOW and batch:
+        return _room(ctx, total, peak, state, batch, evidence)
+    return None
+
+
+def _room(ctx: Context, total: int, peak: int, state: int, batch: int,
+          evidence: dict[str, object]) -> Advice | None:
+    per_sample = (peak - state) / batch
+    fits = int((USABLE * total - state) / per_sample)
+    fits -= fits % 8 if fits >= 8 else 0  # tensor-core friendly
+    if fits < 2 * batch:
+        return None
+    evidence["batch_that_fits"] = fits
+    util = ctx.get("gpu_utilization") if ctx.measured_here else None
+    why = ("the device is busy already (utilisation {:.0f}%): a larger batch mostly buys "
+           "fewer optimizer steps, not speed".format(util) if util is not None and util >= 90
+           else "a larger batch gives the GPU more work per launch")
+    action = ctx.pick(
+        torch=f"DataLoader(..., batch_size={fits}) and scale the learning rate with the batch "
+              "(linear for SGD, about sqrt for Adam), or keep the batch and train a larger model",
+        tensorflow=f"model.fit(..., batch_size={fits}) or dataset.batch({fits}); scale the "
+                   "learning rate with the batch")
+    return Advice(
+        id="memory_headroom",
+        severity=Severity.INFO,
+        title=(f"peak memory is {peak / total:.0%} of the device: a batch of about {fits} "
+               f"would fit (now {batch}); {why}"),
+        evidence=evidence,
+        action=action,
+        expected_gain=(f"batch {fits} fits: ({USABLE:.0%} of {total / 1e9:.1f} GB - "
+                       + (f"{state / 1e9:.2f} GB model state" if state else
+                          "model state, unknown so counted as 0: an underestimate")
+                       + f") / {per_sample / 1e6:.2f} MB per sample (measured peak); speed-up "
+                       "not estimated"),
+    )
+
+
+def _near_limit(ctx: Context, used: float, batch: int | None,
+                evidence: dict[str, object]) -> Advice:
+    half = f"batch_size={batch // 2} " if batch and batch >= 2 else "half the batch "
+    lower = ("" if ctx.matmul_dtype in ("bf16", "fp16")
+             else "; mixed precision (bf16/fp16) halves activation memory")
+    action = ctx.pick(
+        torch=f"{half}with accelkit.torch.fit(..., accumulation_steps=2) (same effective "
+              "batch); activation checkpointing on the large blocks: "
+              "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)" + lower,
+        tensorflow=f"{half}with gradient accumulation (keras.optimizers.Adam(..., "
+                   "gradient_accumulation_steps=2)); recompute activations with "
+                   "tf.recompute_grad on the large blocks" + lower)
+    return Advice(
+        id="memory_pressure",
+        severity=Severity.WARNING,
+        title=(f"peak memory is {used:.0%} of the device: a longer sequence, a larger "
+               "batch or fragmentation will run out of memory"),
+        evidence=evidence,
+        action=action,
+        expected_gain="no speed-up: keeps the run from failing with out-of-memory",
+    )

@@ -1,0 +1,113 @@
+"""Stability: non-finite losses, and fp16 loss scaling that collapsed.
+
+A dynamic loss scaler halves its scale on every step whose gradients
+overflow (and skips that step), and doubles it after a run of clean steps
+(2000 in PyTorch and Keras). A scale that keeps falling means steps are being
+skipped; one below 1 means fp16 cannot hold the gradients even unscaled.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from accelkit.advisor.context import Context
+from accelkit.advisor.types import Advice, Severity
+
+COLLAPSED = 1.0  # scale below 1: gradients are scaled down to fit, fp16 has run out of range
+FALLEN = 2.0**10  # fell 1024-fold: at least ten net overflow steps skipped
+
+
+def nonfinite_loss(ctx: Context) -> Advice | None:
+    """Fires when a recorded loss is NaN or infinite.
+
+    Example:
+        >>> nonfinite_loss(Context.build(None, None, {"losses": [2.3, float("nan")]})).severity
+        <Severity.CRITICAL: 'critical'>
+    """
+    losses = [float(v) for v in ctx.get("losses", ())]
+    bad = [i + 1 for i, v in enumerate(losses) if not math.isfinite(v)]
+    first = ctx.fact("first_nonfinite_loss_step")
+    if not bad and first is None:
+        return None
+    evidence: dict[str, Any] = {"precision": ctx.precision}
+    if bad:
+        evidence["nonfinite_epochs"] = bad
+        evidence["epochs_recorded"] = len(losses)
+    if first is not None:
+        evidence["first_nonfinite_by_step"] = first
+    scale = _scales(ctx)
+    if scale:
+        evidence["loss_scale_last"] = scale[-1]
+    where = f" (by step {first})" if first is not None else f" (epoch {bad[0]})"
+    return Advice(
+        id="nonfinite_loss",
+        severity=Severity.CRITICAL,
+        title=f"the loss became NaN or infinite{where}: the model is not training",
+        evidence=evidence,
+        action=_action(ctx),
+        expected_gain="no speed-up: the steps after the first NaN are wasted",
+    )
+
+
+def loss_scale(ctx: Context) -> Advice | None:
+    """Fires when the fp16 loss scale collapsed below 1 (critical) or fell 1024-fold (warning).
+
+    Example:
+        >>> facts = {"loss_scale": {"initial": 65536.0, "history": [[50, 32.0], [100, 0.5]]}}
+        >>> loss_scale(Context.build(None, None, {"facts": facts})).severity
+        <Severity.CRITICAL: 'critical'>
+    """
+    history = _scales(ctx)
+    if not history:
+        return None
+    initial = float((ctx.fact("loss_scale") or {}).get("initial") or history[0])
+    lowest, last = min(history), history[-1]
+    if lowest >= COLLAPSED and initial / lowest < FALLEN:
+        return None
+    halvings = math.log2(initial / lowest) if lowest > 0 else math.inf
+    collapsed = last < COLLAPSED
+    return Advice(
+        id="loss_scale",
+        severity=Severity.CRITICAL if collapsed else Severity.WARNING,
+        title=(f"the fp16 loss scale fell from {initial:g} to {lowest:g}: at least "
+               f"{halvings:.0f} steps overflowed and were skipped"
+               + ("; it is below 1, fp16 cannot hold the gradients" if collapsed else "")),
+        evidence={"initial_scale": initial, "lowest_scale": lowest, "last_scale": last,
+                  "samples": len(history)},
+        action=_action(ctx),
+        expected_gain=(f"no speed-up estimate: at least {halvings:.0f} skipped optimizer "
+                       "steps were wasted work" if math.isfinite(halvings)
+                       else "no speed-up estimate: every step since the collapse was skipped"),
+    )
+
+
+def _scales(ctx: Context) -> list[float]:
+    history = (ctx.fact("loss_scale") or {}).get("history") or ()
+    return [float(scale) for _, scale in history]
+
+
+def _action(ctx: Context) -> str:
+    cc = ctx.compute_capability
+    bf16 = cc is not None and cc >= (8, 0)
+    fp16 = ctx.precision == "fp16"
+    steps = []
+    if fp16 and bf16:
+        steps.append(ctx.pick(torch="accelkit.auto_configure(precision='bf16'): no loss "
+                                    "scaling needed, fp32's exponent range",
+                              tensorflow="accelkit.auto_configure(framework='tensorflow', "
+                                         "precision='bf16') (mixed_bfloat16)"))
+    elif fp16:
+        steps.append("keep the overflowing layers (softmax, norms, attention scores) in "
+                     "float32, or train in fp32 (precision='fp32')")
+    steps.append(ctx.pick(
+        torch="clip gradients: accelkit.torch.fit(..., max_grad_norm=1.0) (it unscales "
+              "first), and lower the learning rate or add warm-up",
+        tensorflow="clip gradients: keras.optimizers.Adam(..., global_clipnorm=1.0), and lower "
+                   "the learning rate or add warm-up"))
+    steps.append(ctx.pick(
+        torch="find the first bad value: torch.autograd.set_detect_anomaly(True) for a few "
+              "steps, and assert torch.isfinite(inputs).all() on the data",
+        tensorflow="find the first bad value: tf.debugging.enable_check_numerics(), and "
+                   "keras.callbacks.TerminateOnNaN() to stop early"))
+    return "; ".join(steps)

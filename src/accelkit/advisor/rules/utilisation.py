@@ -1,0 +1,124 @@
+"""Utilisation: a GPU left idle between kernels, and low MFU that no other rule explains.
+
+NVML's utilisation is the share of time a kernel was running. Idle time that
+is not input wait is the host failing to keep the device fed: Python and
+framework overhead per op, kernel launches, synchronisations. If the device
+were kept busy, the step would shrink by that idle share (an upper bound:
+1 / (1 - idle)).
+"""
+
+from __future__ import annotations
+
+from accelkit.advisor.context import Context
+from accelkit.advisor.rules.input_wait import HIGH as INPUT_BOUND
+from accelkit.advisor.types import Advice, Severity, removing_share
+
+BUSY = 70.0  # percent; a well-fed GPU reports 90-100
+IDLE = 50.0
+SHORT_STEP_S = 0.010  # below ~10 ms, launch overhead is a large share of a step
+LOW_MFU = 0.30
+
+
+def launch_overhead(ctx: Context) -> Advice | None:
+    """Fires when NVML utilisation is below 70% and the run is not input-bound.
+
+    Example:
+        >>> from accelkit import what_if
+        >>> hw = what_if("A100-SXM4-80GB")
+        >>> m = {"device": "cuda:0", "hardware": hw.to_dict(), "gpu_utilization": 40.0,
+        ...      "input_wait_share": 0.02, "step_time_s": 0.004}
+        >>> round(launch_overhead(Context.build(hw, None, m)).speedup, 2)
+        2.38
+    """
+    util = ctx.get("gpu_utilization")
+    share = ctx.get("input_wait_share") or 0.0
+    if not ctx.measured_here or util is None or util >= BUSY or share >= INPUT_BOUND:
+        return None
+    idle = max(0.0, 1.0 - util / 100.0 - share)
+    if idle <= 0:
+        return None
+    step = ctx.get("step_time_s")
+    speedup = removing_share(idle)
+    evidence: dict[str, object] = {"gpu_utilization": round(util, 1),
+                                   "input_wait_share": round(share, 4),
+                                   "idle_not_input_share": round(idle, 4)}
+    if step:
+        evidence["step_time_ms"] = round(step * 1e3, 3)
+    if ctx.batch_size:
+        evidence["batch_size"] = ctx.batch_size
+    short = step is not None and step < SHORT_STEP_S
+    return Advice(
+        id="launch_overhead",
+        severity=Severity.WARNING if util < IDLE else Severity.INFO,
+        title=(f"the GPU is busy {util:.0f}% of the time and the run is not input-bound: "
+               "host and kernel-launch overhead" + (f" ({step * 1e3:.1f} ms steps)" if short
+                                                    else "")),
+        evidence=evidence,
+        action=_action(ctx, short),
+        expected_gain=(f"up to {speedup:.2f}x: 1 / (1 - {idle:.3f}), the idle share that is not "
+                       f"input wait (1 - {util:.0f}% utilisation - {share:.1%} input wait)"),
+        speedup=speedup,
+    )
+
+
+def _action(ctx: Context, short: bool) -> str:
+    batch = ctx.batch_size
+    bigger = f"batch_size={batch * 2}" if batch else "a larger batch"
+    compiled = bool(ctx.fact("compiled"))
+    if ctx.torch:
+        steps = [f"{bigger} (more work per kernel launch; see the memory verdict for what fits)"]
+        if not compiled:
+            steps.append("accelkit.torch.fit(..., compile=True) (torch.compile fuses ops and "
+                         "cuts Python overhead)")
+        if short or compiled:
+            steps.append("CUDA graphs for short steps: torch.compile(model, "
+                         "mode='reduce-overhead') replays the whole step as one launch")
+        return "; ".join(steps)
+    steps = [f"{bigger}"]
+    if not compiled:
+        steps.append("model.compile(..., jit_compile=True) (XLA fuses the step)")
+    steps.append("model.compile(..., steps_per_execution=32) (several steps per host call)")
+    return "; ".join(steps)
+
+
+def where_to_look(ctx: Context, found: list[Advice]) -> Advice | None:
+    """Low MFU with no warning or critical verdict to explain it: how to profile next.
+
+    Runs after the other rules, with their verdicts.
+
+    Example:
+        >>> from accelkit import what_if
+        >>> hw = what_if("H100 SXM")
+        >>> m = {"device": "cuda:0", "hardware": hw.to_dict(), "mfu": 0.12}
+        >>> where_to_look(Context.build(hw, None, m), []).id
+        'low_mfu'
+    """
+    mfu, against = ctx.mfu, "the datasheet peak"
+    if mfu is None and ctx.measured_here and ctx.get("mfu_calibrated") is not None:
+        mfu, against = ctx.get("mfu_calibrated"), "the measured matmul rate"
+    if mfu is None or mfu >= LOW_MFU:
+        return None
+    if any(a.severity is not Severity.INFO for a in found):
+        return None
+    profile = ctx.pick(
+        torch=("profile a few steps: with torch.profiler.profile(activities=[ProfilerActivity.CPU, "
+               "ProfilerActivity.CUDA], schedule=torch.profiler.schedule(wait=5, warmup=2, "
+               "active=5), on_trace_ready=torch.profiler.tensorboard_trace_handler('./prof')) "
+               "as p: ... p.step() per step; then prof.key_averages().table(sort_by="
+               "'cuda_time_total'); for the whole timeline: nsys profile -t cuda,nvtx python "
+               "train.py"),
+        tensorflow=("profile a few steps: keras.callbacks.TensorBoard(log_dir='./prof', "
+                    "profile_batch=(10, 15)) in model.fit, then tensorboard --logdir ./prof "
+                    "(Profile tab: trace viewer, op stats); for the whole timeline: nsys "
+                    "profile -t cuda,nvtx python train.py"))
+    return Advice(
+        id="low_mfu",
+        severity=Severity.INFO,
+        title=(f"MFU is {mfu:.1%} of {against} and no rule above explains it: look for "
+               "small or memory-bound kernels"),
+        evidence={"mfu": round(mfu, 4), "against": against,
+                  "step_time_ms": round(ctx.get("step_time_s", 0.0) * 1e3, 3)},
+        action=profile + ("; look for non-matmul kernels (norms, softmax, element-wise) that "
+                          "dominate: they are what fusion (compile=True) removes"),
+        expected_gain="not estimated: the profile shows where the time goes",
+    )

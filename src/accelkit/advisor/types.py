@@ -1,0 +1,105 @@
+"""`Advice`: one verdict of the advisor, with its evidence, action and expected gain."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+class Severity(str, enum.Enum):
+    """How much a verdict matters: `critical` (training is wrong or about to fail),
+    `warning` (a large, measured loss of speed or a risk), `info` (worth knowing)."""
+
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_WEIGHT = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
+
+
+@dataclasses.dataclass(frozen=True)
+class Advice:
+    """One verdict: what was found, the numbers it rests on, what to change.
+
+    Attributes:
+        id: stable identifier of the rule that fired, e.g. ``"input_bound"``.
+        severity: `Severity`.
+        title: the verdict in one line, with its key number.
+        evidence: the measured or datasheet figures the verdict rests on, by name.
+        action: the change to make, as code or a setting for the run's framework.
+        expected_gain: the estimated benefit and how it was estimated, or None
+            where the numbers at hand do not allow an estimate.
+        speedup: the estimated step-time speed-up (``1.54`` means 1.54x faster), used
+            for ranking; None when not estimated.
+
+    Example:
+        >>> a = Advice("input_bound", Severity.WARNING, "35% of step time waits for input",
+        ...            {"input_wait_share": 0.35}, "DataLoader(num_workers=8)",
+        ...            "up to 1.54x: 1 / (1 - 0.35)", 1.54)
+        >>> a.to_dict()["severity"]
+        'warning'
+    """
+
+    id: str
+    severity: Severity
+    title: str
+    evidence: Mapping[str, Any]
+    action: str
+    expected_gain: str | None = None
+    speedup: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "severity": self.severity.value,
+            "title": self.title,
+            "evidence": dict(self.evidence),
+            "action": self.action,
+            "expected_gain": self.expected_gain,
+            "speedup": self.speedup,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Advice:
+        return cls(
+            id=data["id"],
+            severity=Severity(data.get("severity", "info")),
+            title=data.get("title", ""),
+            evidence=dict(data.get("evidence") or {}),
+            action=data.get("action", ""),
+            expected_gain=data.get("expected_gain"),
+            speedup=data.get("speedup"),
+        )
+
+
+def rank(items: Iterable[Advice]) -> list[Advice]:
+    """Most important first.
+
+    Critical verdicts lead (a run that trains wrong gains nothing from speed);
+    then the largest estimated speed-up; then severity; verdicts without an
+    estimate follow those with one. Ties keep their order (the rule registry's).
+    """
+    def key(a: Advice) -> tuple[Any, ...]:
+        return (a.severity is not Severity.CRITICAL, a.speedup is None, -(a.speedup or 0.0),
+                -_WEIGHT[a.severity])
+
+    return sorted(items, key=key)
+
+
+# -- gain estimates shared by the rules ------------------------------------------------
+
+def removing_share(share: float) -> float:
+    """Speed-up when a measured share of step time disappears: 1 / (1 - share)."""
+    return 1.0 / max(1.0 - share, 1e-9)
+
+
+def amdahl(share: float, factor: float) -> float:
+    """Speed-up when a share of step time runs `factor` times faster (Amdahl's law):
+    1 / ((1 - share) + share / factor)."""
+    return 1.0 / ((1.0 - share) + share / factor)
