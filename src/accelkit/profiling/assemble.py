@@ -12,7 +12,7 @@ from typing import Any
 from accelkit._version import __version__
 from accelkit.hardware.info import HardwareInfo
 from accelkit.planning.types import Plan
-from accelkit.profiling import mfu
+from accelkit.profiling import mfu, world
 from accelkit.profiling.clock import ClockSummary
 from accelkit.profiling.flop_count import FlopCount
 from accelkit.profiling.sampler import SamplerSummary
@@ -43,6 +43,9 @@ class Measurements:
     notes: dict[str, str] = dataclasses.field(default_factory=dict)
     # What the advisor reads besides the figures (accelkit.advisor.context lists them).
     facts: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Every process's `world.rank_figures` in a data-parallel run; None for one process.
+    world: list[dict[str, Any]] | None = None
+    single_device_samples_per_second: float | None = None
 
 
 def versions(framework: str) -> dict[str, str | None]:
@@ -77,9 +80,11 @@ def build_report(m: Measurements) -> RunReport:
     _throughput(report, clock)
     _flops(report, m)
     _sampler(report, m.sampler)
-    report.world_size = 1
-    report.global_samples_per_second = report.samples_per_second
-    report.note("scaling_efficiency", "a single process: nothing to scale against")
+    if m.world:
+        world.aggregate(report, m.world, m.single_device_samples_per_second)
+    else:
+        world.aggregate(report, [world.rank_figures(report, 0, clock.steady_samples, m.devices)],
+                        m.single_device_samples_per_second)
     report.refresh_advice(m.hardware, m.plan)
     return report
 

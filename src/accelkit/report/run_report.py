@@ -38,8 +38,11 @@ class RunReport:
         input_wait_share: share of steady-state time spent waiting for input.
         gpu_utilization: mean NVML utilisation (percent) over the steady state.
         peak_memory_bytes: the framework's peak device memory allocation.
-        world_size, global_samples_per_second, scaling_efficiency: across processes
-            (a single process: 1, samples_per_second, None).
+        world_size, global_samples_per_second, scaling_efficiency: across the devices of
+            a data-parallel run (a single device: 1, samples_per_second, None).
+        ranks, slowest_rank: each process's figures (throughput, step time, input
+            wait) and the rank with the longest steps.
+        single_device_samples_per_second: the reference scaling efficiency is against.
         advice: the advisor's verdicts (`Advice.to_dict()`), most important first.
         facts: what the meters noticed for the advisor (layer sizes, loader settings,
             loss scale...; `accelkit.advisor.context` lists them).
@@ -78,6 +81,10 @@ class RunReport:
     world_size: int = 1
     global_samples_per_second: float | None = None
     scaling_efficiency: float | None = None
+    # Per-process figures of a data-parallel run (accelkit.profiling.world).
+    ranks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    slowest_rank: int | None = None
+    single_device_samples_per_second: float | None = None
     losses: list[float] = dataclasses.field(default_factory=list)
     interrupted: bool = False
     advice: list[dict[str, Any]] = dataclasses.field(default_factory=list)
