@@ -39,8 +39,8 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):  # PEP 562: `accelkit.torch` / `accelkit.keras` on first use
-    if name in ("torch", "keras"):
+def __getattr__(name: str):  # PEP 562: submodules on first use
+    if name in ("torch", "keras", "advisor", "bench"):
         import importlib
 
         return importlib.import_module(f"accelkit.{name}")
