@@ -14,19 +14,31 @@ KERAS_MODELS = ("mlp", "cnn")
 
 def run(model: str = "mlp", framework: str = "auto", *, steps: int = 60,
         batch_size: int | None = None, precision: str = "auto", compile: bool = False,
-        calibrate: bool = False, warmup: int = 5, progress: bool = True) -> RunReport:
+        calibrate: bool = False, warmup: int = 5, progress: bool = True,
+        compare_single: bool = False, single_device: Any = None) -> RunReport:
     """Configure, then train a built-in model on synthetic data and return the report.
+
+    Under torchrun each rank trains the model with DistributedDataParallel on its
+    own synthetic batch (`batch_size` per device), and every rank returns the
+    report of the whole run.
 
     Args:
         model: one of `TORCH_MODELS` (PyTorch) or `KERAS_MODELS` (Keras).
         framework: "torch", "tensorflow" or "auto" (PyTorch when installed).
         steps: training steps (warm-up included).
-        batch_size: samples per step (default: the model's).
+        batch_size: samples per step and device (default: the model's).
         precision, compile: passed to `auto_configure`.
         calibrate: also measure the device's matmul rate and report MFU against it.
+        compare_single: under torchrun, first run the same bench on rank 0's device
+            alone (the other ranks wait), then the run on every rank, and report the
+            scaling efficiency against it. Without a launcher the run is on one
+            device already: nothing to compare, a note says so.
+        single_device: the single-device reference instead (a `RunReport`, the path
+            of a saved one, or samples/s); see `accelkit.torch.fit`.
 
     Example:
         >>> print(accelkit.bench.run("gpt", steps=30, calibrate=True))
+        >>> # torchrun --nproc-per-node 2 -m accelkit bench --model gpt2 --compare-single
     """
     if framework == "auto":
         framework = "torch" if is_available("torch") else "tensorflow"
@@ -39,18 +51,78 @@ def run(model: str = "mlp", framework: str = "auto", *, steps: int = 60,
     plan = auto_configure(framework=framework, precision=precision, compile=compile,
                           verbose=False)
     if framework == "torch":
-        return _torch(model, plan, steps, batch_size, calibrate, warmup, progress)
+        from accelkit.torch import distributed
+
+        bench = _TorchBench(model, plan, steps, batch_size, calibrate, warmup, progress)
+        single = distributed.single_device_rate(single_device)
+        group = distributed.world()
+        if not compare_single or single is not None:
+            return bench.run(single)
+        if group is None:
+            report = bench.run(None)
+            report.note("scaling_efficiency", _ALONE)
+            return report
+        return _compared(bench, group)
+    if compare_single or single_device is not None:
+        raise ValueError("compare_single and single_device are for PyTorch under torchrun; "
+                         "the Keras bench runs on one process")
     return _keras(model, plan, steps, batch_size, calibrate, warmup)
 
 
+_ALONE = ("--compare-single: this run is on one device already, so there is nothing to "
+          "compare; launch it under torchrun (torchrun --nproc-per-node N -m accelkit bench "
+          "--compare-single) to measure scaling")
+
+
+def _compared(bench: _TorchBench, group: Any) -> RunReport:
+    """Rank 0 runs the bench alone while the other ranks wait for its figure, then
+    every rank runs it together against that figure."""
+    from accelkit.torch import distributed
+
+    reference = None
+    if group.is_zero:
+        alone = bench.run(None, distributed=False)
+        reference = (alone.samples_per_second, alone.device)
+    rate, device = distributed.broadcast(reference, bench.device)
+    report = bench.run(rate)
+    if rate:
+        report.note("single_device_samples_per_second",
+                    f"the same bench alone on rank 0 ({device}) just before the "
+                    f"{group.size}-rank run, the other devices idle")
+    else:
+        report.note("scaling_efficiency", "the single-device run on rank 0 had no "
+                                          "steady-state throughput: run more --steps")
+    return report
+
+
+class _TorchBench:
+    """A built-in model's run, repeatable: once alone, once on every rank."""
+
+    def __init__(self, name: str, plan: Any, steps: int, batch_size: int | None,
+                 calibrate: bool, warmup: int, progress: bool) -> None:
+        import torch
+
+        self.name, self.plan, self.steps, self.batch_size = name, plan, steps, batch_size
+        self.calibrate, self.warmup, self.progress = calibrate, warmup, progress
+        self.device = torch.device("cuda" if torch.cuda.is_available() and plan.hardware.gpus
+                                   else "cpu")
+        if self.device.type == "cuda":  # this rank's GPU (set by auto_configure under torchrun)
+            self.device = torch.device("cuda", torch.cuda.current_device())
+
+    def run(self, single: float | None, *, distributed: bool = True) -> RunReport:
+        return _torch(self.name, self.plan, self.steps, self.batch_size, self.calibrate,
+                      self.warmup, self.progress, self.device, distributed, single)
+
+
 def _torch(name: str, plan: Any, steps: int, batch_size: int | None, calibrate: bool,
-           warmup: int, progress: bool) -> RunReport:
+           warmup: int, progress: bool, device: Any, distributed: bool,
+           single: float | None) -> RunReport:
     import torch
 
     import accelkit.torch
     from accelkit.bench import torch_models
 
-    device = torch.device("cuda" if torch.cuda.is_available() and plan.hardware.gpus else "cpu")
+    torch.manual_seed(0)  # the same model on every rank and in every run
     model, batch, loss_fn, facts = torch_models.build(name, batch_size, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4,
                                   fused=device.type == "cuda")
@@ -58,7 +130,8 @@ def _torch(name: str, plan: Any, steps: int, batch_size: int | None, calibrate: 
         model, torch_models.SyntheticBatches(batch, steps), optimizer, loss_fn, epochs=1,
         plan=plan, device=device, tokens_per_sample=facts.get("tokens_per_sample"),
         warmup=min(warmup, max(steps - 1, 0)), window=max(1, min(20, steps // 3)),
-        calibrate=calibrate, progress=progress)
+        calibrate=calibrate, progress=progress, distributed=distributed,
+        single_device=single)
     if "analytic_flops_per_step" in facts and report.flops_per_step:
         analytic = facts["analytic_flops_per_step"]
         report.note("flops_per_step", f"independent count 6N+12LTd (PaLM appendix B): "

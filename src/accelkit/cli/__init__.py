@@ -78,7 +78,15 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--compile", action="store_true", help="torch.compile / XLA")
     bench.add_argument("--calibrate", action="store_true",
                        help="also measure this device's matmul rate and report MFU against it")
-    bench.add_argument("--save", metavar="PATH", help="write the report as JSON")
+    bench.add_argument("--compare-single", action="store_true",
+                       help="under torchrun: run the bench on rank 0's device alone first, "
+                            "then on every rank, and report the scaling efficiency "
+                            "(without a launcher: nothing to compare, a note says so)")
+    bench.add_argument("--single-device", metavar="RUN.json|SAMPLES_PER_S",
+                       help="the single-device reference for the scaling efficiency: a "
+                            "saved report of the same bench on one device, or its samples/s")
+    bench.add_argument("--save", metavar="PATH",
+                       help="write the report as JSON (under torchrun: rank 0 only)")
     bench.add_argument("--json", action="store_true", help="one JSON document on stdout")
     bench.set_defaults(command=cmd_bench)
 
@@ -214,14 +222,32 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     result = bench.run(args.model, args.framework, steps=args.steps, batch_size=args.batch_size,
                        precision=args.precision, compile=args.compile,
-                       calibrate=args.calibrate, progress=not args.json)
+                       calibrate=args.calibrate, progress=not args.json,
+                       compare_single=args.compare_single,
+                       single_device=_rate_or_path(args.single_device))
     if args.save:
         result.save(args.save)
-    if args.json:
-        _emit_json(result.to_dict())
-    else:
-        print(result)
+    if _is_rank_zero():  # every rank holds the whole run's report; one prints it
+        if args.json:
+            _emit_json(result.to_dict())
+        else:
+            print(result)
     return 0
+
+
+def _rate_or_path(text: str | None) -> float | str | None:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _is_rank_zero() -> bool:
+    import os
+
+    return os.environ.get("RANK", "0").strip() in ("", "0")
 
 
 def cmd_report(args: argparse.Namespace) -> int:

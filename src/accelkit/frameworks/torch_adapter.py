@@ -5,8 +5,11 @@ Imported only when a PyTorch plan is applied or a torch helper is used.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import datetime
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from accelkit.frameworks._common import Outcome, apply_env, is_ours, set_by_us, walk
@@ -23,9 +26,16 @@ def _torch() -> Any:
 
 
 def apply(plan: Plan) -> Plan:
-    """Apply every torch setting of `plan`; returns the plan with outcomes recorded."""
+    """Apply every torch setting of `plan`; returns the plan with outcomes recorded.
+
+    Settings are applied in the order their effects need, whatever the plan's order:
+    environment variables first (NCCL reads its variables when the process group
+    creates a communicator), then framework flags, then the rank's GPU, and the
+    process group last. The returned plan keeps the plan's order.
+    """
     _torch()
-    return walk(plan, {
+    order = sorted(range(len(plan.settings)), key=lambda i: _phase(plan.settings[i]))
+    walked = walk(plan.with_settings([plan.settings[i] for i in order]), {
         "torch.backends.cuda.matmul.allow_tf32": apply_tf32_matmul,
         "torch.backends.cudnn.allow_tf32": apply_tf32_cudnn,
         "torch.backends.cudnn.benchmark": apply_cudnn_benchmark,
@@ -33,6 +43,21 @@ def apply(plan: Plan) -> Plan:
         "torch.cuda.set_device": apply_device,
         "torch.distributed.backend": apply_process_group,
     }, framework="torch")
+    settings: list[Setting] = list(plan.settings)
+    for position, index in enumerate(order):
+        settings[index] = walked.settings[position]
+    return plan.with_settings(settings)
+
+
+_LAST = ("torch.cuda.set_device", "torch.distributed.backend")
+
+
+def _phase(setting: Setting) -> int:
+    if setting.kind == "env":
+        return 0
+    if setting.key in _LAST:
+        return 2 + _LAST.index(setting.key)
+    return 1
 
 
 # -- TF32 --------------------------------------------------------------------------
@@ -116,8 +141,42 @@ def apply_device(setting: Setting) -> Outcome:
     return Status.APPLIED, f"cuda:{setting.value}"
 
 
+TIMEOUT_ENV = "ACCELKIT_DIST_TIMEOUT"
+DEFAULT_TIMEOUT_S = 600.0  # NCCL's own default collective timeout in PyTorch
+
+
+def dist_timeout(environ: Mapping[str, str] | None = None) -> tuple[float, str]:
+    """Seconds the process group waits for its peers (rendezvous and each collective),
+    from ``ACCELKIT_DIST_TIMEOUT``; a value that is not a number > 0 gives the default,
+    with a note saying so.
+
+    Example:
+        >>> dist_timeout({"ACCELKIT_DIST_TIMEOUT": "30"})
+        (30.0, '')
+    """
+    environ = os.environ if environ is None else environ
+    text = environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT_S, ""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0 or seconds == float("inf"):
+        return DEFAULT_TIMEOUT_S, (f"{TIMEOUT_ENV}={text!r} is not a number of seconds > 0; "
+                                   f"used {DEFAULT_TIMEOUT_S:g} s")
+    return seconds, ""
+
+
 def apply_process_group(setting: Setting) -> Outcome:
-    """Start the process group torchrun's variables describe, unless the script did."""
+    """Start the process group torchrun's variables describe, unless the script did.
+
+    The group gets a timeout (``ACCELKIT_DIST_TIMEOUT``, default 600 s): a peer that
+    never arrives (a wrong world size, a dead node, an unreachable MASTER_ADDR) ends
+    the rendezvous with this setting marked "could not apply" and the reason, and
+    `accelkit.torch.fit` then trains this process alone, saying so; a peer that dies
+    later fails its collectives after the same time instead of hanging.
+    """
     torch = _torch()
     dist = torch.distributed
     if not dist.is_available():
@@ -127,8 +186,38 @@ def apply_process_group(setting: Setting) -> Outcome:
     backend = str(setting.value)
     if backend == "nccl" and not torch.cuda.is_available():
         backend = "gloo"
-    dist.init_process_group(backend=backend)
-    return Status.APPLIED, f"backend={backend}, world size {dist.get_world_size()}"
+    seconds, note = dist_timeout()
+    try:
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=seconds))
+    except Exception as error:  # noqa: BLE001 - the run goes on without a process group
+        return Status.FAILED, _rendezvous_failure(error, seconds)
+    atexit.register(_destroy_at_exit, dist, dist.group.WORLD)
+    detail = f"backend={backend}, world size {dist.get_world_size()}, timeout {seconds:g} s"
+    return Status.APPLIED, f"{detail}; {note}" if note else detail
+
+
+def _destroy_at_exit(dist: Any, started: Any) -> None:
+    """Destroy the process group accelkit started, while the interpreter is whole.
+
+    Left to interpreter shutdown, gloo's worker threads can free tensors after
+    Python is gone and abort the process (SIGABRT) at exit; PyTorch asks for
+    `destroy_process_group()` before exit. A group the script destroyed (or
+    replaced) itself is left alone.
+    """
+    with contextlib.suppress(Exception):  # exiting anyway
+        if dist.is_initialized() and dist.group.WORLD is started:
+            dist.destroy_process_group()
+
+
+def _rendezvous_failure(error: Exception, seconds: float) -> str:
+    env = os.environ
+    first = (str(error).strip().splitlines() or [""])[0][:200].rstrip(".")
+    where = f"{env.get('MASTER_ADDR', '?')}:{env.get('MASTER_PORT', '?')}"
+    return (f"the process group did not start within {seconds:g} s ({TIMEOUT_ENV}): "
+            f"{type(error).__name__}: {first}. Check that all WORLD_SIZE="
+            f"{env.get('WORLD_SIZE', '?')} processes started, that {where} "
+            f"(MASTER_ADDR:MASTER_PORT) is reachable from every node and the port is free. "
+            f"This is rank {env.get('RANK', '?')}; accelkit.torch.fit trains it alone")
 
 
 # -- helpers -----------------------------------------------------------------------

@@ -10,6 +10,8 @@ the path Keras uses for Python iterators. The step itself is unchanged.
 
 from __future__ import annotations
 
+import math
+import os
 import time
 import warnings
 from typing import Any
@@ -18,14 +20,20 @@ import keras
 import tensorflow as tf
 
 from accelkit.configure import current_plan
+from accelkit.frameworks import tensorflow_adapter
 from accelkit.hardware import detect
 from accelkit.hardware.info import HardwareInfo
 from accelkit.planning import Plan, Request, plan as make_plan
+from accelkit.profiling import world
 from accelkit.profiling.assemble import Measurements, build_report
 from accelkit.profiling.clock import StepClock
 from accelkit.profiling.flop_count import FlopCount
 from accelkit.profiling.sampler import NvmlSampler
 from accelkit.report.run_report import RunReport
+
+# What each worker sends the others at the end of a multi-worker fit, in this order.
+_WORLD_FIELDS = ("rank", "devices", "steady_samples", "steady_seconds", "steady_steps",
+                 "samples_per_second", "step_time_s", "input_wait_share")
 
 
 class ProfileCallback(keras.callbacks.Callback):
@@ -39,6 +47,14 @@ class ProfileCallback(keras.callbacks.Callback):
         window: steps between device synchronisations.
         sample_gpu: sample NVML in a background thread.
         calibrate: measure the achievable matmul rate after the run.
+        single_device_samples_per_second: the same training on one device, for
+            `report.scaling_efficiency`: samples/s, a `RunReport` or the path of a saved one.
+
+    Under a distribution strategy the figures are this process's: its replicas'
+    samples (MirroredStrategy: all of them). Under MultiWorkerMirroredStrategy each
+    worker measures itself, and at the end of the fit the workers exchange their
+    figures (one small all-gather), so every worker's report has `world_size`,
+    `ranks`, `slowest_rank` and `global_samples_per_second` for the whole cluster.
 
     Attributes:
         facts: what the advisor reads besides the figures (layer sizes, dtype policy,
@@ -53,10 +69,14 @@ class ProfileCallback(keras.callbacks.Callback):
 
     def __init__(self, plan: Plan | None = None, *, flops_per_step: float | None = None,
                  tokens_per_sample: int | None = None, warmup: int = 3, window: int = 50,
-                 sample_gpu: bool = True, calibrate: bool = False) -> None:
+                 sample_gpu: bool = True, calibrate: bool = False,
+                 single_device_samples_per_second: float | RunReport | str | None = None
+                 ) -> None:
         super().__init__()
         if warmup < 0 or window < 1:
             raise ValueError(f"warmup={warmup} must be >= 0 and window={window} >= 1")
+        self.single_device_samples_per_second = single_device_figure(
+            single_device_samples_per_second)
         self.plan = plan
         self.flops_per_step = flops_per_step
         self.tokens_per_sample = tokens_per_sample
@@ -170,15 +190,18 @@ class ProfileCallback(keras.callbacks.Callback):
             self._original = None
 
     def _sizes(self, data: Any) -> tuple[int | None, int]:
-        x, _, _ = keras.utils.unpack_x_y_sample_weight(_first_replica(data))
+        """(samples, tokens) of this process's batch: every local replica's share summed
+        (under a strategy Keras hands out the global batch split into PerReplica values)."""
+        x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
         first = next(iter(tf.nest.flatten(x)), None)
-        if first is None or not first.shape or first.shape[0] is None:
+        shapes = [v.shape for v in _local_values(first)] if first is not None else []
+        if not shapes or any(not shape or shape[0] is None for shape in shapes):
             return None, 0
-        samples = int(first.shape[0]) * self._replicas()
+        samples = sum(int(shape[0]) for shape in shapes)
         if self.tokens_per_sample:
             return samples, samples * self.tokens_per_sample
-        if len(first.shape) == 2 and first.dtype.is_integer:
-            return samples, samples * int(first.shape[1])
+        if len(shapes[0]) == 2 and _local_values(first)[0].dtype.is_integer:
+            return samples, samples * int(shapes[0][1])
         return samples, 0
 
     def _count(self, data: Any) -> FlopCount:
@@ -193,7 +216,8 @@ class ProfileCallback(keras.callbacks.Callback):
                          f"{count.method}, x {replicas} replicas", count.notes)
 
     def _replicas(self) -> int:
-        return int(self.model.distribute_strategy.num_replicas_in_sync)
+        """Replicas this process drives (under MultiWorkerMirroredStrategy, this worker's)."""
+        return tensorflow_adapter.local_replicas(self.model.distribute_strategy)
 
     def _sync(self) -> None:
         """Wait for queued device work: reading a loss value does."""
@@ -219,31 +243,70 @@ class ProfileCallback(keras.callbacks.Callback):
         except Exception as error:  # noqa: BLE001 - facts feed advice, never fail a run
             facts = {"facts_error": f"{type(error).__name__}: {error}"}
         device = (f"{replicas} x {plan.hardware.gpus[0].name}" if self._gpus and plan.hardware.gpus
-                  else "GPU:0" if self._gpus else "cpu")
+                  else "GPU:0" if self._gpus else f"{replicas} x cpu" if replicas > 1 else "cpu")
         report = build_report(Measurements(
             framework="tensorflow", model=self.model.name, device=device, plan=plan,
             hardware=hardware, clock=summary,
             tf32_enabled=bool(self._gpus) and tf.config.experimental
             .tensor_float_32_execution_enabled(),
-            devices=replicas if self._gpus else 1, flops=self._flops,
+            devices=replicas, flops=self._flops,
             flops_per_step=self.flops_per_step,
             sampler=self._sampler.summary(self.clock.warmup_end, None),
             peak_memory_bytes=(tf.config.experimental.get_memory_info("GPU:0")["peak"]
                                if self._gpus else None),
             calibration=self._calibrate() if self.calibrate else None,
             epochs=self._epochs, losses=self._losses, interrupted=self.interrupted, notes=notes,
-            facts=facts,
+            facts=facts, single_device_samples_per_second=self.single_device_samples_per_second,
         ))
         if not self._gpus:
             report.note("peak_memory_bytes", "CPU run: device memory is not tracked")
+        strategy = self.model.distribute_strategy
+        if tensorflow_adapter.is_multi_worker(strategy):
+            self._gather_world(report, strategy, summary.steady_samples, replicas, hardware)
         return report
+
+    def _gather_world(self, report: RunReport, strategy: Any, samples: int, replicas: int,
+                      hardware: HardwareInfo) -> None:
+        """Every worker's figures into `report` (world_size, ranks, global samples/s).
+
+        An all-gather of one fixed-size float64 vector per replica; every worker of
+        the cluster runs it at the end of its fit, as it ran every step together.
+        """
+        if self.interrupted:
+            report.note("ranks", "the fit was interrupted: other workers' figures not gathered")
+            return
+        figures = world.rank_figures(report, tensorflow_adapter.worker_rank(strategy), samples,
+                                     replicas)
+        row = tf.constant([[_number(figures[name]) for name in _WORLD_FIELDS]], tf.float64)
+        try:
+            values = strategy.experimental_distribute_values_from_function(lambda _: row)
+            gathered = strategy.gather(values, axis=0).numpy()
+        except Exception as error:  # noqa: BLE001 - the local figures still stand
+            report.note("ranks", f"other workers' figures could not be gathered: "
+                                 f"{type(error).__name__}: {str(error).strip()[:200]}")
+            return
+        ranks: dict[int, dict[str, Any]] = {}
+        for row_values in gathered:
+            entry = {name: _from_number(value)
+                     for name, value in zip(_WORLD_FIELDS, row_values, strict=True)}
+            rank = int(entry["rank"])
+            if rank in ranks:  # one row per replica: a worker with several devices sent several
+                continue
+            entry.update(rank=rank, devices=int(entry["devices"] or 1),
+                         steady_samples=int(entry["steady_samples"] or 0),
+                         steady_steps=int(entry["steady_steps"] or 0),
+                         device=figures["device"] if rank == figures["rank"] else None)
+            ranks[rank] = entry
+        world.aggregate(report, [ranks[r] for r in sorted(ranks)],
+                        self.single_device_samples_per_second)
+        report.refresh_advice(hardware, self.plan)
 
     def _facts(self, replicas: int) -> dict[str, Any]:
         from accelkit.advisor.facts_keras import model_facts
 
         facts = model_facts(self.model)
         facts.update(devices_used=replicas, visible_gpus=len(self._gpus),
-                     distributed=replicas > 1)
+                     distributed=int(self.model.distribute_strategy.num_replicas_in_sync) > 1)
         if self._first_batch_size:
             facts["batch_size"] = self._first_batch_size
         if self.params and self.params.get("steps"):
@@ -264,6 +327,49 @@ class ProfileCallback(keras.callbacks.Callback):
             warnings.warn(f"accelkit: calibration failed: {error}", stacklevel=2)
             self._notes["calibrated_tflops"] = f"calibration failed: {error}"
             return None
+
+
+def _local_values(value: Any) -> tuple[Any, ...]:
+    """Each local replica's part of a value (one part when it is not distributed)."""
+    values = getattr(value, "values", None)
+    return values if isinstance(values, tuple) else (value,)
+
+
+def _number(value: Any) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def _from_number(value: float) -> float | None:
+    return None if math.isnan(value) else float(value)  # NaN stands for "not measured"
+
+
+def single_device_figure(value: float | RunReport | str | os.PathLike[str] | None
+                         ) -> float | None:
+    """Samples/s of the one-device run that scaling efficiency compares with.
+
+    Args:
+        value: samples/s, a `RunReport` of a one-device run, or the path of one saved
+            with `report.save`; None: no comparison.
+
+    Raises:
+        ValueError: not a positive figure, or a report of a run on several devices.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (str, os.PathLike)):
+        value = RunReport.load(value)
+    if isinstance(value, RunReport):
+        if value.world_size != 1:
+            raise ValueError(f"single_device_samples_per_second: that report is a run on "
+                             f"{value.world_size} devices; pass a run on one device")
+        if not value.samples_per_second:
+            raise ValueError("single_device_samples_per_second: that report has no "
+                             "samples_per_second (too few steps?)")
+        return float(value.samples_per_second)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"single_device_samples_per_second={value!r} is not valid; use "
+                         "samples/s > 0, a RunReport or the path of a saved one")
+    return float(value)
 
 
 def _first_replica(data: Any) -> Any:

@@ -4,65 +4,107 @@ from __future__ import annotations
 
 import sys
 import warnings
+from contextlib import nullcontext
 from typing import Any
 
 import keras
+import tensorflow as tf
 
 from accelkit.advisor.facts_keras import input_facts
 from accelkit.configure import auto_configure, current_plan
+from accelkit.frameworks import tensorflow_adapter
 from accelkit.frameworks.tensorflow_adapter import float32_head, outputs_float32
+from accelkit.keras import _multi_worker
 from accelkit.keras.callback import ProfileCallback
-from accelkit.planning import Plan
+from accelkit.planning import Distribution, Plan
 from accelkit.report.run_report import RunReport
 
 
 def fit(model: Any, x: Any = None, y: Any = None, *, plan: Plan | None = None,
         flops_per_step: float | None = None, tokens_per_sample: int | None = None,
         warmup: int = 3, window: int = 50, calibrate: bool = False, sample_gpu: bool = True,
+        single_device_samples_per_second: float | RunReport | str | None = None,
         **fit_kwargs: Any) -> RunReport:
     """Run `model.fit(x, y, **fit_kwargs)` measured, and return its `RunReport`.
 
     Every `model.fit` argument passes through (`epochs`, `batch_size`,
-    `validation_data`, `callbacks`, ...); `report.history` holds Keras' History.
-    Under a mixed policy, a model whose outputs are not float32 gets a float32
-    head (`float32_head`) and is compiled again with the same optimizer, loss and
-    metrics: the report says so. A KeyboardInterrupt ends the fit early with a
-    partial report (`report.interrupted`); any other error propagates unchanged
-    after the GPU sampler has stopped.
+    `validation_data`, `callbacks`, ...); `report.history` holds Keras' History
+    (and `report.history.model` the model trained). Under a mixed policy, a model
+    whose outputs are not float32 gets a float32 head (`float32_head`) and is
+    compiled again with the same optimizer, loss and metrics: the report says so.
+    A KeyboardInterrupt ends the fit early with a partial report
+    (`report.interrupted`); any other error propagates unchanged after the GPU
+    sampler has stopped.
+
+    Several devices: give a function that builds and compiles the model, and it is
+    called inside `plan.strategy.scope()` (MirroredStrategy over the local GPUs, or
+    MultiWorkerMirroredStrategy under TF_CONFIG); `batch_size` is then the global
+    batch, split across the replicas. A model built outside that scope trains as
+    built, on one device per process, with a warning saying how to distribute it.
+    Under MultiWorkerMirroredStrategy every worker runs the same call, and each
+    worker's report covers the whole cluster (`world_size`, `ranks`,
+    `global_samples_per_second`).
 
     Args:
-        model: a compiled Keras model.
+        model: a compiled Keras model, or a function without arguments that builds and
+            compiles one (needed to train on several devices).
         x, y: as for `model.fit`.
         plan: the plan in force; defaults to the last `auto_configure()` plan, or calls
             `auto_configure(framework="tensorflow")` when there is none.
-        flops_per_step, tokens_per_sample, warmup, window, calibrate, sample_gpu:
-            see `ProfileCallback`.
+        flops_per_step, tokens_per_sample, warmup, window, calibrate, sample_gpu,
+            single_device_samples_per_second: see `ProfileCallback`.
+
+    Raises:
+        ValueError: the model (or the one the function returned) is not compiled.
+        TypeError: the function returned something other than a `keras.Model`.
+        RuntimeError: under TF_CONFIG, the workers did not all join within
+            ``ACCELKIT_DIST_TIMEOUT`` seconds, or this worker's port is taken.
 
     Example:
-        >>> accelkit.auto_configure(framework="tensorflow")
-        >>> report = accelkit.keras.fit(model, dataset, epochs=3)
-        >>> report.history.history["loss"]
+        >>> plan = accelkit.auto_configure(framework="tensorflow")
+        >>> def build():
+        ...     model = make_model()
+        ...     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+        ...     return model
+        >>> report = accelkit.keras.fit(build, dataset, epochs=3)   # on every GPU
+        >>> report.history.history["loss"], report.world_size
     """
-    if getattr(model, "optimizer", None) is None or not getattr(model, "compiled", True):
-        raise ValueError("compile the model before accelkit.keras.fit (model.compile(...))")
     plan = plan or current_plan() or auto_configure(framework="tensorflow", verbose=False)
     notes = {}
+    if _is_builder(model):
+        model = _build_in_scope(model, plan)
+    else:
+        _check_compiled(model)
+        note = _check_strategy(model, plan)
+        if note:
+            notes["distribution"] = note
     if keras.mixed_precision.global_policy().compute_dtype != "float32":
-        model, note = _with_float32_head(model)
+        with model.distribute_strategy.scope():
+            model, note = _with_float32_head(model)
         if note:
             notes["model"] = note
     callback = ProfileCallback(plan, flops_per_step=flops_per_step,
                                tokens_per_sample=tokens_per_sample, warmup=warmup,
-                               window=window, sample_gpu=sample_gpu, calibrate=calibrate)
+                               window=window, sample_gpu=sample_gpu, calibrate=calibrate,
+                               single_device_samples_per_second=single_device_samples_per_second)
     callback.facts["loader"] = input_facts(x)
     # First, so a step is counted before a user callback can stop the fit.
     callbacks = [callback, *(fit_kwargs.pop("callbacks", None) or [])]
+    multi_worker = tensorflow_adapter.is_multi_worker(model.distribute_strategy)
+    if multi_worker:
+        notes["distribution"] = _multi_worker.NOTE
     history = None
     try:
-        history = model.fit(x, y, callbacks=callbacks, **fit_kwargs)
+        with _multi_worker.multi_worker_fit(model) if multi_worker else nullcontext():
+            history = model.fit(x, y, callbacks=callbacks, **fit_kwargs)
     except KeyboardInterrupt:
         callback.interrupted = True
         print("accelkit: interrupted; returning a partial report", file=sys.stderr)
+    except tf.errors.OpError as error:
+        callback.stop_sampler()
+        if multi_worker and _lost_worker(error):
+            raise _explained(error, model.distribute_strategy) from error
+        raise
     except BaseException:
         callback.stop_sampler()
         raise
@@ -70,6 +112,85 @@ def fit(model: Any, x: Any = None, y: Any = None, *, plan: Plan | None = None,
     report.history = history if history is not None else model.history
     report.notes.update(notes)
     return report
+
+
+def _is_builder(model: Any) -> bool:
+    return callable(model) and not isinstance(model, keras.layers.Layer)
+
+
+def _check_compiled(model: Any) -> None:
+    if getattr(model, "optimizer", None) is None or not getattr(model, "compiled", True):
+        raise ValueError("compile the model before accelkit.keras.fit (model.compile(...)), "
+                         "or pass a function that builds and compiles it")
+
+
+def _build_in_scope(build: Any, plan: Plan) -> Any:
+    """Call the model-building function inside the plan's strategy scope."""
+    strategy = plan.strategy
+    with strategy.scope():
+        model = build()
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"the model-building function passed to accelkit.keras.fit returned "
+                        f"{type(model).__name__}; it must return a compiled keras.Model")
+    _check_compiled(model)
+    return model
+
+
+def _check_strategy(model: Any, plan: Plan) -> str:
+    """Warn when the plan spreads training over several devices but `model` was built
+    outside that strategy's scope (it can only train on one device per process)."""
+    if plan.distribution not in (Distribution.MIRRORED, Distribution.MULTI_WORKER_MIRRORED):
+        return ""
+    # Keras 3 keeps the strategy whose scope the model was built in (None: no scope).
+    built_under = getattr(model, "_distribute_strategy", model.distribute_strategy)
+    if built_under is not None and not (built_under is tf.distribute.get_strategy()
+                                        and not tf.distribute.has_strategy()):
+        if tensorflow_adapter.built_for_a_plan(built_under):
+            return ""
+        return (f"trained under the model's own {type(built_under).__name__} "
+                f"({built_under.num_replicas_in_sync} replica(s)), not the plan's")
+    if plan.distribution is Distribution.MIRRORED:
+        replicas = plan.strategy.num_replicas_in_sync
+        if replicas < 2:
+            return ""
+        where = f"the {replicas} devices of the plan's MirroredStrategy"
+    else:
+        workers = plan.hardware.launcher.tf_config_workers or "the"
+        where = f"the {workers} workers of TF_CONFIG (MultiWorkerMirroredStrategy)"
+    message = (f"{model.name} was built outside the plan's strategy scope, so it trains on one "
+               f"device per process instead of {where}. To distribute it, pass a function "
+               "that builds and compiles the model: accelkit.keras.fit(build_model, x, ...), "
+               "or build and compile it inside `with plan.strategy.scope():`")
+    warnings.warn(f"accelkit: {message}", stacklevel=3)
+    return f"built outside the plan's strategy: trained on one device per process ({where} unused)"
+
+
+def _lost_worker(error: Any) -> bool:
+    """True for the errors of collectives whose peer worker is gone or hung (heartbeats
+    missed, collective timed out), not for the same error types raised by input I/O."""
+    if not isinstance(error, (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+                              tf.errors.AbortedError, tf.errors.CancelledError)):
+        return False
+    text = str(getattr(error, "message", "") or error).lower()
+    return any(word in text for word in ("collective", "coordination", "heartbeat"))
+
+
+def _explained(error: Any, strategy: Any) -> Exception:
+    """The same TensorFlow error type, its message prefixed with what happened and what to do."""
+    timeout, explicit = tensorflow_adapter.distribution_timeout()
+    waited = (f"a collective waited longer than {timeout:g} s (ACCELKIT_DIST_TIMEOUT)"
+              if isinstance(error, tf.errors.DeadlineExceededError) and explicit
+              else "another worker stopped responding")
+    message = (f"accelkit: multi-worker training stopped on worker "
+               f"{tensorflow_adapter.worker_rank(strategy)}: {waited}. A worker that crashed, "
+               "hung or was stopped ends the run for all (TensorFlow cannot continue without "
+               "it): check the other workers' logs for the first error, then restart every "
+               "worker. "
+               f"TensorFlow said: {error.message}")
+    try:
+        return type(error)(error.node_def, error.op, message)
+    except Exception:  # noqa: BLE001 - an unusual error class: keep a clear message anyway
+        return RuntimeError(message)
 
 
 def _with_float32_head(model: Any) -> tuple[Any, str]:

@@ -51,7 +51,7 @@ def _tensorflow(hardware: HardwareInfo) -> tuple[Distribution, list[Setting]]:
             "tensorflow",
             f"TF_CONFIG names {launcher.tf_config_workers} workers (this is "
             f"{launcher.tf_config_task}): synchronous data parallelism across them, "
-            f"{communication} all-reduce")]
+            f"{communication} all-reduce", kind="helper")]
     if hardware.gpu_count > 1:
         if hardware.all_peers_reachable is False:
             ops, why = "HierarchicalCopyAllReduce", (
@@ -61,7 +61,7 @@ def _tensorflow(hardware: HardwareInfo) -> tuple[Distribution, list[Setting]]:
             ops, why = "NcclAllReduce", "the GPUs reach each other peer-to-peer: NCCL all-reduce"
         return Distribution.MIRRORED, [Setting(
             "tf.distribute.Strategy", f"MirroredStrategy(cross_device_ops={ops})", "tensorflow",
-            f"{hardware.gpu_count} local GPUs in one process; {why}")]
+            f"{hardware.gpu_count} local GPUs in one process; {why}", kind="helper")]
     return Distribution.NONE, []
 
 

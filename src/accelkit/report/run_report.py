@@ -106,11 +106,20 @@ class RunReport:
         data["schema"] = SCHEMA
         return data
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the report as JSON (render it later with `accelkit report PATH`)."""
+    def save(self, path: str | os.PathLike[str], *, every_rank: bool = False) -> bool:
+        """Write the report as JSON (render it later with `accelkit report PATH`).
+
+        Under torchrun every rank holds the whole run's report, so only rank 0
+        writes (ranks writing one path would overwrite each other mid-write);
+        ``every_rank=True`` writes on every rank, e.g. to a path with the rank in it.
+        Returns True when this process wrote the file.
+        """
+        if not every_rank and os.environ.get("RANK", "0").strip() not in ("", "0"):
+            return False
         with open(path, "w", encoding="utf-8") as handle:
             json.dump(self.to_dict(), handle, indent=2, default=str)
             handle.write("\n")
+        return True
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunReport:

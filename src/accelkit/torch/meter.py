@@ -12,6 +12,11 @@
 
 Per step it reads the host clock twice and adds a few numbers; the device is
 synchronised only every `window` steps (see `accelkit.profiling.clock`).
+
+In a process group of several ranks (torchrun), building the report gathers
+every rank's figures in one ``all_gather_object``: every rank must close the
+meter (leaving the ``with meter:`` block does), then each holds the report of
+the whole run (`world_size`, `global_samples_per_second`, `ranks`...).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from accelkit.configure import current_plan
 from accelkit.hardware import detect
 from accelkit.hardware.info import HardwareInfo
 from accelkit.planning import Plan, Request, plan as make_plan
+from accelkit.profiling import world
 from accelkit.profiling.assemble import Measurements, build_report
 from accelkit.profiling.clock import StepClock
 from accelkit.profiling.flop_count import FlopCount
@@ -54,6 +60,11 @@ class Meter:
         optimizer: the optimizer, for the advisor's memory figures (its state size).
         grad_scaler: the `torch.amp.GradScaler` in use; its scale is read at window
             boundaries (when the device is synchronised anyway) for the advisor.
+        gather: gather every rank's figures into the report when it is built (a
+            collective: every rank must build it). None: when a process group of
+            more than one rank is initialised.
+        single_device: the same run on one device, for `scaling_efficiency`: a
+            `RunReport`, the path of a saved one, or its samples/s.
 
     Attributes:
         facts: what the advisor reads besides the figures (layer sizes, loader
@@ -76,10 +87,15 @@ class Meter:
                  warmup: int = 3, window: int = 50, sample_gpu: bool = True,
                  calibrate: bool = False, epochs: int | None = None,
                  count_flops: bool = True, optimizer: Any = None,
-                 grad_scaler: Any = None) -> None:
+                 grad_scaler: Any = None, gather: bool | None = None,
+                 single_device: Any = None) -> None:
+        from accelkit.torch import distributed
+
         self._torch = require("torch")
         if tokens_per_sample is not None and tokens_per_sample < 1:
             raise ValueError(f"tokens_per_sample={tokens_per_sample} must be >= 1")
+        self.single_device = distributed.single_device_rate(single_device)
+        self.gather = gather
         self.model = model
         self.plan = plan or current_plan() or make_plan(detect(), Request(framework="torch"))
         self.flops_per_step = flops_per_step
@@ -260,11 +276,35 @@ class Meter:
                                if self._cuda else None),
             calibration=calibration, epochs=self.epochs, losses=self.losses,
             interrupted=self.interrupted, notes=notes, facts=facts,
+            single_device_samples_per_second=self.single_device,
         )
         report = build_report(measurements)
         if not self._cuda:
             report.note("peak_memory_bytes", "CPU run: device memory is not tracked")
+        self._gather(report, summary.steady_samples, hardware)
         return report
+
+    def _gather(self, report: RunReport, samples: int, hardware: HardwareInfo) -> None:
+        """Replace this rank's figures by the whole run's: one all_gather_object."""
+        from accelkit.torch import distributed
+
+        group = distributed.world() if self.gather is not False else None
+        if group is None:
+            return
+        figures = world.rank_figures(report, group.rank, samples)
+        figures.update(tokens_per_second=report.tokens_per_second, mfu=report.mfu,
+                       achieved_tflops=report.achieved_tflops)
+        try:
+            ranks = distributed.gather(figures, self._device)
+        except Exception as error:  # noqa: BLE001 - the local report still stands
+            report.note("world_size", f"could not gather the other ranks' figures: "
+                                      f"{type(error).__name__}: {error}")
+            return
+        for field in ("global_samples_per_second", "scaling_efficiency"):
+            report.notes.pop(field, None)
+        world.aggregate(report, ranks, self.single_device)
+        report.facts.update(rank=group.rank, backend=group.backend)
+        report.refresh_advice(hardware, self.plan)
 
     def _facts(self) -> dict[str, Any]:
         from accelkit.advisor.facts_torch import model_facts

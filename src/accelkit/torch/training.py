@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from accelkit.configure import auto_configure, current_plan
-from accelkit.planning import Plan
+from accelkit.planning import Plan, Status
 from accelkit.profiling.flops_torch import count_train_step_flops
 from accelkit.report.run_report import RunReport
+from accelkit.torch import distributed as parallel
 from accelkit.torch.meter import Meter
 from accelkit.utils.imports import require
 
@@ -22,7 +25,8 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
         channels_last: bool | None = None, max_grad_norm: float | None = None,
         flops_per_step: float | None = None, tokens_per_sample: int | None = None,
         warmup: int = 3, window: int = 50, calibrate: bool = False,
-        progress: bool = True) -> RunReport:
+        progress: bool = True, distributed: bool = True,
+        single_device: Any = None) -> RunReport:
     """Train `model` on `loader` with the plan's settings and return the measured run.
 
     Each batch is ``(inputs, targets)`` (inputs a tensor, tuple or dict) and the
@@ -36,6 +40,19 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
     non-blocking host-to-device copies. A KeyboardInterrupt ends the fit early and
     returns a partial report (``report.interrupted``); any other error (yours or
     PyTorch's) propagates unchanged after the GPU sampler has stopped.
+
+    Under ``torchrun`` (a process group of several ranks, which `auto_configure`
+    starts): the model is wrapped in ``DistributedDataParallel`` on this rank's GPU
+    (``DataParallel`` is never used); a ``DataLoader`` gets a ``DistributedSampler``
+    (the loader is rebuilt with the same settings; ``set_epoch`` is called each
+    epoch) so each rank trains on its share; accumulation micro-steps run under
+    ``model.no_sync()``; only rank 0 prints. At the end every rank's figures are
+    gathered once, and every rank returns the report of the whole run
+    (``world_size``, ``global_samples_per_second``, ``ranks``, ``slowest_rank``,
+    ``scaling_efficiency`` when `single_device` is given); ``report.save`` writes on
+    rank 0 only. Several GPUs and no launcher: the fit trains on one and prints
+    the ``torchrun`` command that would use them all. If the process group could
+    not start (see ``ACCELKIT_DIST_TIMEOUT``), each process trains alone and says so.
 
     Args:
         model, loader, optimizer, loss_fn: the usual.
@@ -52,13 +69,21 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
         tokens_per_sample: for tokens/s when the batch has no (B, T) token-id tensor.
         warmup, window: see `accelkit.torch.Meter`.
         calibrate: also report MFU against a matmul rate measured on this device.
-        progress: print live throughput to stderr every `window` steps.
+        progress: print live throughput to stderr every `window` steps (rank 0 only).
+        distributed: use DistributedDataParallel when a process group of several
+            ranks is initialised; False trains this process alone (no sampler, no
+            gathering), e.g. for a single-device reference run on rank 0.
+        single_device: the same run on one device, for ``report.scaling_efficiency``:
+            a `RunReport`, the path of one saved with ``report.save``, or its samples/s
+            (same per-device batch).
 
     Returns:
         The `RunReport` (throughput, FLOPs, MFU, input wait, GPU figures, losses).
 
     Raises:
-        ValueError: bad arguments, or a loader that yields no batch.
+        ValueError: bad arguments (including a `single_device` that is not a
+            single-device run), or a loader that yields no batch.
+        TypeError: a `single_device` of another type.
 
     Example:
         >>> plan = accelkit.auto_configure()
@@ -67,14 +92,32 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
     """
     torch = require("torch")
     _check(epochs, steps, accumulation_steps, warmup, window)
+    single = parallel.single_device_rate(single_device)
     plan = plan or current_plan() or auto_configure(framework="torch", verbose=False)
-    device = torch.device(device) if device is not None else _default_device(torch, plan)
-    model = model.to(device)
-    conv = any(isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d)) for m in model.modules())
+    group = parallel.world() if distributed else None
+    rank_zero = group.is_zero if group is not None else (
+        not distributed or parallel.is_rank_zero())
+    progress = progress and rank_zero
+    alone = _say_why_alone(plan, group, distributed, progress)
+    inner = parallel.unwrap(model)  # FLOPs are counted, and facts read, on the module
     layout = None
-    if (plan.value("channels_last", False) if channels_last is None else channels_last) and conv:
-        model = model.to(memory_format=torch.channels_last)
-        layout = torch.channels_last  # images follow, so the first conv needs no transpose
+    if inner is not model:  # the script's own DDP (its options kept): already placed
+        device = next(inner.parameters()).device
+    else:
+        device = torch.device(device) if device is not None else _default_device(torch, plan)
+        model = inner = model.to(device)
+        conv = any(isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d)) for m in model.modules())
+        if (plan.value("channels_last", False) if channels_last is None
+                else channels_last) and conv:
+            model = inner = model.to(memory_format=torch.channels_last)
+            layout = torch.channels_last  # images follow: the first conv needs no transpose
+    sampling = None
+    if group is not None:
+        model = parallel.wrap(model, device)
+        loader, sampling = parallel.shard(loader, group)
+    else:
+        model = inner  # distributed=False: the module alone, even if the script wrapped it
+
     def autocast() -> Any:
         return plan.autocast(device.type)
 
@@ -101,30 +144,38 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
     step = torch.compile(forward_loss) if compiled else forward_loss
 
     model.train()
-    meter = Meter(model, plan=plan, flops_per_step=flops_per_step,
+    meter = Meter(inner, plan=plan, flops_per_step=flops_per_step,
                   tokens_per_sample=tokens_per_sample, warmup=warmup, window=window,
                   calibrate=calibrate, epochs=epochs, count_flops=False, optimizer=optimizer,
-                  grad_scaler=scaler)
+                  grad_scaler=scaler, gather=group is not None, single_device=single)
     meter.facts.update(_loader_facts(loader), compiled=compiled)
+    if group is not None:
+        meter.facts.update(distributed=True, sampler=sampling)
     done = 0
     running = torch.zeros((), device=device)
     meter.on_window = _watch_loss(meter, running,
                                   _progress_printer(meter, steps) if progress else None)
     with meter:
         try:
-            for _epoch in range(epochs):
+            for epoch in range(epochs):
                 epoch_steps = 0
                 running.zero_()
+                if group is not None:
+                    parallel.set_epoch(loader, epoch)
                 for batch in loader:
                     batch = _to_device(batch, device, layout)
                     if done == 0 and flops_per_step is None:
-                        meter.set_flops(_count(model, batch, loss_fn, autocast))
+                        meter.set_flops(_count(inner, batch, loss_fn, autocast))
                     with meter.step(batch):
-                        loss = step(batch)
-                        scaler.scale(loss / accumulation_steps).backward()
                         done += 1
                         epoch_steps += 1
-                        if done % accumulation_steps == 0:
+                        stepping = done % accumulation_steps == 0
+                        # Micro-steps that do not step the optimizer skip DDP's all-reduce;
+                        # the gradients are summed locally and reduced on the stepping one.
+                        with _no_sync(model, group is not None and not stepping):
+                            loss = step(batch)
+                            scaler.scale(loss / accumulation_steps).backward()
+                        if stepping:
                             _optimizer_step(torch, model, optimizer, scaler, max_grad_norm)
                         running += loss.detach().float()
                     if steps is not None and done >= steps:
@@ -140,14 +191,20 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
             if done == 0:
                 raise ValueError("the loader yielded no batch: nothing to train on")
             if done % accumulation_steps:
+                if group is not None:  # the last micro-steps ran under no_sync()
+                    parallel.sync_gradients(model, group)
                 _optimizer_step(torch, model, optimizer, scaler, max_grad_norm)
         except KeyboardInterrupt:
             meter.interrupted = True
-            print(f"accelkit: interrupted after {done} steps; returning a partial report",
-                  file=sys.stderr)
+            where = f"rank {group.rank}: " if group is not None else ""
+            print(f"accelkit: {where}interrupted after {done} steps; returning a partial "
+                  "report", file=sys.stderr)
     if progress and sys.stderr.isatty() and meter.clock.steps >= window:
         print(file=sys.stderr)
-    return meter.report()
+    report = meter.report()
+    if alone:
+        report.note("world_size", alone)
+    return report
 
 
 def _check(epochs: int, steps: int | None, accumulation_steps: int, warmup: int,
@@ -160,6 +217,37 @@ def _check(epochs: int, steps: int | None, accumulation_steps: int, warmup: int,
         raise ValueError(f"accumulation_steps={accumulation_steps!r} must be >= 1")
     if warmup < 0 or window < 1:
         raise ValueError(f"warmup={warmup!r} must be >= 0 and window={window!r} >= 1")
+
+
+def _no_sync(model: Any, skip: bool) -> Any:
+    return model.no_sync() if skip else contextlib.nullcontext()
+
+
+def _say_why_alone(plan: Plan, group: parallel.World | None, distributed: bool,
+                   chatty: bool) -> str | None:
+    """Say so when a run that could use several devices trains on one; the reason
+    the process group is missing, if it failed to start."""
+    if group is not None or not distributed:
+        return None
+    backend = plan.get("torch.distributed.backend")
+    launched = os.environ.get("WORLD_SIZE", "1").strip()
+    if backend is not None and backend.status is Status.FAILED:
+        why = backend.detail
+    elif launched.isdigit() and int(launched) > 1:
+        why = (f"WORLD_SIZE={launched} but no process group is initialised (the plan's "
+               f"process group: {backend.status.value if backend else 'not planned'}); "
+               "call accelkit.auto_configure() without ACCELKIT_DISABLE or dry_run, or "
+               "torch.distributed.init_process_group(), before fit")
+    else:
+        why = None
+    if why:
+        why = f"trained this process alone, without DistributedDataParallel: {why}"
+        parallel.warn(why)  # on every rank: the failing one may not be rank 0
+        return why
+    hint = parallel.launch_hint(plan)
+    if hint and chatty:
+        parallel.warn(hint)
+    return None
 
 
 def _default_device(torch: Any, plan: Plan) -> Any:

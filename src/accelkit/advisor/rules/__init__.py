@@ -23,6 +23,7 @@ from accelkit.advisor.rules import (
     memory,
     precision,
     reliability,
+    scaling,
     stability,
     utilisation,
 )
@@ -44,6 +45,7 @@ RULES: list[Rule] = [
     alignment.alignment,
     distribution.idle_gpus,
     distribution.data_parallel,
+    scaling.scaling,
     reliability.no_ecc,
 ]
 

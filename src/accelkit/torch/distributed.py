@@ -1,0 +1,257 @@
+"""Data parallelism for `accelkit.torch.fit`: DDP, the sampler, the per-rank figures.
+
+Under `torchrun`, `auto_configure()` starts the process group (see
+`accelkit.frameworks.torch_adapter.apply_process_group`); this module is what
+the training loop does with it:
+
+- `wrap` puts the model in `DistributedDataParallel` (never `DataParallel`);
+- `shard` gives a `DataLoader` a `DistributedSampler`, so each rank trains on
+  its own 1/world of the data;
+- `sync_gradients` averages gradients left un-synchronised by `no_sync()` micro-steps
+  when a run ends part-way through an accumulation;
+- `gather` collects every rank's figures in one `all_gather_object` at the end of
+  a run, for `accelkit.profiling.world.aggregate`;
+- `single_device_rate` reads the single-device reference scaling efficiency is
+  measured against.
+
+All of it is a no-op without an initialised process group of more than one rank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import sys
+from typing import Any
+
+from accelkit.report.run_report import RunReport
+from accelkit.utils.imports import require
+
+
+@dataclasses.dataclass(frozen=True)
+class World:
+    """This process's place in the process group."""
+
+    rank: int
+    size: int
+    backend: str
+
+    @property
+    def is_zero(self) -> bool:
+        return self.rank == 0
+
+
+def world() -> World | None:
+    """The initialised process group, when it has more than one rank; else None."""
+    torch = require("torch")
+    dist = torch.distributed
+    if not dist.is_available() or not dist.is_initialized():
+        return None
+    size = dist.get_world_size()
+    if size < 2:
+        return None
+    return World(rank=dist.get_rank(), size=size, backend=str(dist.get_backend()))
+
+
+def is_rank_zero() -> bool:
+    """True on rank 0 of the process group, or when there is none (RANK unset or 0)."""
+    group = world()
+    if group is not None:
+        return group.is_zero
+    return os.environ.get("RANK", "0").strip() in ("", "0")
+
+
+def wrap(model: Any, device: Any) -> Any:
+    """`model` in `DistributedDataParallel` on `device` (already a DDP model: unchanged).
+
+    On CUDA the replica lives on this rank's GPU (``device_ids=[device.index]``); on
+    the CPU (gloo) DDP takes no device ids.
+    """
+    torch = require("torch")
+    ddp = torch.nn.parallel.DistributedDataParallel
+    if isinstance(model, ddp):
+        return model
+    if device.type == "cuda":
+        return ddp(model, device_ids=[device.index], output_device=device.index)
+    return ddp(model)
+
+
+def unwrap(model: Any) -> Any:
+    """The module inside a `DistributedDataParallel` wrapper (or `model` itself)."""
+    torch = require("torch")
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return model.module
+    return model
+
+
+# -- data ------------------------------------------------------------------------------
+
+def shard(loader: Any, group: World) -> tuple[Any, str]:
+    """`loader` rebuilt with a `DistributedSampler` for this rank, and what was done.
+
+    A `DataLoader` over a map-style dataset whose sampler is PyTorch's sequential or
+    random one is rebuilt with the same settings (batch size, workers, pinning,
+    collate_fn, drop_last, persistent workers, prefetch factor, worker_init_fn,
+    generator...) and ``DistributedSampler(shuffle=<the original was random>)``,
+    which pads the last rank's share so every rank runs the same number of steps
+    (unequal step counts would leave a rank waiting in an all-reduce).
+    Any other loader is returned as it is, with the reason: a loader that already
+    shards, a custom sampler or batch sampler (accelkit cannot know how to split it),
+    an `IterableDataset` (shard it in ``__iter__`` with the rank), or another iterable.
+    """
+    torch = require("torch")
+    data = torch.utils.data
+    if not isinstance(loader, data.DataLoader):
+        return loader, (f"{type(loader).__name__} is not a DataLoader: each rank trains on "
+                        "what it yields; shard it by rank yourself")
+    sampler = loader.sampler
+    if isinstance(sampler, data.distributed.DistributedSampler):
+        return loader, "the DataLoader already has a DistributedSampler"
+    if isinstance(loader.dataset, data.IterableDataset):
+        return loader, ("an IterableDataset has no sampler: each rank reads the whole "
+                        "stream unless the dataset shards by rank itself")
+    if type(loader.batch_sampler) is not data.BatchSampler or loader.batch_size is None:
+        return loader, ("a custom batch_sampler: accelkit cannot shard it; use a "
+                        "DistributedSampler yourself")
+    if type(sampler) is data.RandomSampler:
+        if sampler.replacement or sampler._num_samples is not None:
+            return loader, ("a RandomSampler with replacement or num_samples: accelkit "
+                            "cannot shard it; use a DistributedSampler yourself")
+        shuffle = True
+    elif type(sampler) is data.SequentialSampler:
+        shuffle = False
+    else:
+        return loader, (f"a custom sampler ({type(sampler).__name__}): accelkit cannot shard "
+                        "it; wrap it for DistributedSampler yourself")
+    distributed = data.distributed.DistributedSampler(
+        loader.dataset, num_replicas=group.size, rank=group.rank, shuffle=shuffle)
+    rebuilt = data.DataLoader(loader.dataset, sampler=distributed, **_loader_settings(loader))
+    order = "shuffled" if shuffle else "in order"
+    return rebuilt, (f"DistributedSampler added by accelkit.torch.fit: rank {group.rank} "
+                     f"of {group.size} trains on {len(distributed)} of {len(loader.dataset)} "
+                     f"samples per epoch, {order}")
+
+
+_NOT_COPIED = {"self", "dataset", "shuffle", "sampler", "batch_sampler"}
+
+
+def _loader_settings(loader: Any) -> dict[str, Any]:
+    """The DataLoader's own constructor arguments, read back from it (those this
+    PyTorch version accepts), except its dataset and sampling."""
+    torch = require("torch")
+    names = inspect.signature(torch.utils.data.DataLoader.__init__).parameters
+    settings = {name: getattr(loader, name) for name in names
+                if name not in _NOT_COPIED and hasattr(loader, name)}
+    if not settings.get("num_workers"):
+        settings.pop("prefetch_factor", None)  # only valid with worker processes
+    return settings
+
+
+def set_epoch(loader: Any, epoch: int) -> None:
+    """Tell a `DistributedSampler` the epoch, so each epoch shuffles differently
+    (the same way on every rank)."""
+    sampler = getattr(loader, "sampler", None)
+    if hasattr(sampler, "set_epoch"):
+        sampler.set_epoch(epoch)
+
+
+# -- gradients -------------------------------------------------------------------------
+
+def sync_gradients(model: Any, group: World) -> None:
+    """Average the gradients across ranks, as DDP's backward would have.
+
+    For the last optimizer step of a run that ends part-way through an
+    accumulation: those micro-steps ran under ``no_sync()``, so each rank holds
+    only its own sum; stepping on it would let the replicas drift apart.
+    """
+    torch = require("torch")
+    for parameter in unwrap(model).parameters():
+        if parameter.grad is not None:
+            torch.distributed.all_reduce(parameter.grad)
+            parameter.grad.div_(group.size)
+
+
+# -- figures ---------------------------------------------------------------------------
+
+def gather(figures: dict[str, Any], device: Any) -> list[dict[str, Any]]:
+    """Every rank's `figures`, in rank order: one ``all_gather_object``, a collective
+    that every rank must reach."""
+    torch = require("torch")
+    gathered: list[Any] = [None] * torch.distributed.get_world_size()
+    context = (torch.cuda.device(device) if getattr(device, "type", "cpu") == "cuda"
+               else _nothing())
+    with context:  # NCCL serialises the objects through the current device
+        torch.distributed.all_gather_object(gathered, figures)
+    return [dict(item) for item in gathered]
+
+
+def broadcast(value: Any, device: Any = None) -> Any:
+    """Rank 0's `value` on every rank (the other ranks wait for it here)."""
+    torch = require("torch")
+    box = [value]
+    context = (torch.cuda.device(device) if getattr(device, "type", "cpu") == "cuda"
+               else _nothing())
+    with context:
+        torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _nothing() -> Any:
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def single_device_rate(value: Any) -> float | None:
+    """Samples/s of the same run on one device, from what `fit(single_device=...)` takes.
+
+    Args:
+        value: None; a number (samples/s of one device); a `RunReport` of a
+            single-device run; or the path of one saved with `report.save`.
+
+    Raises:
+        ValueError: a number <= 0, a report of several devices, a report without
+            a steady-state throughput, or a file that is not a run report.
+        TypeError: anything else.
+
+    Example:
+        >>> single_device_rate(1234.5)
+        1234.5
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise TypeError(f"single_device={value!r}: give a RunReport, a report path or "
+                        "samples/s of one device")
+    if isinstance(value, (int, float)):
+        if not value > 0:
+            raise ValueError(f"single_device={value!r} must be samples/s > 0 of one device")
+        return float(value)
+    if isinstance(value, (str, os.PathLike)):
+        try:
+            value = RunReport.load(value)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"single_device={str(value)!r}: {error}") from None
+    if not isinstance(value, RunReport):
+        raise TypeError(f"single_device takes a RunReport, a report path or samples/s; got "
+                        f"{type(value).__name__}")
+    if value.world_size > 1:
+        raise ValueError(f"single_device: that report ran on {value.world_size} devices; "
+                         "give the run on one device")
+    if not value.samples_per_second:
+        raise ValueError("single_device: that report has no steady-state samples/s "
+                         f"({value.notes.get('samples_per_second', 'not measured')})")
+    return float(value.samples_per_second)
+
+
+def launch_hint(plan: Any) -> str | None:
+    """The planner's advice to relaunch under torchrun (several GPUs, one process)."""
+    setting = plan.get("launch") if plan is not None else None
+    if setting is None or setting.kind != "advice":
+        return None
+    return f"{setting.reason}: {setting.value}"
+
+
+def warn(message: str) -> None:
+    print(f"accelkit: {message}", file=sys.stderr, flush=True)
