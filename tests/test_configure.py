@@ -22,7 +22,9 @@ SRC = os.path.join(os.path.dirname(__file__), "..", "src")
 @pytest.fixture(autouse=True)
 def clean_state(monkeypatch):
     environ = dict(os.environ)
-    for name in ("ACCELKIT_DISABLE", "ACCELKIT_PRECISION", "RANK"):
+    # Some machine images export allocator variables; start from an environment without them.
+    for name in ("ACCELKIT_DISABLE", "ACCELKIT_PRECISION", "RANK", "PYTORCH_CUDA_ALLOC_CONF",
+                 "PYTORCH_ALLOC_CONF", "TF_GPU_THREAD_MODE"):
         monkeypatch.delenv(name, raising=False)
     _common._ours.clear()
     yield

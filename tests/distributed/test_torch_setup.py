@@ -71,7 +71,8 @@ def test_nccl_variables_and_the_device_come_before_the_process_group(fake_init) 
     assert keys.index("torch.distributed.backend") < keys.index("NCCL_P2P_DISABLE")
     result = accelkit.apply(planned)
     # ... the adapter sets the variable and the device first, and keeps the plan's order.
-    assert fake_init == [{"backend": "gloo", "timeout": datetime.timedelta(seconds=600),
+    backend_used = "nccl" if torch.cuda.is_available() else "gloo"  # gloo without CUDA
+    assert fake_init == [{"backend": backend_used, "timeout": datetime.timedelta(seconds=600),
                           "NCCL_P2P_DISABLE": "1", "after_device": ["set_device"]}]
     assert [s.key for s in result.settings] == keys
     assert result.get("NCCL_P2P_DISABLE").status is Status.APPLIED
