@@ -14,7 +14,7 @@ from accelkit.hardware import detect
 from accelkit.hardware.info import GpuInfo, HardwareInfo
 from accelkit.hardware.what_if import UnknownGPUError, what_if
 from accelkit.planning import Distribution, Framework, Plan, Precision, Request, Setting, Status
-from accelkit.report.run_report import RunReport
+from accelkit.profiling.run_report import RunReport
 
 __all__ = [
     "Distribution",

@@ -9,14 +9,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from accelkit import frameworks
-from accelkit.hardware import detect
+from accelkit.hardware import detect, environment
+from accelkit.hardware.environment import DISABLE_ENV, PRECISION_ENV
 from accelkit.hardware.info import HardwareInfo
 from accelkit.hardware.what_if import what_if
 from accelkit.planning import Plan, Precision, Request, Status, plan
 from accelkit.utils.imports import is_available
-
-DISABLE_ENV = "ACCELKIT_DISABLE"
-PRECISION_ENV = "ACCELKIT_PRECISION"
 
 _current: Plan | None = None
 
@@ -70,7 +68,7 @@ def auto_configure(framework: str = "auto", precision: str = "auto", distribute:
         notes.append(f"{chosen.value} is not installed: nothing applied "
                      f"(pip install 'accelkit[{chosen.value}]')")
         result = result.with_settings(result.settings, notes)
-    elif dry_run or os.environ.get(DISABLE_ENV, "").strip() not in ("", "0"):
+    elif dry_run or environment.flag(DISABLE_ENV):
         notes.append("dry run: nothing applied" if dry_run
                      else f"{DISABLE_ENV}={os.environ[DISABLE_ENV]}: nothing applied")
         result = result.with_settings(result.settings, notes)
@@ -78,7 +76,7 @@ def auto_configure(framework: str = "auto", precision: str = "auto", distribute:
         result = apply(result)
         result = result.with_settings(result.settings, notes)
     _current = result
-    if verbose and _is_rank_zero():
+    if verbose and environment.is_rank_zero():
         print(result, file=sys.stderr)
     return result
 
@@ -141,6 +139,3 @@ def plan_for(gpu: str | None = None, count: int = 1, framework: str = "torch",
         raise ValueError("plan_for(framework='auto') is not valid; use 'torch' or 'tensorflow'")
     return plan(what_if(gpu, count, environ=environ), Request(framework=framework, **request))
 
-
-def _is_rank_zero() -> bool:
-    return os.environ.get("RANK", "0") == "0"

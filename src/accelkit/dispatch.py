@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from accelkit.report.run_report import RunReport
+from accelkit.profiling.run_report import RunReport
 
 
 def fit(model: Any, data: Any = None, **kwargs: Any) -> RunReport:

@@ -9,7 +9,8 @@ import pytest
 from accelkit import what_if
 from accelkit.advisor import Advice, Severity, advise, rank
 from accelkit.advisor.rules import RULES
-from accelkit.report.run_report import RunReport
+from accelkit.profiling.run_report import RunReport
+from accelkit.report.assemble import with_advice
 
 from .helpers import ids, measured_on
 
@@ -69,7 +70,7 @@ def test_a_failing_advisor_leaves_a_note_not_an_error(monkeypatch) -> None:
 
     monkeypatch.setattr("accelkit.advisor.rules.RULES", [broken])
     monkeypatch.setattr("accelkit.advisor.RULES", [broken])
-    report.refresh_advice()
+    with_advice(report)
     assert report.advice == [] and "boom" in report.notes["advice"]
 
 
@@ -77,7 +78,7 @@ def test_report_renders_evidence_action_and_gain() -> None:
     report = RunReport(framework="torch", model="m", device="cpu", precision="fp32",
                        matmul_dtype="fp32", input_wait_share=0.4, step_time_s=0.01,
                        facts={"loader": {"type": "DataLoader", "num_workers": 0}})
-    report.refresh_advice()
+    with_advice(report)
     text = str(report)
     assert "advice:\n  1. [warning] input-bound: 40% of step time" in text
     assert "evidence: input_wait_share=0.4, step_time_ms=10" in text
@@ -89,7 +90,7 @@ def test_saved_report_keeps_facts_and_advice(tmp_path) -> None:
     report = RunReport(framework="torch", model="m", device="cpu", precision="fp32",
                        matmul_dtype="fp32", input_wait_share=0.4,
                        facts={"batch_size": 32, "layers": []})
-    report.refresh_advice()
+    with_advice(report)
     path = tmp_path / "run.json"
     report.save(path)
     loaded = RunReport.load(path)
@@ -103,5 +104,5 @@ def test_report_advise_uses_its_own_or_a_what_if_plan(plan_given) -> None:
 
     report = RunReport(framework="torch", model="m", device="cpu", precision="fp32",
                        matmul_dtype="fp32")
-    found = report.advise(plan=plan_for("Tesla T4", precision="fp32") if plan_given else None)
+    found = advise(None, plan_for("Tesla T4", precision="fp32") if plan_given else None, report)
     assert ("precision" in ids(found)) is plan_given

@@ -12,10 +12,11 @@ import pytest
 import accelkit
 from accelkit import what_if
 from accelkit.advisor.context import DEFAULT_MFU
-from accelkit.advisor.projection import project, ranked, render
+from accelkit.advisor.projection import project, ranked
 from accelkit.hardware.info import HardwareInfo
 from accelkit.planning import Request, plan
-from accelkit.report.run_report import RunReport
+from accelkit.profiling.run_report import RunReport
+from accelkit.report.render import render_projections as render
 
 SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
 A100 = what_if("A100-SXM4-80GB")
@@ -147,7 +148,7 @@ def saved_run(tmp_path_factory):
 @torch_only
 def test_report_project_on_a_real_cpu_run(saved_run) -> None:
     report, _ = saved_run
-    p = report.project("H100 SXM", count=8, price_per_hour=3.0)
+    p = project(report, "H100 SXM", count=8, price_per_hour=3.0)
     assert p.steps_per_epoch == pytest.approx(20 / 8)
     wait = report.input_wait_share * report.step_time_s
     assert p.input_wait_s == pytest.approx(wait)

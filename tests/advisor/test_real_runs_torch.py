@@ -103,7 +103,7 @@ def test_a_layer_of_1001_units_gets_alignment_advice_naming_it() -> None:
     assert "1001 -> 1008" in found["action"]
     # The same run planned for an A100 in bf16: on tensor cores it is a warning.
     a100 = accelkit.plan_for("A100-SXM4-80GB")
-    assert {a.id: a for a in report.advise(plan=a100)}["alignment"].severity is Severity.WARNING
+    assert {a.id: a for a in advise(None, a100, report)}["alignment"].severity is Severity.WARNING
 
 
 def test_what_if_ampere_in_fp32_gets_precision_advice_with_its_gain(healthy) -> None:
@@ -113,9 +113,9 @@ def test_what_if_ampere_in_fp32_gets_precision_advice_with_its_gain(healthy) -> 
     assert found.speedup == pytest.approx(amdahl(DEFAULT_MFU, 312 / 19.5))
     assert "312 / 19.5 = 16.0" in found.expected_gain and "assumed" in found.expected_gain
     assert "precision='bf16'" in found.action
-    assert found == {a.id: a for a in healthy.advise(plan=fp32)}["precision"]
+    assert found == {a.id: a for a in advise(None, fp32, healthy)}["precision"]
     bf16 = accelkit.plan_for("A100-SXM4-80GB")
-    assert "precision" not in {a.id for a in healthy.advise(plan=bf16)}
+    assert "precision" not in {a.id for a in advise(None, bf16, healthy)}
     # On the CPU it ran on there is no tensor core to point at.
     assert "precision" not in verdicts(healthy)
 

@@ -14,8 +14,17 @@ import pytest
 from accelkit import plan_for, what_if
 from accelkit.advisor import Severity, advise
 from accelkit.advisor.context import DEFAULT_MFU, Context
-from accelkit.advisor.rules import alignment, distribution, input_wait, keras_policy, memory
-from accelkit.advisor.rules import precision, reliability, stability, utilisation
+from accelkit.advisor.rules import (
+    alignment,
+    distribution,
+    input_wait,
+    keras_policy,
+    memory,
+    precision,
+    reliability,
+    stability,
+    utilisation,
+)
 from accelkit.advisor.types import amdahl
 from accelkit.hardware.info import HardwareInfo
 

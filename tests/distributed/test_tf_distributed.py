@@ -102,7 +102,7 @@ def test_tf_config_gives_a_ring_multi_worker_strategy(cluster) -> None:
         assert result["communication"].endswith("RING")
         assert result["plan"]["distribution"] == "multi_worker_mirrored"
         setting = {s["key"]: s for s in result["plan"]["settings"]}["tf.distribute.Strategy"]
-        assert setting["value"] == "MultiWorkerMirroredStrategy(communication=RING)"
+        assert setting["value"] == "RING"  # the typed cross-device choice, CrossDevice.RING
         assert setting["status"] == "deferred"  # built by plan.strategy, in fit
 
 

@@ -11,9 +11,11 @@ import pytest
 import accelkit
 from accelkit import plan_for
 from accelkit.frameworks import _common, torch_adapter
+from accelkit.hardware import environment
 from accelkit.hardware.info import GpuInfo, HardwareInfo, LauncherEnv, Link
 from accelkit.planning import Request, Status, plan
-from accelkit.report.run_report import RunReport
+from accelkit.profiling import world
+from accelkit.profiling.run_report import RunReport
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
@@ -96,7 +98,7 @@ def test_the_timeout_comes_from_accelkit_dist_timeout(fake_init, monkeypatch) ->
 
 @pytest.mark.parametrize("text", ["soon", "0", "-3", "inf", "nan"])
 def test_a_bad_timeout_falls_back_to_the_default_and_says_so(text) -> None:
-    seconds, note = torch_adapter.dist_timeout({"ACCELKIT_DIST_TIMEOUT": text})
+    seconds, note, _ = environment.dist_timeout({"ACCELKIT_DIST_TIMEOUT": text})
     assert seconds == 600.0 and f"ACCELKIT_DIST_TIMEOUT={text!r}" in note
 
 
@@ -212,14 +214,14 @@ def _report(**figures) -> RunReport:
 
 
 def test_single_device_from_a_number_a_report_or_its_file(tmp_path) -> None:
-    assert distributed.single_device_rate(None) is None
-    assert distributed.single_device_rate(250) == 250.0
+    assert world.single_device_rate(None) is None
+    assert world.single_device_rate(250) == 250.0
     one = _report(samples_per_second=321.0)
-    assert distributed.single_device_rate(one) == 321.0
+    assert world.single_device_rate(one) == 321.0
     path = tmp_path / "one.json"
     one.save(path)
-    assert distributed.single_device_rate(path) == 321.0
-    assert distributed.single_device_rate(str(path)) == 321.0
+    assert world.single_device_rate(path) == 321.0
+    assert world.single_device_rate(str(path)) == 321.0
 
 
 @pytest.mark.parametrize(("value", "error", "message"), [
@@ -229,14 +231,14 @@ def test_single_device_from_a_number_a_report_or_its_file(tmp_path) -> None:
 ])
 def test_single_device_bad_values_are_clear_errors(value, error, message) -> None:
     with pytest.raises(error, match=message):
-        distributed.single_device_rate(value)
+        world.single_device_rate(value)
 
 
 def test_single_device_refuses_a_multi_device_or_unmeasured_report() -> None:
     with pytest.raises(ValueError, match="ran on 2 devices"):
-        distributed.single_device_rate(_report(samples_per_second=5.0, world_size=2))
+        world.single_device_rate(_report(samples_per_second=5.0, world_size=2))
     with pytest.raises(ValueError, match="no steady-state samples/s"):
-        distributed.single_device_rate(_report())
+        world.single_device_rate(_report())
 
 
 # -- fit, save, bench --------------------------------------------------------------------------

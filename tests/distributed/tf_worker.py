@@ -19,10 +19,10 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
-import accelkit  # noqa: E402
+import accelkit
 
 BATCH = 64  # the global batch: split across the replicas by the strategy
 
@@ -51,7 +51,7 @@ def mirrored(out: Path) -> None:
         cpus[0], [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
     plan = accelkit.plan_for("NVIDIA A100-SXM4-80GB", count=2, framework="tensorflow",
                              precision="fp32")
-    strategy = plan.strategy
+    strategy = accelkit.keras.strategy(plan)
     x, y = data()
     report = accelkit.keras.fit(build, x, y, batch_size=BATCH, epochs=3, verbose=0, plan=plan,
                                 single_device_samples_per_second=1000.0)
@@ -98,7 +98,7 @@ def worker(out: Path) -> None:
     report = accelkit.keras.fit(build, x, y, batch_size=BATCH, epochs=3, verbose=0, plan=plan,
                                 callbacks=callbacks, validation_data=(x[:256], y[:256]),
                                 single_device_samples_per_second=1000.0)
-    strategy = plan.strategy
+    strategy = accelkit.keras.strategy(plan)
     (out / f"worker{index}.json").write_text(json.dumps({
         "strategy": type(strategy).__name__,
         "replicas": strategy.num_replicas_in_sync,

@@ -46,7 +46,7 @@ def free_port() -> int:
 def environment(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARIABLES}
     env.update(PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1",
-               ACCELKIT_DIST_TIMEOUT="30", PYTHONUNBUFFERED="1")
+               ACCELKIT_DIST_TIMEOUT="30", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
     env.update(extra)
     return env
 

@@ -20,10 +20,9 @@ import os
 import sys
 import time
 
-import torch
-
 import accelkit
 import accelkit.torch
+import torch
 
 
 class Boom(Exception):

@@ -9,6 +9,7 @@ import pytest
 
 import accelkit
 from accelkit.hardware.info import GpuInfo, HardwareInfo
+from accelkit.keras import strategy as keras_strategy
 from accelkit.planning import Request, Status, plan
 
 pytestmark = pytest.mark.tensorflow
@@ -20,8 +21,9 @@ A100 = HardwareInfo(gpus=(GpuInfo(0, "NVIDIA A100-SXM4-80GB", compute_capability
 
 @pytest.fixture(autouse=True)
 def keras_state():
-    import keras
     import tensorflow as tf
+
+    import keras
 
     policy = keras.mixed_precision.global_policy().name
     tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
@@ -127,4 +129,4 @@ def test_strategy_is_default_for_one_device(keras_state) -> None:
     import tensorflow as tf
 
     result = plan(T4, Request(framework="tensorflow"))
-    assert result.strategy is tf.distribute.get_strategy()
+    assert keras_strategy(result) is tf.distribute.get_strategy()

@@ -63,28 +63,28 @@ class FakeNvml:
         self.fail_after = fail_after
         self.shutdown = False
 
-    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
+    def nvmlInit(self) -> None:
         pass
 
-    def nvmlShutdown(self) -> None:  # noqa: N802
+    def nvmlShutdown(self) -> None:
         self.shutdown = True
 
-    def nvmlDeviceGetHandleByIndex(self, index):  # noqa: N802
+    def nvmlDeviceGetHandleByIndex(self, index):
         return index
 
-    def nvmlDeviceGetUtilizationRates(self, handle):  # noqa: N802
+    def nvmlDeviceGetUtilizationRates(self, handle):
         self.reads += 1
         if self.fail_after is not None and self.reads > self.fail_after:
             raise RuntimeError("GPU is lost")
         return types.SimpleNamespace(gpu=90 + handle)
 
-    def nvmlDeviceGetMemoryInfo(self, handle):  # noqa: N802
+    def nvmlDeviceGetMemoryInfo(self, handle):
         return types.SimpleNamespace(used=(handle + 1) * 10**9)
 
-    def nvmlDeviceGetPowerUsage(self, handle):  # noqa: N802
+    def nvmlDeviceGetPowerUsage(self, handle):
         return 500_000
 
-    def nvmlDeviceGetClockInfo(self, handle, kind):  # noqa: N802
+    def nvmlDeviceGetClockInfo(self, handle, kind):
         return 1980
 
 
@@ -105,9 +105,8 @@ def test_sampler_summarises_utilisation_memory_power_clock() -> None:
 
 
 def test_sampler_stops_when_the_body_raises() -> None:
-    with pytest.raises(KeyError):
-        with NvmlSampler([0], interval=0.005, nvml=FakeNvml()):
-            raise KeyError("the user's error")
+    with pytest.raises(KeyError), NvmlSampler([0], interval=0.005, nvml=FakeNvml()):
+        raise KeyError("the user's error")
     assert not nvml_threads()
 
 
@@ -120,7 +119,7 @@ def test_an_nvml_error_stops_sampling_with_a_note_and_no_exception() -> None:
 
 def test_sampler_without_nvml_notes_why() -> None:
     class Missing(FakeNvml):
-        def nvmlInit(self):  # noqa: N802
+        def nvmlInit(self):
             raise OSError("libnvidia-ml.so.1 not found")
 
     with NvmlSampler([0], nvml=Missing()) as sampler:

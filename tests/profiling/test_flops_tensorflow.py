@@ -21,8 +21,8 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from accelkit.profiling import flops_tensorflow  # noqa: E402
-from accelkit.profiling.flops_tensorflow import (  # noqa: E402
+from accelkit.profiling import flops_tensorflow
+from accelkit.profiling.flops_tensorflow import (
     count_train_step_flops,
     einsum_flops,
     register_flop_rules,

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
-from accelkit.profiling.flops_torch import count_train_step_flops  # noqa: E402
+from accelkit.profiling.flops_torch import count_train_step_flops
 
 pytestmark = pytest.mark.torch
 

@@ -36,16 +36,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from accelkit import specs
+from accelkit.hardware import capabilities
 from accelkit.hardware.info import GpuInfo, HardwareInfo
-from accelkit.planning.types import Plan, Precision
+from accelkit.planning.types import Plan
 from accelkit.specs.types import GpuSpec
 
 # MFU assumed where none was measured on the GPU in question (a CPU run, a what-if
 # GPU): well-tuned large-model training reaches 40-50% (PaLM reports 46%, appendix B).
 DEFAULT_MFU = 0.4
-
-_TF32_KEYS = ("torch.backends.cuda.matmul.allow_tf32",
-              "tf.config.experimental.enable_tensor_float_32_execution")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +72,8 @@ class Context:
     def build(cls, hardware: HardwareInfo | None, plan: Plan | None,
               measurements: Mapping[str, Any] | Any) -> Context:
         m = measurements.to_dict() if hasattr(measurements, "to_dict") else dict(measurements)
+        if plan is None and m.get("plan"):  # the plan the run used
+            plan = Plan.from_dict(m["plan"])
         if hardware is None:
             hardware = plan.hardware if plan is not None else HardwareInfo.from_dict(
                 m.get("hardware") or {})
@@ -129,13 +129,9 @@ class Context:
         measured = self.m.get("matmul_dtype")
         if self.measured_here and measured:
             return str(measured)
-        precision = Precision.parse(self.precision)
-        if precision is Precision.BF16:
-            return "bf16"
-        if precision is Precision.FP16:
-            return "fp16"
-        tf32 = any(self.plan is not None and self.plan.value(key) is True for key in _TF32_KEYS)
-        return "tf32" if tf32 or precision is Precision.TF32 else "fp32"
+        if self.plan is not None:
+            return self.plan.matmul_dtype
+        return capabilities.matmul_dtype(self.precision, tf32_enabled=False)
 
     @property
     def mfu(self) -> float | None:

@@ -23,7 +23,8 @@ from typing import Any
 
 from accelkit import specs
 from accelkit.advisor.context import DEFAULT_MFU, Context
-from accelkit.hardware.what_if import UnknownGPUError
+from accelkit.hardware.what_if import UnknownGPUError, what_if
+from accelkit.planning import Request, plan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +105,6 @@ def project(report: Mapping[str, Any] | Any, gpu: str, count: int = 1,
         >>> round(p.step_time_s * 1e3, 2)  # 1e12 / (0.5 x 312e12) s
         6.41
     """
-    from accelkit.configure import plan_for
-
     data = report.to_dict() if hasattr(report, "to_dict") else dict(report)
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"count={count!r} is not valid; use a whole number >= 1")
@@ -123,9 +122,9 @@ def project(report: Mapping[str, Any] | Any, gpu: str, count: int = 1,
     facts = data.get("facts") or {}
     framework = str(data.get("framework") or "torch")
     on_gpu = data.get("mfu") is not None
-    dtype, dtype_note = _dtype(data, spec, plan_for(spec.key, count, framework=framework,
-                                                    **({"precision": precision} if precision
-                                                       else {})), precision, on_gpu)
+    target = plan(what_if(spec.key, count), Request(framework=framework,
+                                                    precision=precision or "auto"))
+    dtype, dtype_note = _dtype(data, spec, target, precision, on_gpu)
     peak = spec.peak(dtype)
     if not peak:
         raise ValueError(f"{spec.name} has no dense {dtype} peak in its datasheet")
@@ -219,42 +218,6 @@ def ranked(projections: Sequence[Projection]) -> list[tuple[Projection, int, int
                     key=lambda p: p.cost_per_epoch)
     cost_rank = {id(p): i for i, p in enumerate(priced, 1)}
     return [(p, i, cost_rank.get(id(p))) for i, p in enumerate(by_time, 1)]
-
-
-def render(projections: Sequence[Projection]) -> str:
-    """A table of the projections ranked by epoch time, with the rank by cost."""
-    from accelkit.report.render import table
-
-    rows = []
-    for p, by_time, by_cost in ranked(projections):
-        rows.append((
-            p.gpu, str(p.count), p.dtype, f"{p.peak_tflops * p.count:,.0f}", f"{p.mfu:.0%}",
-            duration(p.step_time_s), f"{p.input_wait_s / p.step_time_s:.0%}",
-            duration(p.epoch_time_s),
-            "-" if p.cost_per_epoch is None else f"${p.cost_per_epoch:,.4g}",
-            str(by_time), "-" if by_cost is None else str(by_cost),
-        ))
-    body = table(("gpu", "n", "dtype", "peak TFLOP/s", "MFU", "step", "input", "epoch",
-                  "cost/epoch", "by time", "by cost"), rows)
-    order = ranked(projections)
-    lines = [f"what-if projection: the same run on other GPUs\n{body}"]
-    lines.append(f"fastest: {order[0][0].count} x {order[0][0].gpu}")
-    cheapest = [p for p, _, c in order if c == 1]
-    if cheapest:
-        lines.append(f"cheapest per epoch: {cheapest[0].count} x {cheapest[0].gpu}")
-    lines += [f"assumes{f' for {who}' if who else ''}: {text}"
-              for text, who in _assumptions(projections)]
-    return "\n".join(lines)
-
-
-def _assumptions(projections: Sequence[Projection]) -> list[tuple[str, str]]:
-    """Each distinct assumption once, with the GPUs it is for ('' when for all)."""
-    holders: dict[str, list[str]] = {}
-    for p in projections:
-        for text in p.assumptions:
-            holders.setdefault(text, []).append(f"{p.count} x {p.gpu}")
-    return [(text, "" if len(who) == len(projections) else ", ".join(who))
-            for text, who in holders.items()]
 
 
 def duration(seconds: float) -> str:

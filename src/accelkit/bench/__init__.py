@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from accelkit.configure import auto_configure
-from accelkit.report.run_report import RunReport
+from accelkit.profiling import world
+from accelkit.profiling.run_report import RunReport
 from accelkit.utils.imports import is_available
 
 TORCH_MODELS = ("mlp", "cnn", "gpt", "gpt2", "resnet50")
@@ -54,7 +55,7 @@ def run(model: str = "mlp", framework: str = "auto", *, steps: int = 60,
         from accelkit.torch import distributed
 
         bench = _TorchBench(model, plan, steps, batch_size, calibrate, warmup, progress)
-        single = distributed.single_device_rate(single_device)
+        single = world.single_device_rate(single_device)
         group = distributed.world()
         if not compare_single or single is not None:
             return bench.run(single)
@@ -117,9 +118,8 @@ class _TorchBench:
 def _torch(name: str, plan: Any, steps: int, batch_size: int | None, calibrate: bool,
            warmup: int, progress: bool, device: Any, distributed: bool,
            single: float | None) -> RunReport:
-    import torch
-
     import accelkit.torch
+    import torch
     from accelkit.bench import torch_models
 
     torch.manual_seed(0)  # the same model on every rank and in every run

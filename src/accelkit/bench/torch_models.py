@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from torch.nn import functional as F
+
 import torch
 from torch import nn
-from torch.nn import functional as F  # noqa: N812 - PyTorch's convention
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,12 +15,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from accelkit import __version__, specs
+from accelkit.advisor.projection import project, ranked
 from accelkit.configure import auto_configure, plan_for
-from accelkit.hardware import detect
+from accelkit.hardware import detect, environment
 from accelkit.hardware.what_if import UnknownGPUError
 from accelkit.planning import Framework, Precision, Request, plan
-from accelkit.report.render import describe_hardware, table
-from accelkit.report.run_report import RunReport
+from accelkit.profiling.run_report import RunReport
+from accelkit.report.assemble import with_advice
+from accelkit.report.render import describe_hardware, render_projections, table
 
 EXIT_UNKNOWN_GPU = 1
 EXIT_USAGE = 2
@@ -227,7 +229,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                        single_device=_rate_or_path(args.single_device))
     if args.save:
         result.save(args.save)
-    if _is_rank_zero():  # every rank holds the whole run's report; one prints it
+    if environment.is_rank_zero():  # every rank holds the whole run's report; one prints it
         if args.json:
             _emit_json(result.to_dict())
         else:
@@ -244,34 +246,24 @@ def _rate_or_path(text: str | None) -> float | str | None:
         return text
 
 
-def _is_rank_zero() -> bool:
-    import os
-
-    return os.environ.get("RANK", "0").strip() in ("", "0")
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     try:
         result = RunReport.load(args.path)
     except (OSError, json.JSONDecodeError) as error:
         raise ValueError(f"cannot read {args.path}: {error}") from None
-    result.refresh_advice()  # the current rules, on the saved figures and facts
+    with_advice(result)  # the current rules, on the saved figures and facts
     projections = _projections(result, args.project, args.price, args.mfu)
     if args.json:
         document = result.to_dict()
         if projections:
-            from accelkit.advisor.projection import ranked
-
             document["projections"] = [{**p.to_dict(), "rank_by_time": t, "rank_by_cost": c}
                                        for p, t, c in ranked(projections)]
         _emit_json(document)
         return 0
     print(result)
     if projections:
-        from accelkit.advisor.projection import render
-
         print()
-        print(render(projections))
+        print(render_projections(projections))
     return 0
 
 
@@ -305,7 +297,7 @@ def _projections(report: RunReport, targets: Sequence[str], prices: Sequence[str
             number = _positive_int(count)
         except argparse.ArgumentTypeError as error:
             raise ValueError(f"--project {target!r}: {error}") from None
-        found.append(report.project(spec.key, number, by_key.get(spec.key), mfu=mfu))
+        found.append(project(report, spec.key, number, by_key.get(spec.key), mfu=mfu))
     unused = set(by_key) - {p.key for p in found}
     if unused:
         raise ValueError(f"--price for {', '.join(sorted(unused))}, which no --project names")

@@ -5,14 +5,21 @@ accelkit's own earlier value for the user's)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 
+from accelkit.planning.keys import Key, Kind, entry
 from accelkit.planning.types import Plan, Setting, Status
 
 Outcome = tuple[Status, str]
 
 # key -> value accelkit set in this process.
 _ours: dict[str, object] = {}
+
+
+def forget() -> None:
+    """Forget what accelkit set in this process, so the next apply treats every value
+    in force as the user's (tests start from here)."""
+    _ours.clear()
 
 
 def set_by_us(key: str, value: object) -> None:
@@ -40,43 +47,45 @@ def apply_env(key: str, value: str, *, aliases: tuple[str, ...] = (),
     return Status.APPLIED, ""
 
 
-HELPERS = {
-    "precision": "plan.autocast() / accelkit.torch.fit",
-    "autocast.dtype": "plan.autocast() / accelkit.torch.fit",
-    "outputs.float32": "accelkit.torch.fit",
-    "grad_scaler": "plan.grad_scaler() / accelkit.torch.fit",
-    "channels_last": "accelkit.torch.fit",
-    "torch.compile": "accelkit.torch.fit",
-    "keras.float32_head": "accelkit.keras.float32_head(model) / accelkit.keras.fit",
-    "keras.loss_scale": "model.compile() under the mixed_float16 policy",
-    "keras.jit_compile": "accelkit.keras.fit",
-    "tf.distribute.Strategy": "plan.strategy",
-}
+Appliers = Mapping[Key, Callable[[Setting], Outcome]]
 
 
-def walk(plan: Plan, appliers: dict[str, Callable[[Setting], Outcome]],
-         framework: str) -> Plan:
-    """Apply each setting with its applier and record the outcome.
+def walk(plan: Plan, appliers: Appliers, framework: str) -> Plan:
+    """Apply each setting of `plan` with its applier and record the outcome.
 
-    An exception inside one applier marks that setting "could not apply" with
-    the error and the walk goes on: accelkit never fails a run over a setting.
+    Settings are applied in the order of their registry phase (environment first,
+    the process group last), whatever the plan's order; the returned plan keeps
+    the plan's order. A helper's setting is marked deferred to the helper the
+    registry names; advice is left to the user. An exception inside one applier
+    marks that setting "could not apply" with the error and the walk goes on:
+    accelkit never fails a run over a setting.
     """
-    settings = []
-    for setting in plan.settings:
-        if setting.framework not in (framework, "any"):
-            outcome: Outcome = (Status.NOT_APPLICABLE, f"for {setting.framework}")
-        elif setting.kind == "advice":
-            outcome = (Status.ADVICE, "")
-        elif setting.kind == "helper" and setting.key not in appliers:
-            outcome = (Status.DEFERRED, f"applied by {HELPERS.get(setting.key, 'accelkit')}")
-        elif setting.kind == "env" and setting.key not in appliers:
-            outcome = _guarded(lambda s: apply_env(s.key, str(s.value)), setting)
-        elif setting.key in appliers:
-            outcome = _guarded(appliers[setting.key], setting)
-        else:
-            outcome = (Status.FAILED, "no applier for this setting in this accelkit version")
-        settings.append(setting.with_status(*outcome))
-    return plan.with_settings(settings)
+    outcomes: dict[int, Outcome] = {}
+    order = sorted(range(len(plan.settings)), key=lambda i: entry(plan.settings[i].key).phase)
+    for index in order:
+        outcomes[index] = _outcome(plan.settings[index], appliers, framework)
+    return plan.with_settings(setting.with_status(*outcomes[i])
+                              for i, setting in enumerate(plan.settings))
+
+
+def _outcome(setting: Setting, appliers: Appliers, framework: str) -> Outcome:
+    registered = entry(setting.key)
+    if registered.framework not in (framework, "any"):
+        return Status.NOT_APPLICABLE, f"for {registered.framework}"
+    if registered.kind is Kind.ADVICE:
+        return Status.ADVICE, ""
+    if not registered.by_adapter:
+        return Status.DEFERRED, f"applied by {registered.applied_by}"
+    applier = appliers.get(setting.key)
+    if applier is None and registered.kind is Kind.ENV:
+        applier = _set_env
+    if applier is None:  # tests/frameworks/test_contract.py keeps this from happening
+        return Status.FAILED, "no applier for this setting in this accelkit version"
+    return _guarded(applier, setting)
+
+
+def _set_env(setting: Setting) -> Outcome:
+    return apply_env(setting.key.value, str(setting.value))
 
 
 def _guarded(applier: Callable[[Setting], Outcome], setting: Setting) -> Outcome:

@@ -9,16 +9,15 @@ import atexit
 import contextlib
 import datetime
 import os
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from accelkit.frameworks._common import Outcome, apply_env, is_ours, set_by_us, walk
-from accelkit.planning.runtime import ALLOC_CONF
-from accelkit.planning.types import Plan, Precision, Setting, Status
+from accelkit.hardware.capabilities import TorchTF32
+from accelkit.hardware.environment import TIMEOUT_ENV, dist_timeout
+from accelkit.planning.keys import Key
+from accelkit.planning.types import Plan, Setting, Status
 from accelkit.utils.imports import require
-
-if TYPE_CHECKING:
-    import torch
 
 
 def _torch() -> Any:
@@ -28,70 +27,30 @@ def _torch() -> Any:
 def apply(plan: Plan) -> Plan:
     """Apply every torch setting of `plan`; returns the plan with outcomes recorded.
 
-    Settings are applied in the order their effects need, whatever the plan's order:
-    environment variables first (NCCL reads its variables when the process group
-    creates a communicator), then framework flags, then the rank's GPU, and the
-    process group last. The returned plan keeps the plan's order.
+    `walk` applies them in their registry phase's order: environment variables
+    first (NCCL reads its variables when the process group creates a
+    communicator), then framework flags, then the rank's GPU, and the process
+    group last.
     """
     _torch()
-    order = sorted(range(len(plan.settings)), key=lambda i: _phase(plan.settings[i]))
-    walked = walk(plan.with_settings([plan.settings[i] for i in order]), {
-        "torch.backends.cuda.matmul.allow_tf32": apply_tf32_matmul,
-        "torch.backends.cudnn.allow_tf32": apply_tf32_cudnn,
-        "torch.backends.cudnn.benchmark": apply_cudnn_benchmark,
-        ALLOC_CONF: apply_allocator,
-        "torch.cuda.set_device": apply_device,
-        "torch.distributed.backend": apply_process_group,
-    }, framework="torch")
-    settings: list[Setting] = list(plan.settings)
-    for position, index in enumerate(order):
-        settings[index] = walked.settings[position]
-    return plan.with_settings(settings)
+    return walk(plan, appliers(), framework="torch")
 
 
-_LAST = ("torch.cuda.set_device", "torch.distributed.backend")
-
-
-def _phase(setting: Setting) -> int:
-    if setting.kind == "env":
-        return 0
-    if setting.key in _LAST:
-        return 2 + _LAST.index(setting.key)
-    return 1
-
-
-# -- TF32 --------------------------------------------------------------------------
-# PyTorch 2.9 added `fp32_precision` flags and, once they are set, raises from the
-# legacy getters (`torch.get_float32_matmul_precision()`, `allow_tf32`) that
-# Lightning and user code still call. Flags set through the legacy API read back
-# through both, so accelkit sets the legacy ones; a user who set the new ones is
-# detected by the legacy getter raising, and kept.
+# -- TF32 (accelkit.hardware.capabilities.TorchTF32 knows both PyTorch APIs) -----------
 
 def _user_new_api(error: RuntimeError) -> Outcome:
     return Status.KEPT_USER_VALUE, f"set by the user through fp32_precision ({error})"[:160]
 
 
-def _matmul_precision(torch: Any) -> tuple[str, str]:
-    """(current value, untouched default) in the vocabulary of the installed torch."""
-    matmul = torch.backends.cuda.matmul
-    if hasattr(matmul, "fp32_precision"):
-        return matmul.fp32_precision, "none"
-    return torch.get_float32_matmul_precision(), "highest"
-
-
 def apply_tf32_matmul(setting: Setting) -> Outcome:
-    torch = _torch()
-    current, default = _matmul_precision(torch)
-    if default == "none":
-        wanted = "tf32" if setting.value else "ieee"
-    else:
-        wanted = "high" if setting.value else "highest"
-    if current == wanted:
+    tf32 = TorchTF32(_torch())
+    current, default = tf32.matmul_precision()
+    if current == tf32.wanted(bool(setting.value)):
         return Status.ALREADY_SET, f"matmul fp32 precision {current!r}"
     if current != default and not is_ours(setting.key, current):
         return Status.KEPT_USER_VALUE, f"matmul fp32 precision {current!r} set by the user"
-    torch.set_float32_matmul_precision("high" if setting.value else "highest")
-    current, _ = _matmul_precision(torch)
+    tf32.set(bool(setting.value))
+    current, _ = tf32.matmul_precision()
     set_by_us(setting.key, current)
     return Status.APPLIED, f"matmul fp32 precision {current!r}"
 
@@ -123,9 +82,10 @@ def apply_allocator(setting: Setting) -> Outcome:
     """The CUDA caching allocator reads its configuration once, when CUDA initialises."""
     torch = _torch()
     # PyTorch >= 2.9 also reads PYTORCH_ALLOC_CONF; a user value in either is kept.
-    status, detail = apply_env(setting.key, str(setting.value), aliases=("PYTORCH_ALLOC_CONF",))
+    status, detail = apply_env(setting.key.value, str(setting.value),
+                               aliases=("PYTORCH_ALLOC_CONF",))
     if status is Status.APPLIED and torch.cuda.is_initialized():
-        os.environ.pop(setting.key, None)
+        os.environ.pop(setting.key.value, None)
         return Status.FAILED, ("CUDA is already initialised, so the allocator will not read "
                                "it; set it before the first CUDA call or in the shell")
     return status, detail
@@ -139,33 +99,6 @@ def apply_device(setting: Setting) -> Outcome:
         return Status.NOT_APPLICABLE, "no CUDA device in this process"
     torch.cuda.set_device(int(setting.value))
     return Status.APPLIED, f"cuda:{setting.value}"
-
-
-TIMEOUT_ENV = "ACCELKIT_DIST_TIMEOUT"
-DEFAULT_TIMEOUT_S = 600.0  # NCCL's own default collective timeout in PyTorch
-
-
-def dist_timeout(environ: Mapping[str, str] | None = None) -> tuple[float, str]:
-    """Seconds the process group waits for its peers (rendezvous and each collective),
-    from ``ACCELKIT_DIST_TIMEOUT``; a value that is not a number > 0 gives the default,
-    with a note saying so.
-
-    Example:
-        >>> dist_timeout({"ACCELKIT_DIST_TIMEOUT": "30"})
-        (30.0, '')
-    """
-    environ = os.environ if environ is None else environ
-    text = environ.get(TIMEOUT_ENV, "").strip()
-    if not text:
-        return DEFAULT_TIMEOUT_S, ""
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = 0.0
-    if not seconds > 0 or seconds == float("inf"):
-        return DEFAULT_TIMEOUT_S, (f"{TIMEOUT_ENV}={text!r} is not a number of seconds > 0; "
-                                   f"used {DEFAULT_TIMEOUT_S:g} s")
-    return seconds, ""
 
 
 def apply_process_group(setting: Setting) -> Outcome:
@@ -186,7 +119,7 @@ def apply_process_group(setting: Setting) -> Outcome:
     backend = str(setting.value)
     if backend == "nccl" and not torch.cuda.is_available():
         backend = "gloo"
-    seconds, note = dist_timeout()
+    seconds, note, _ = dist_timeout()
     try:
         dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=seconds))
     except Exception as error:  # noqa: BLE001 - the run goes on without a process group
@@ -220,22 +153,13 @@ def _rendezvous_failure(error: Exception, seconds: float) -> str:
             f"This is rank {env.get('RANK', '?')}; accelkit.torch.fit trains it alone")
 
 
-# -- helpers -----------------------------------------------------------------------
-
-_DTYPES = {Precision.BF16: "bfloat16", Precision.FP16: "float16"}
-
-
-def autocast(plan: Plan, device_type: str | None = None) -> contextlib.AbstractContextManager[Any]:
-    """`torch.autocast` in the plan's 16-bit dtype, or a do-nothing context."""
-    torch = _torch()
-    if plan.precision not in _DTYPES:
-        return contextlib.nullcontext()
-    device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.autocast(device_type=device_type, dtype=getattr(torch, _DTYPES[plan.precision]))
-
-
-def grad_scaler(plan: Plan) -> torch.amp.GradScaler:
-    """A GradScaler that scales only for fp16 plans; otherwise its calls pass through."""
-    torch = _torch()
-    device_type = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.amp.GradScaler(device_type, enabled=plan.precision is Precision.FP16)
+def appliers() -> dict[Key, Callable[[Setting], Outcome]]:
+    """The applier of each setting the adapter applies (looked up when called)."""
+    return {
+        Key.TORCH_TF32_MATMUL: apply_tf32_matmul,
+        Key.TORCH_TF32_CUDNN: apply_tf32_cudnn,
+        Key.CUDNN_BENCHMARK: apply_cudnn_benchmark,
+        Key.TORCH_ALLOC_CONF: apply_allocator,
+        Key.TORCH_DEVICE: apply_device,
+        Key.TORCH_PROCESS_GROUP: apply_process_group,
+    }

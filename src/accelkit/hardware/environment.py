@@ -1,7 +1,16 @@
-"""What the process environment says: launcher variables, visible devices, host facts.
+"""What the process environment says: launcher variables, accelkit's own variables,
+visible devices, host facts. The one place that parses them.
+
+- the launcher: `read_launcher` (torchrun's RANK / LOCAL_RANK / WORLD_SIZE,
+  TF_CONFIG, CUDA_VISIBLE_DEVICES), and from it `rank`, `is_rank_zero` and
+  `world_size`, which every part of accelkit uses (a RANK that is empty or not
+  an integer is no launcher's: rank 0, as for a process started alone);
+- accelkit's variables: `flag` (``0/false/no/off`` and empty are off),
+  `dist_timeout` (``ACCELKIT_DIST_TIMEOUT``);
+- the host: visible GPUs, CPU count, memory, InfiniBand.
 
 Nothing here raises on bad input from the environment: a malformed variable
-becomes a note, because a typo in TF_CONFIG must not stop detection.
+becomes a note, because a typo in TF_CONFIG must not stop detection or training.
 """
 
 from __future__ import annotations
@@ -20,6 +29,80 @@ _TORCHRUN_INTEGERS = {
     "WORLD_SIZE": "world_size",
     "LOCAL_WORLD_SIZE": "local_world_size",
 }
+
+
+DISABLE_ENV = "ACCELKIT_DISABLE"
+PRECISION_ENV = "ACCELKIT_PRECISION"
+TIMEOUT_ENV = "ACCELKIT_DIST_TIMEOUT"
+DEFAULT_TIMEOUT_S = 600.0  # PyTorch's default NCCL collective timeout
+
+_OFF = frozenset({"", "0", "false", "no", "off"})
+
+
+def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:
+    return os.environ if environ is None else environ
+
+
+def flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
+    """True when the variable `name` is set to anything but ``0/false/no/off`` or empty
+    (case and surrounding spaces ignored).
+
+    Example:
+        >>> flag("ACCELKIT_DISABLE", {"ACCELKIT_DISABLE": " Off "})
+        False
+        >>> flag("ACCELKIT_DISABLE", {"ACCELKIT_DISABLE": "1"})
+        True
+    """
+    return _environ(environ).get(name, "").strip().lower() not in _OFF
+
+
+def rank(environ: Mapping[str, str] | None = None) -> int:
+    """This process's global rank from the launcher's RANK; 0 when unset, empty or not
+    an integer (no launcher set it: the process runs alone).
+
+    Example:
+        >>> rank({"RANK": " 3 "}), rank({"RANK": ""}), rank({"RANK": "x"})
+        (3, 0, 0)
+    """
+    return read_launcher(_environ(environ)).rank or 0
+
+
+def is_rank_zero(environ: Mapping[str, str] | None = None) -> bool:
+    """True on the process that speaks for the run: rank 0, or a process alone."""
+    return rank(environ) == 0
+
+
+def world_size(environ: Mapping[str, str] | None = None) -> int:
+    """Processes the launcher started (WORLD_SIZE); 1 when unset or not an integer."""
+    return max(read_launcher(_environ(environ)).world_size or 1, 1)
+
+
+def dist_timeout(environ: Mapping[str, str] | None = None) -> tuple[float, str, bool]:
+    """Seconds a process waits for its peers (rendezvous, registration, collectives).
+
+    From ``ACCELKIT_DIST_TIMEOUT``; unset gives 600 s. A value that is not a number
+    of seconds > 0 gives the default too, with a note naming the valid values:
+    a typo must not stop a run, in either framework.
+
+    Returns:
+        (seconds, note or "", True when the user set a valid value).
+
+    Example:
+        >>> dist_timeout({"ACCELKIT_DIST_TIMEOUT": "30"})
+        (30.0, '', True)
+    """
+    text = _environ(environ).get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT_S, "", False
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0 or seconds == float("inf"):
+        return DEFAULT_TIMEOUT_S, (f"{TIMEOUT_ENV}={text!r} is not valid; use a positive "
+                                   f"number of seconds. Used the default, "
+                                   f"{DEFAULT_TIMEOUT_S:g} s"), False
+    return seconds, "", True
 
 
 def read_launcher(environ: Mapping[str, str], notes: list[str] | None = None) -> LauncherEnv:
@@ -54,7 +137,7 @@ def _integer(environ: Mapping[str, str], variable: str, notes: list[str]) -> int
     if text is None or not text.strip():
         return None
     try:
-        return int(text)
+        return int(text.strip())
     except ValueError:
         notes.append(f"{variable}={text!r} is not an integer; ignored")
         return None

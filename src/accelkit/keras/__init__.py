@@ -20,9 +20,28 @@ def float32_head(model: Any) -> Any:
         >>> accelkit.auto_configure(framework="tensorflow")
         >>> model = accelkit.keras.float32_head(build_model())
     """
-    from accelkit.frameworks import tensorflow_adapter
+    from accelkit.keras import head
 
-    return tensorflow_adapter.float32_head(model)
+    return head.float32_head(model)
+
+
+def strategy(plan: Any = None) -> Any:
+    """The `tf.distribute.Strategy` the plan chose, built once per process.
+
+    `MirroredStrategy` over the local GPUs, `MultiWorkerMirroredStrategy` under
+    TF_CONFIG, else TensorFlow's default strategy (see `accelkit.keras.strategies`).
+
+    Args:
+        plan: a TensorFlow plan; default: the last `auto_configure()` plan.
+
+    Example:
+        >>> plan = accelkit.auto_configure(framework="tensorflow")
+        >>> with accelkit.keras.strategy(plan).scope():
+        ...     model = build_and_compile_model()
+    """
+    from accelkit.keras import strategies
+
+    return strategies.strategy(plan)
 
 
 def __getattr__(name: str) -> Any:  # PEP 562: import TensorFlow only when these are used
@@ -37,4 +56,4 @@ def __getattr__(name: str) -> Any:  # PEP 562: import TensorFlow only when these
     raise AttributeError(f"module 'accelkit.keras' has no attribute {name!r}")
 
 
-__all__ = ["ProfileCallback", "fit", "float32_head"]
+__all__ = ["ProfileCallback", "fit", "float32_head", "strategy"]

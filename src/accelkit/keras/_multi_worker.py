@@ -22,8 +22,9 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-import keras
 import tensorflow as tf
+
+import keras
 
 NOTE = ("Keras 3 cannot fit under MultiWorkerMirroredStrategy (keras-team/keras#20585): "
         "accelkit built the model from this worker's first batch and averaged each step's "
@@ -44,7 +45,7 @@ def multi_worker_fit(model: Any) -> Iterator[None]:
                 data_batch = tf.nest.map_structure(_first_local, next(batches))
                 break
         with strategy.scope():
-            model._symbolic_build(data_batch=data_batch)  # noqa: SLF001 - Keras' own build
+            model._symbolic_build(data_batch=data_batch)
 
     def make_train_function(force: bool = False) -> Any:
         if model.train_function is None or force:
@@ -58,7 +59,7 @@ def multi_worker_fit(model: Any) -> Iterator[None]:
 
     saved = (model.train_function, model.test_function)
     model.train_function = model.test_function = None
-    model._maybe_symbolic_build = maybe_symbolic_build  # noqa: SLF001
+    model._maybe_symbolic_build = maybe_symbolic_build
     model.make_train_function = make_train_function
     model.make_test_function = make_test_function
     try:

@@ -11,25 +11,26 @@ the path Keras uses for Python iterators. The step itself is unchanged.
 from __future__ import annotations
 
 import math
-import os
 import time
 import warnings
 from typing import Any
 
-import keras
 import tensorflow as tf
 
+import keras
 from accelkit.configure import current_plan
-from accelkit.frameworks import tensorflow_adapter
 from accelkit.hardware import detect
 from accelkit.hardware.info import HardwareInfo
-from accelkit.planning import Plan, Request, plan as make_plan
+from accelkit.keras import strategies
+from accelkit.planning import Plan, Request
+from accelkit.planning import plan as make_plan
 from accelkit.profiling import world
-from accelkit.profiling.assemble import Measurements, build_report
+from accelkit.profiling.assemble import Measurements
 from accelkit.profiling.clock import StepClock
 from accelkit.profiling.flop_count import FlopCount
+from accelkit.profiling.run_report import RunReport
 from accelkit.profiling.sampler import NvmlSampler
-from accelkit.report.run_report import RunReport
+from accelkit.report.assemble import build_report, with_advice
 
 # What each worker sends the others at the end of a multi-worker fit, in this order.
 _WORLD_FIELDS = ("rank", "devices", "steady_samples", "steady_seconds", "steady_steps",
@@ -47,8 +48,9 @@ class ProfileCallback(keras.callbacks.Callback):
         window: steps between device synchronisations.
         sample_gpu: sample NVML in a background thread.
         calibrate: measure the achievable matmul rate after the run.
-        single_device_samples_per_second: the same training on one device, for
-            `report.scaling_efficiency`: samples/s, a `RunReport` or the path of a saved one.
+        single_device: the same training on one device, for `report.scaling_efficiency`:
+            samples/s, a `RunReport` or the path of a saved one
+            (``single_device_samples_per_second=`` is its former name).
 
     Under a distribution strategy the figures are this process's: its replicas'
     samples (MirroredStrategy: all of them). Under MultiWorkerMirroredStrategy each
@@ -70,13 +72,14 @@ class ProfileCallback(keras.callbacks.Callback):
     def __init__(self, plan: Plan | None = None, *, flops_per_step: float | None = None,
                  tokens_per_sample: int | None = None, warmup: int = 3, window: int = 50,
                  sample_gpu: bool = True, calibrate: bool = False,
+                 single_device: float | RunReport | str | None = None,
                  single_device_samples_per_second: float | RunReport | str | None = None
                  ) -> None:
         super().__init__()
         if warmup < 0 or window < 1:
             raise ValueError(f"warmup={warmup} must be >= 0 and window={window} >= 1")
-        self.single_device_samples_per_second = single_device_figure(
-            single_device_samples_per_second)
+        self.single_device_samples_per_second = world.single_device_rate(
+            renamed_single_device(single_device, single_device_samples_per_second))
         self.plan = plan
         self.flops_per_step = flops_per_step
         self.tokens_per_sample = tokens_per_sample
@@ -217,7 +220,7 @@ class ProfileCallback(keras.callbacks.Callback):
 
     def _replicas(self) -> int:
         """Replicas this process drives (under MultiWorkerMirroredStrategy, this worker's)."""
-        return tensorflow_adapter.local_replicas(self.model.distribute_strategy)
+        return strategies.local_replicas(self.model.distribute_strategy)
 
     def _sync(self) -> None:
         """Wait for queued device work: reading a loss value does."""
@@ -261,7 +264,7 @@ class ProfileCallback(keras.callbacks.Callback):
         if not self._gpus:
             report.note("peak_memory_bytes", "CPU run: device memory is not tracked")
         strategy = self.model.distribute_strategy
-        if tensorflow_adapter.is_multi_worker(strategy):
+        if strategies.is_multi_worker(strategy):
             self._gather_world(report, strategy, summary.steady_samples, replicas, hardware)
         return report
 
@@ -275,7 +278,7 @@ class ProfileCallback(keras.callbacks.Callback):
         if self.interrupted:
             report.note("ranks", "the fit was interrupted: other workers' figures not gathered")
             return
-        figures = world.rank_figures(report, tensorflow_adapter.worker_rank(strategy), samples,
+        figures = world.rank_figures(report, strategies.worker_rank(strategy), samples,
                                      replicas)
         row = tf.constant([[_number(figures[name]) for name in _WORLD_FIELDS]], tf.float64)
         try:
@@ -299,10 +302,10 @@ class ProfileCallback(keras.callbacks.Callback):
             ranks[rank] = entry
         world.aggregate(report, [ranks[r] for r in sorted(ranks)],
                         self.single_device_samples_per_second)
-        report.refresh_advice(hardware, self.plan)
+        with_advice(report, hardware, self.plan)
 
     def _facts(self, replicas: int) -> dict[str, Any]:
-        from accelkit.advisor.facts_keras import model_facts
+        from accelkit.keras.facts import model_facts
 
         facts = model_facts(self.model)
         facts.update(devices_used=replicas, visible_gpus=len(self._gpus),
@@ -318,8 +321,8 @@ class ProfileCallback(keras.callbacks.Callback):
 
     def _calibrate(self) -> Any:
         try:
+            from accelkit.hardware.capabilities import matmul_dtype
             from accelkit.profiling.calibrate import matmul_tflops_tensorflow
-            from accelkit.profiling.mfu import matmul_dtype
 
             tf32 = bool(self._gpus) and tf.config.experimental.tensor_float_32_execution_enabled()
             return matmul_tflops_tensorflow(matmul_dtype(self.plan.precision, tf32))
@@ -343,33 +346,16 @@ def _from_number(value: float) -> float | None:
     return None if math.isnan(value) else float(value)  # NaN stands for "not measured"
 
 
-def single_device_figure(value: float | RunReport | str | os.PathLike[str] | None
-                         ) -> float | None:
-    """Samples/s of the one-device run that scaling efficiency compares with.
-
-    Args:
-        value: samples/s, a `RunReport` of a one-device run, or the path of one saved
-            with `report.save`; None: no comparison.
-
-    Raises:
-        ValueError: not a positive figure, or a report of a run on several devices.
-    """
-    if value is None:
-        return None
-    if isinstance(value, (str, os.PathLike)):
-        value = RunReport.load(value)
-    if isinstance(value, RunReport):
-        if value.world_size != 1:
-            raise ValueError(f"single_device_samples_per_second: that report is a run on "
-                             f"{value.world_size} devices; pass a run on one device")
-        if not value.samples_per_second:
-            raise ValueError("single_device_samples_per_second: that report has no "
-                             "samples_per_second (too few steps?)")
-        return float(value.samples_per_second)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"single_device_samples_per_second={value!r} is not valid; use "
-                         "samples/s > 0, a RunReport or the path of a saved one")
-    return float(value)
+def renamed_single_device(single_device: Any, former: Any) -> Any:
+    """`single_device`, or its former Keras name's value with a DeprecationWarning."""
+    if former is None:
+        return single_device
+    if single_device is not None:
+        raise TypeError("give single_device= only (single_device_samples_per_second= is its "
+                        "former name)")
+    warnings.warn("single_device_samples_per_second= is now single_device=, as in "
+                  "accelkit.torch.fit", DeprecationWarning, stacklevel=3)
+    return former
 
 
 def _first_replica(data: Any) -> Any:

@@ -7,22 +7,23 @@ import warnings
 from contextlib import nullcontext
 from typing import Any
 
-import keras
 import tensorflow as tf
 
-from accelkit.advisor.facts_keras import input_facts
+import keras
 from accelkit.configure import auto_configure, current_plan
-from accelkit.frameworks import tensorflow_adapter
-from accelkit.frameworks.tensorflow_adapter import float32_head, outputs_float32
-from accelkit.keras import _multi_worker
-from accelkit.keras.callback import ProfileCallback
+from accelkit.hardware.environment import dist_timeout
+from accelkit.keras import _multi_worker, strategies
+from accelkit.keras.callback import ProfileCallback, renamed_single_device
+from accelkit.keras.facts import input_facts
+from accelkit.keras.head import float32_head, outputs_float32
 from accelkit.planning import Distribution, Plan
-from accelkit.report.run_report import RunReport
+from accelkit.profiling.run_report import RunReport
 
 
 def fit(model: Any, x: Any = None, y: Any = None, *, plan: Plan | None = None,
         flops_per_step: float | None = None, tokens_per_sample: int | None = None,
         warmup: int = 3, window: int = 50, calibrate: bool = False, sample_gpu: bool = True,
+        single_device: float | RunReport | str | None = None,
         single_device_samples_per_second: float | RunReport | str | None = None,
         **fit_kwargs: Any) -> RunReport:
     """Run `model.fit(x, y, **fit_kwargs)` measured, and return its `RunReport`.
@@ -37,7 +38,7 @@ def fit(model: Any, x: Any = None, y: Any = None, *, plan: Plan | None = None,
     sampler has stopped.
 
     Several devices: give a function that builds and compiles the model, and it is
-    called inside `plan.strategy.scope()` (MirroredStrategy over the local GPUs, or
+    called inside `accelkit.keras.strategy(plan).scope()` (MirroredStrategy over the local GPUs, or
     MultiWorkerMirroredStrategy under TF_CONFIG); `batch_size` is then the global
     batch, split across the replicas. A model built outside that scope trains as
     built, on one device per process, with a warning saying how to distribute it.
@@ -52,7 +53,8 @@ def fit(model: Any, x: Any = None, y: Any = None, *, plan: Plan | None = None,
         plan: the plan in force; defaults to the last `auto_configure()` plan, or calls
             `auto_configure(framework="tensorflow")` when there is none.
         flops_per_step, tokens_per_sample, warmup, window, calibrate, sample_gpu,
-            single_device_samples_per_second: see `ProfileCallback`.
+            single_device: see `ProfileCallback` (``single_device_samples_per_second=`` is
+            its former name).
 
     Raises:
         ValueError: the model (or the one the function returned) is not compiled.
@@ -86,11 +88,12 @@ def fit(model: Any, x: Any = None, y: Any = None, *, plan: Plan | None = None,
     callback = ProfileCallback(plan, flops_per_step=flops_per_step,
                                tokens_per_sample=tokens_per_sample, warmup=warmup,
                                window=window, sample_gpu=sample_gpu, calibrate=calibrate,
-                               single_device_samples_per_second=single_device_samples_per_second)
+                               single_device=renamed_single_device(
+                                   single_device, single_device_samples_per_second))
     callback.facts["loader"] = input_facts(x)
     # First, so a step is counted before a user callback can stop the fit.
     callbacks = [callback, *(fit_kwargs.pop("callbacks", None) or [])]
-    multi_worker = tensorflow_adapter.is_multi_worker(model.distribute_strategy)
+    multi_worker = strategies.is_multi_worker(model.distribute_strategy)
     if multi_worker:
         notes["distribution"] = _multi_worker.NOTE
     history = None
@@ -126,7 +129,7 @@ def _check_compiled(model: Any) -> None:
 
 def _build_in_scope(build: Any, plan: Plan) -> Any:
     """Call the model-building function inside the plan's strategy scope."""
-    strategy = plan.strategy
+    strategy = strategies.strategy(plan)
     with strategy.scope():
         model = build()
     if not isinstance(model, keras.Model):
@@ -145,12 +148,12 @@ def _check_strategy(model: Any, plan: Plan) -> str:
     built_under = getattr(model, "_distribute_strategy", model.distribute_strategy)
     if built_under is not None and not (built_under is tf.distribute.get_strategy()
                                         and not tf.distribute.has_strategy()):
-        if tensorflow_adapter.built_for_a_plan(built_under):
+        if strategies.built_for_a_plan(built_under):
             return ""
         return (f"trained under the model's own {type(built_under).__name__} "
                 f"({built_under.num_replicas_in_sync} replica(s)), not the plan's")
     if plan.distribution is Distribution.MIRRORED:
-        replicas = plan.strategy.num_replicas_in_sync
+        replicas = strategies.strategy(plan).num_replicas_in_sync
         if replicas < 2:
             return ""
         where = f"the {replicas} devices of the plan's MirroredStrategy"
@@ -160,7 +163,7 @@ def _check_strategy(model: Any, plan: Plan) -> str:
     message = (f"{model.name} was built outside the plan's strategy scope, so it trains on one "
                f"device per process instead of {where}. To distribute it, pass a function "
                "that builds and compiles the model: accelkit.keras.fit(build_model, x, ...), "
-               "or build and compile it inside `with plan.strategy.scope():`")
+               "or build and compile it inside `with accelkit.keras.strategy(plan).scope():`")
     warnings.warn(f"accelkit: {message}", stacklevel=3)
     return f"built outside the plan's strategy: trained on one device per process ({where} unused)"
 
@@ -177,12 +180,12 @@ def _lost_worker(error: Any) -> bool:
 
 def _explained(error: Any, strategy: Any) -> Exception:
     """The same TensorFlow error type, its message prefixed with what happened and what to do."""
-    timeout, explicit = tensorflow_adapter.distribution_timeout()
+    timeout, explicit = dist_timeout()[0::2]
     waited = (f"a collective waited longer than {timeout:g} s (ACCELKIT_DIST_TIMEOUT)"
               if isinstance(error, tf.errors.DeadlineExceededError) and explicit
               else "another worker stopped responding")
     message = (f"accelkit: multi-worker training stopped on worker "
-               f"{tensorflow_adapter.worker_rank(strategy)}: {waited}. A worker that crashed, "
+               f"{strategies.worker_rank(strategy)}: {waited}. A worker that crashed, "
                "hung or was stopped ends the run for all (TensorFlow cannot continue without "
                "it): check the other workers' logs for the first error, then restart every "
                "worker. "

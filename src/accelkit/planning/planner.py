@@ -44,6 +44,5 @@ def plan(hardware: HardwareInfo, request: Request | None = None) -> Plan:
         distribution=engine,
         settings=tuple(settings),
         hardware=hardware,
-        compile=request.compile,
         notes=hardware.notes,
     )

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
+from accelkit.hardware import capabilities
+from accelkit.hardware.capabilities import BF16_TF32
+from accelkit.hardware.capabilities import format_capability as _fmt
 from accelkit.hardware.info import HardwareInfo
+from accelkit.planning.keys import Key
 from accelkit.planning.types import Framework, Precision, Request, Setting
-
-# Tensor cores arrived with Volta (7.0); bf16 and TF32 with Ampere (8.0).
-TENSOR_CORES = (7, 0)
-BF16_TF32 = (8, 0)
 
 
 def _cc(hardware: HardwareInfo) -> tuple[int, int] | None:
     return hardware.min_compute_capability
-
-
-def _fmt(cc: tuple[int, int]) -> str:
-    return f"{cc[0]}.{cc[1]}"
 
 
 def _gpu_label(hardware: HardwareInfo) -> str:
@@ -33,7 +29,7 @@ def validate(hardware: HardwareInfo, precision: Precision) -> None:
     cc = _cc(hardware)
     if cc is None or precision not in (Precision.BF16, Precision.TF32):
         return
-    if cc < BF16_TF32:
+    if not capabilities.has_bf16(cc):
         raise ValueError(
             f"precision={precision.value!r} needs compute capability >= {_fmt(BF16_TF32)}; "
             f"{_gpu_label(hardware)} has {_fmt(cc)}. Use 'fp16' (mixed, with loss scaling) "
@@ -53,18 +49,18 @@ def choose(hardware: HardwareInfo, request: Request) -> tuple[Precision, str]:
         return Precision.FP32, "no NVIDIA GPU detected: fp32 on the CPU"
     label = _gpu_label(hardware)
     if request.framework is Framework.TENSORFLOW:
-        if cc >= TENSOR_CORES:
+        if capabilities.has_tensor_cores(cc):
             return Precision.FP16, (
                 f"{label}: tensor cores; TensorFlow's mixed-precision guide recommends "
                 "mixed_float16 on NVIDIA GPUs (loss scaling is automatic in Keras)"
             )
         return Precision.FP32, f"{label}: no tensor cores, mixed precision gives no speed-up"
-    if cc >= BF16_TF32:
+    if capabilities.has_bf16(cc):
         return Precision.BF16, (
             f"{label}: bf16 tensor cores; bf16 keeps fp32's exponent range, "
             "so no loss scaling is needed"
         )
-    if cc >= TENSOR_CORES:
+    if capabilities.has_tensor_cores(cc):
         return Precision.FP16, (
             f"{label}: fp16 tensor cores but no native bf16; fp16 mixed with dynamic loss scaling"
         )
@@ -80,8 +76,7 @@ def settings(hardware: HardwareInfo, request: Request, precision: Precision,
 
 def _tf32_allowed(hardware: HardwareInfo, precision: Precision) -> bool | None:
     """True/False when the GPUs have TF32 and the precision decides it; None without TF32."""
-    cc = _cc(hardware)
-    if cc is None or cc < BF16_TF32:
+    if not capabilities.has_tf32(_cc(hardware)):
         return None
     return precision is not Precision.FP32
 
@@ -94,48 +89,43 @@ def _tf32_reason(allowed: bool) -> str:
 
 
 def _torch(hardware: HardwareInfo, precision: Precision, reason: str) -> list[Setting]:
-    out = [Setting("precision", precision.value, "torch", reason, kind="helper")]
-    if precision in (Precision.BF16, Precision.FP16):
+    out = [Setting(Key.PRECISION, precision.value, reason)]
+    dtype = capabilities.torch_dtype_name(precision)
+    if dtype is not None:
         out.append(Setting(
-            "autocast.dtype", "bfloat16" if precision is Precision.BF16 else "float16", "torch",
+            Key.AUTOCAST_DTYPE, dtype,
             "matmuls and convolutions in 16 bits under torch.autocast (plan.autocast(), "
-            "accelkit.torch.fit); weights and optimizer state stay fp32",
-            kind="helper"))
+            "accelkit.torch.fit); weights and optimizer state stay fp32"))
         out.append(Setting(
-            "outputs.float32", True, "torch",
+            Key.OUTPUTS_FLOAT32, True,
             "the loss runs under autocast, which computes softmax, log-softmax and losses in "
             "float32 from 16-bit outputs inside the kernel (16-bit losses lose precision; a "
-            "separate .float() pass costs 8% of a GPT-2 step on an H200)", kind="helper"))
+            "separate .float() pass costs 8% of a GPT-2 step on an H200)"))
     if precision is Precision.FP16:
         out.append(Setting(
-            "grad_scaler", True, "torch",
+            Key.GRAD_SCALER, True,
             "fp16 gradients underflow without loss scaling: torch.amp.GradScaler "
-            "(plan.grad_scaler())", kind="helper"))
+            "(plan.grad_scaler())"))
     tf32 = _tf32_allowed(hardware, precision)
     if tf32 is not None:
-        out.append(Setting("torch.backends.cuda.matmul.allow_tf32", tf32, "torch",
-                           _tf32_reason(tf32)))
-        out.append(Setting("torch.backends.cudnn.allow_tf32", tf32, "torch",
-                           _tf32_reason(tf32)))
+        out.append(Setting(Key.TORCH_TF32_MATMUL, tf32, _tf32_reason(tf32)))
+        out.append(Setting(Key.TORCH_TF32_CUDNN, tf32, _tf32_reason(tf32)))
     return out
 
 
 def _tensorflow(hardware: HardwareInfo, precision: Precision, reason: str) -> list[Setting]:
-    policy = {Precision.FP16: "mixed_float16", Precision.BF16: "mixed_bfloat16"}.get(
-        precision, "float32")
-    out = [Setting("keras.mixed_precision.global_policy", policy, "tensorflow", reason)]
-    if precision in (Precision.BF16, Precision.FP16):
+    out = [Setting(Key.KERAS_POLICY, capabilities.keras_policy(precision), reason)]
+    if capabilities.is_mixed(precision):
         out.append(Setting(
-            "keras.float32_head", True, "tensorflow",
+            Key.KERAS_FLOAT32_HEAD, True,
             "the output layer (and its softmax) stays float32 under a mixed policy: "
-            "accelkit.keras.float32_head(model)", kind="helper"))
+            "accelkit.keras.float32_head(model)"))
     if precision is Precision.FP16:
         out.append(Setting(
-            "keras.loss_scale", "dynamic", "tensorflow",
+            Key.KERAS_LOSS_SCALE, "dynamic",
             "fp16 gradients underflow without loss scaling: Keras wraps the optimizer in "
-            "LossScaleOptimizer at compile() under mixed_float16", kind="helper"))
+            "LossScaleOptimizer at compile() under mixed_float16"))
     tf32 = _tf32_allowed(hardware, precision)
     if tf32 is not None:
-        out.append(Setting("tf.config.experimental.enable_tensor_float_32_execution", tf32,
-                           "tensorflow", _tf32_reason(tf32)))
+        out.append(Setting(Key.TF_TF32, tf32, _tf32_reason(tf32)))
     return out

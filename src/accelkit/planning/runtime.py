@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
+from accelkit.hardware import capabilities
 from accelkit.hardware.info import HardwareInfo
+from accelkit.planning.keys import Key
 from accelkit.planning.types import Framework, Precision, Request, Setting
-
-# The allocator variable PyTorch reads; 2.9 renamed it from PYTORCH_CUDA_ALLOC_CONF,
-# which it still reads. The torch adapter writes whichever the installed torch reads.
-ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
 
 
 def settings(hardware: HardwareInfo, request: Request, precision: Precision) -> list[Setting]:
@@ -21,27 +19,26 @@ def _torch(hardware: HardwareInfo, request: Request, precision: Precision) -> li
     if hardware.gpus:
         if request.fixed_shapes:
             out.append(Setting(
-                "torch.backends.cudnn.benchmark", True, "torch",
+                Key.CUDNN_BENCHMARK, True,
                 "input shapes are fixed: cuDNN times its convolution algorithms once per "
                 "shape and keeps the fastest (turn off for variable-length inputs: "
                 "fixed_shapes=False)"))
         out.append(Setting(
-            ALLOC_CONF, "expandable_segments:True", "torch",
+            Key.TORCH_ALLOC_CONF, "expandable_segments:True",
             "the caching allocator grows segments instead of fragmenting them, which "
-            "avoids OOMs when tensor sizes vary; read only before CUDA initialises",
-            kind="env"))
-        cc = hardware.min_compute_capability
-        if precision in (Precision.BF16, Precision.FP16) and cc and cc >= (7, 0):
+            "avoids OOMs when tensor sizes vary; read only before CUDA initialises "
+            "(PyTorch >= 2.9 also reads PYTORCH_ALLOC_CONF; a user value in either is kept)"))
+        if (capabilities.is_mixed(precision)
+                and capabilities.has_tensor_cores(hardware.min_compute_capability)):
             out.append(Setting(
-                "channels_last", True, "torch",
+                Key.CHANNELS_LAST, True,
                 "convolution nets only: tensor-core convolutions run NHWC natively, NCHW "
-                "costs a transpose per layer (accelkit.torch.fit converts conv models)",
-                kind="helper"))
+                "costs a transpose per layer (accelkit.torch.fit converts conv models)"))
     if request.compile:
         out.append(Setting(
-            "torch.compile", True, "torch",
+            Key.TORCH_COMPILE, True,
             "requested compile=True: fuses elementwise ops and cuts Python overhead "
-            "(applied by accelkit.torch.fit; the first steps compile)", kind="helper"))
+            "(applied by accelkit.torch.fit; the first steps compile)"))
     return out
 
 
@@ -49,18 +46,17 @@ def _tensorflow(hardware: HardwareInfo, request: Request) -> list[Setting]:
     out: list[Setting] = []
     if hardware.gpus:
         out.append(Setting(
-            "tf.config.experimental.set_memory_growth", True, "tensorflow",
+            Key.TF_MEMORY_GROWTH, True,
             "TensorFlow otherwise maps nearly all GPU memory at start-up, starving other "
             "processes and hiding what the model really uses; must be set before the GPUs "
             "initialise"))
         out.append(Setting(
-            "TF_GPU_THREAD_MODE", "gpu_private", "tensorflow",
+            Key.TF_GPU_THREAD_MODE, "gpu_private",
             "each GPU launches kernels from its own threads, so host work on the shared "
-            "pool does not delay them (TensorFlow GPU performance guide); read at start-up",
-            kind="env"))
+            "pool does not delay them (TensorFlow GPU performance guide); read at start-up"))
     if request.compile:
         out.append(Setting(
-            "keras.jit_compile", True, "tensorflow",
+            Key.KERAS_JIT_COMPILE, True,
             "requested compile=True: XLA fuses the train step (model.compile(jit_compile=True), "
-            "applied by accelkit.keras.fit)", kind="helper"))
+            "applied by accelkit.keras.fit)"))
     return out

@@ -8,6 +8,9 @@ import enum
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from accelkit.hardware import capabilities
+from accelkit.planning.keys import REGISTRY, Key, Kind
+
 if TYPE_CHECKING:
     from accelkit.hardware.info import HardwareInfo
 
@@ -79,36 +82,43 @@ class Setting:
     """One decision of the planner.
 
     Attributes:
-        key: what is set: an environment variable (`kind="env"`), a framework flag
-            such as `torch.backends.cuda.matmul.allow_tf32`, or a helper's name.
+        key: what is set (`accelkit.planning.keys.Key`); its registry entry says
+            what kind of thing it is, its framework, and who applies it.
         value: the value chosen.
-        framework: `"torch"`, `"tensorflow"` or `"any"`.
         reason: one line saying why, with the numbers it rests on.
-        kind: `"env"` (an environment variable), `"flag"` (framework state set by
-            the adapter), `"helper"` (done by a helper such as `fit` or
-            `float32_head`) or `"advice"` (only the user can do it).
         status: what happened when the plan was applied.
         detail: why it ended that way (the user's value, the error...).
     """
 
-    key: str
+    key: Key
     value: Any
-    framework: str
     reason: str
-    kind: str = "flag"
     status: Status = Status.PLANNED
     detail: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", Key(self.key))
+
+    @property
+    def kind(self) -> Kind:
+        """`env`, `flag`, `helper` or `advice` (from the key's registry entry)."""
+        return REGISTRY[self.key].kind
+
+    @property
+    def framework(self) -> str:
+        """`"torch"`, `"tensorflow"` or `"any"` (from the key's registry entry)."""
+        return REGISTRY[self.key].framework
 
     def with_status(self, status: Status, detail: str = "") -> Setting:
         return dataclasses.replace(self, status=status, detail=detail)
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "key": self.key,
-            "value": self.value,
+            "key": self.key.value,
+            "value": _plain(self.value),
             "framework": self.framework,
             "reason": self.reason,
-            "kind": self.kind,
+            "kind": self.kind.value,
             "status": self.status.value,
             "detail": self.detail,
         }
@@ -116,14 +126,17 @@ class Setting:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Setting:
         return cls(
-            key=data["key"],
+            key=Key(data["key"]),
             value=data["value"],
-            framework=data["framework"],
             reason=data["reason"],
-            kind=data.get("kind", "flag"),
             status=Status.parse(data.get("status", "planned")),
             detail=data.get("detail", ""),
         )
+
+
+def _plain(value: Any) -> Any:
+    """A string enum value as its plain string, so JSON and equality see the same thing."""
+    return value.value if isinstance(value, enum.Enum) else value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,7 +188,6 @@ class Plan:
     distribution: Distribution
     settings: tuple[Setting, ...]
     hardware: HardwareInfo
-    compile: bool = False
     notes: tuple[str, ...] = ()
 
     # -- reading -------------------------------------------------------------
@@ -183,16 +195,21 @@ class Plan:
     @property
     def env(self) -> dict[str, str]:
         """Environment variables the plan sets (all of them, applied or not)."""
-        return {s.key: str(s.value) for s in self.settings if s.kind == "env"}
+        return {s.key.value: str(s.value) for s in self.settings if s.kind is Kind.ENV}
 
-    def get(self, key: str) -> Setting | None:
+    @property
+    def compile(self) -> bool:
+        """True when the plan compiles the train step (`torch.compile` / XLA)."""
+        return bool(self.value(Key.TORCH_COMPILE) or self.value(Key.KERAS_JIT_COMPILE))
+
+    def get(self, key: Key | str) -> Setting | None:
         """The setting for `key`, or None when the plan has none."""
         for setting in self.settings:
             if setting.key == key:
                 return setting
         return None
 
-    def value(self, key: str, default: Any = None) -> Any:
+    def value(self, key: Key | str, default: Any = None) -> Any:
         setting = self.get(key)
         return default if setting is None else setting.value
 
@@ -204,12 +221,20 @@ class Plan:
     @property
     def mixed(self) -> bool:
         """True when the plan runs matmuls in a 16-bit type."""
-        return self.precision in (Precision.BF16, Precision.FP16)
+        return capabilities.is_mixed(self.precision)
+
+    @property
+    def matmul_dtype(self) -> str:
+        """The dtype the plan's matmuls run in, as a datasheet peak key (`bf16`, `tf32`...)."""
+        tf32 = self.value(Key.TORCH_TF32_MATMUL) is True or self.value(Key.TF_TF32) is True
+        return capabilities.matmul_dtype(self.precision, tf32)
 
     def with_settings(self, settings: Iterable[Setting], notes: Iterable[str] = ()) -> Plan:
         return dataclasses.replace(self, settings=tuple(settings), notes=self.notes + tuple(notes))
 
-    # -- framework helpers (imported lazily) -----------------------------------
+    # -- PyTorch helpers ---------------------------------------------------------
+    # Thin forwarding to `accelkit.torch.precision`, imported on call: the only
+    # imports in planning that point down the stack (docs/architecture.md).
 
     def autocast(self, device_type: str | None = None) -> Any:
         """A context manager running its body in the plan's precision (PyTorch).
@@ -217,28 +242,15 @@ class Plan:
         `torch.autocast` in bf16 or fp16 for `device_type` (default: "cuda" when
         CUDA is available, else "cpu"); a do-nothing context for tf32/fp32 plans.
         """
-        from accelkit.frameworks import torch_adapter
+        from accelkit.torch import precision
 
-        return torch_adapter.autocast(self, device_type)
+        return precision.autocast(self, device_type)
 
     def grad_scaler(self) -> Any:
         """A `torch.amp.GradScaler`, enabled only for fp16 plans (a no-op otherwise)."""
-        from accelkit.frameworks import torch_adapter
+        from accelkit.torch import precision
 
-        return torch_adapter.grad_scaler(self)
-
-    @property
-    def strategy(self) -> Any:
-        """The `tf.distribute.Strategy` the plan chose (TensorFlow plans).
-
-        The default strategy when one device is used. For PyTorch plans it is
-        None: DDP is set up by `accelkit.torch.fit` under `torchrun`.
-        """
-        if self.framework is not Framework.TENSORFLOW:
-            return None
-        from accelkit.frameworks import tensorflow_adapter
-
-        return tensorflow_adapter.strategy(self)
+        return precision.grad_scaler(self)
 
     # -- rendering -------------------------------------------------------------
 
@@ -264,11 +276,11 @@ class Plan:
             distribution=Distribution.parse(data["distribution"]),
             settings=tuple(Setting.from_dict(s) for s in data["settings"]),
             hardware=HardwareInfo.from_dict(data["hardware"]),
-            compile=bool(data.get("compile", False)),
             notes=tuple(data.get("notes", ())),
         )
 
     def __str__(self) -> str:
+        # Forwarding to the renderer, imported on call (docs/architecture.md).
         from accelkit.report.render import render_plan
 
         return render_plan(self)

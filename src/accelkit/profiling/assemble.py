@@ -1,4 +1,5 @@
-"""Turns what the meters measured into a `RunReport`; the same for every framework."""
+"""Turns what the meters measured into a `RunReport`'s figures; the same for every
+framework. The advice is added one stage later, by `accelkit.report.assemble`."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from accelkit._version import __version__
+from accelkit.hardware import capabilities
 from accelkit.hardware.info import HardwareInfo
 from accelkit.planning.types import Plan
 from accelkit.profiling import mfu, world
 from accelkit.profiling.clock import ClockSummary
 from accelkit.profiling.flop_count import FlopCount
+from accelkit.profiling.run_report import RunReport
 from accelkit.profiling.sampler import SamplerSummary
-from accelkit.report.run_report import RunReport
 
 
 @dataclasses.dataclass
@@ -43,8 +45,6 @@ class Measurements:
     notes: dict[str, str] = dataclasses.field(default_factory=dict)
     # What the advisor reads besides the figures (accelkit.advisor.context lists them).
     facts: dict[str, Any] = dataclasses.field(default_factory=dict)
-    # Every process's `world.rank_figures` in a data-parallel run; None for one process.
-    world: list[dict[str, Any]] | None = None
     single_device_samples_per_second: float | None = None
 
 
@@ -63,9 +63,10 @@ def _plain(data: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(data, default=str))
 
 
-def build_report(m: Measurements) -> RunReport:
+def report_from(m: Measurements) -> RunReport:
+    """The run's figures (throughput, FLOPs, MFU, device figures, ranks); no advice yet."""
     clock = m.clock
-    dtype = mfu.matmul_dtype(m.plan.precision, m.tf32_enabled)
+    dtype = capabilities.matmul_dtype(m.plan.precision, m.tf32_enabled)
     report = RunReport(
         framework=m.framework, model=m.model, device=m.device,
         precision=m.plan.precision.value, matmul_dtype=dtype, epochs=m.epochs,
@@ -80,12 +81,9 @@ def build_report(m: Measurements) -> RunReport:
     _throughput(report, clock)
     _flops(report, m)
     _sampler(report, m.sampler)
-    if m.world:
-        world.aggregate(report, m.world, m.single_device_samples_per_second)
-    else:
-        world.aggregate(report, [world.rank_figures(report, 0, clock.steady_samples, m.devices)],
-                        m.single_device_samples_per_second)
-    report.refresh_advice(m.hardware, m.plan)
+    # One process's figures; a data-parallel meter replaces them with every rank's.
+    world.aggregate(report, [world.rank_figures(report, 0, clock.steady_samples, m.devices)],
+                    m.single_device_samples_per_second)
     return report
 
 

@@ -13,12 +13,14 @@ import contextlib
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from accelkit.hardware import capabilities
+from accelkit.hardware.capabilities import TorchTF32
+
 DTYPES = ("fp32", "tf32", "bf16", "fp16")
-_HALF_DTYPE_NAMES = {"bf16": "bfloat16", "fp16": "float16"}  # the same in torch and tf
 
 _GPU_SIZE = 8192
 _CPU_SIZE = 1024
@@ -86,7 +88,7 @@ def matmul_tflops(
 
     target = _torch_device(torch, device)
     n = size or _default_size(dtype, on_cpu=target.type == "cpu")
-    half = _HALF_DTYPE_NAMES.get(dtype)
+    half = capabilities.torch_dtype_name(dtype)
     torch_dtype = getattr(torch, half) if half else torch.float32
     a = torch.randn(n, n, device=target, dtype=torch_dtype)
     b = torch.randn(n, n, device=target, dtype=torch_dtype)
@@ -102,7 +104,7 @@ def matmul_tflops(
         for _ in range(count):
             torch.matmul(a, b, out=out)
 
-    with _torch_fp32_precision(torch, dtype), torch.no_grad():
+    with _tf32_for(torch, dtype), torch.no_grad():
         seconds, group = _time(run, sync, repeats, warmup)
     name = _torch_device_name(torch, target)
     return _calibration(dtype, name, n, seconds, group, warmup, "torch.matmul")
@@ -137,7 +139,7 @@ def matmul_tflops_tensorflow(
     name = device or ("/GPU:0" if gpus else "/CPU:0")
     on_cpu = "CPU" in name.upper()
     n = size or _default_size(dtype, on_cpu=on_cpu)
-    half = _HALF_DTYPE_NAMES.get(dtype)
+    half = capabilities.torch_dtype_name(dtype)
     tf_dtype = getattr(tf, half) if half else tf.float32
     saved_tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
     tf.config.experimental.enable_tensor_float_32_execution(dtype == "tf32")
@@ -253,33 +255,9 @@ def _torch_device_name(torch: Any, target: Any) -> str:
     return str(target)
 
 
-@contextlib.contextmanager
-def _torch_fp32_precision(torch: Any, dtype: str) -> Iterator[None]:
-    """TF32 off for fp32 and on for tf32 while measuring; the flags restored after.
-
-    PyTorch >= 2.9 keeps per-backend `fp32_precision` flags; those are saved and
-    written back as they were (including "none"), so the legacy getters behave
-    afterwards exactly as before. Older PyTorch has one global matmul precision.
-    """
+def _tf32_for(torch: Any, dtype: str) -> Any:
+    """TF32 off while measuring fp32 and on for tf32 (flags restored after); nothing
+    changed for the 16-bit dtypes."""
     if dtype not in ("fp32", "tf32"):
-        yield
-        return
-    backends = torch.backends
-    candidates = (backends.cuda.matmul, getattr(getattr(backends, "mkldnn", None), "matmul", None))
-    flags = [flag for flag in candidates if hasattr(flag, "fp32_precision")]
-    if flags:
-        saved = [flag.fp32_precision for flag in flags]
-        for flag in flags:
-            flag.fp32_precision = "tf32" if dtype == "tf32" else "ieee"
-        try:
-            yield
-        finally:
-            for flag, value in zip(flags, saved):
-                flag.fp32_precision = value
-    else:
-        previous = torch.get_float32_matmul_precision()
-        torch.set_float32_matmul_precision("high" if dtype == "tf32" else "highest")
-        try:
-            yield
-        finally:
-            torch.set_float32_matmul_precision(previous)
+        return contextlib.nullcontext()
+    return TorchTF32(torch).forced(dtype == "tf32")

@@ -290,8 +290,9 @@ def _count(model: Any, x: Any, y: Any, sample_weight: Any) -> FlopCount:
     if not is_available("tensorflow") or not is_available("keras"):
         return _failed("TensorFlow is not installed; "
                        "install it with: pip install 'accelkit[tensorflow]'")
-    import keras
     import tensorflow as tf
+
+    import keras
 
     if keras.backend.backend() != "tensorflow":
         return _failed(f"Keras runs on the {keras.backend.backend()} backend; "

@@ -31,12 +31,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from accelkit.profiling.flop_count import FlopCount
-
-if TYPE_CHECKING:
-    import torch
 
 _METHOD = (
     "torch.utils.flop_counter.FlopCounterMode over one forward + loss + backward"
@@ -100,8 +97,9 @@ def count_train_step_flops(
         256
     """
     try:
-        import torch
         from torch.utils.flop_counter import FlopCounterMode
+
+        import torch
     except ImportError as error:
         return _failed(f"{error}; FlopCounterMode needs `pip install 'torch>=2.1'`")
 

@@ -6,7 +6,9 @@ the datasheet's dense figure (no 2:4 sparsity) for:
 
 - bf16 or fp16 under mixed precision,
 - tf32 when the framework lets fp32 matmuls use TF32,
-- fp32 otherwise,
+- fp32 otherwise
+
+(`accelkit.hardware.capabilities.matmul_dtype`),
 
 times the number of devices this process drives.
 """
@@ -17,7 +19,6 @@ import dataclasses
 
 from accelkit import specs
 from accelkit.hardware.info import HardwareInfo
-from accelkit.planning.types import Precision
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,15 +26,6 @@ class Peak:
     tflops: float | None  # for all devices used
     dtype: str
     source: str  # the datasheet row's source, or why there is no peak
-
-
-def matmul_dtype(precision: Precision, tf32_enabled: bool) -> str:
-    """The dtype the matmuls ran in, as a `GpuSpec.peak_tflops` key."""
-    if precision is Precision.BF16:
-        return "bf16"
-    if precision is Precision.FP16:
-        return "fp16"
-    return "tf32" if tf32_enabled else "fp32"
 
 
 def peak(hardware: HardwareInfo, dtype: str, devices: int = 1, gpu: int = 0) -> Peak:

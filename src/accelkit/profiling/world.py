@@ -1,7 +1,7 @@
 """Figures across the processes of a data-parallel run.
 
 Each process measures itself; the framework side gathers one `rank_figures`
-dict per process (`torch.distributed.all_gather_object`, or a file per worker)
+dict per process (`torch.distributed.all_gather_object`, or TensorFlow's collectives)
 and `aggregate` turns them into the report's global figures:
 
 - global throughput = all samples of all ranks / the slowest rank's steady
@@ -14,10 +14,11 @@ and `aggregate` turns them into the report's global figures:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
-from accelkit.report.run_report import RunReport
+from accelkit.profiling.run_report import RunReport
 
 
 def rank_figures(report: RunReport, rank: int, samples: int, devices: int = 1) -> dict[str, Any]:
@@ -62,3 +63,47 @@ def aggregate(report: RunReport, ranks: Sequence[dict[str, Any]],
                                           "run `accelkit bench --compare-single`")
     else:
         report.note("scaling_efficiency", "a single device: nothing to scale against")
+
+
+def single_device_rate(value: Any) -> float | None:
+    """Samples/s of the same run on one device, the reference of `scaling_efficiency`,
+    from what every fit and meter takes as ``single_device=`` (both frameworks).
+
+    Args:
+        value: None; a number (samples/s of one device); a `RunReport` of a
+            single-device run; or the path of one saved with `report.save`.
+
+    Raises:
+        ValueError: a number <= 0, a report of several devices, a report without
+            a steady-state throughput, or a file that is not a run report.
+        TypeError: anything else.
+
+    Example:
+        >>> single_device_rate(1234.5)
+        1234.5
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise TypeError(f"single_device={value!r} is not valid: give a RunReport, a report "
+                        "path or samples/s of one device")
+    if isinstance(value, (int, float)):
+        if not value > 0:
+            raise ValueError(f"single_device={value!r} is not valid: it must be samples/s > 0 "
+                             "of one device")
+        return float(value)
+    if isinstance(value, (str, os.PathLike)):
+        try:
+            value = RunReport.load(value)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"single_device={str(value)!r}: {error}") from None
+    if not isinstance(value, RunReport):
+        raise TypeError(f"single_device is not valid: it takes a RunReport, a report path or "
+                        f"samples/s; got {type(value).__name__}")
+    if value.world_size > 1:
+        raise ValueError(f"single_device: that report ran on {value.world_size} devices; "
+                         "give a run on one device")
+    if not value.samples_per_second:
+        raise ValueError("single_device: that report has no steady-state samples/s "
+                         f"({value.notes.get('samples_per_second', 'not measured')})")
+    return float(value.samples_per_second)

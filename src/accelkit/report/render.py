@@ -1,4 +1,6 @@
-"""Plain-text tables for terminals."""
+"""Plain-text tables for terminals: plans, runs, advice, projections. A leaf: nothing
+in accelkit imports it at module level (`Plan.__str__` and `RunReport.__str__`
+forward here on call)."""
 
 from __future__ import annotations
 
@@ -6,10 +8,12 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from accelkit.advisor.projection import Projection, duration, ranked
+
 if TYPE_CHECKING:
     from accelkit.hardware.info import HardwareInfo
     from accelkit.planning.types import Plan
-    from accelkit.report.run_report import RunReport
+    from accelkit.profiling.run_report import RunReport
 
 REASON_WIDTH = 72
 ADVICE_WIDTH = 100
@@ -144,3 +148,37 @@ def _evidence(value: Any) -> str:
 
 def _ends(values: list[float]) -> list[float]:
     return values if len(values) <= 4 else [values[0], values[1], values[-2], values[-1]]
+
+
+def render_projections(projections: Sequence[Projection]) -> str:
+    """A table of the projections ranked by epoch time, with the rank by cost."""
+    rows = []
+    for p, by_time, by_cost in ranked(projections):
+        rows.append((
+            p.gpu, str(p.count), p.dtype, f"{p.peak_tflops * p.count:,.0f}", f"{p.mfu:.0%}",
+            duration(p.step_time_s), f"{p.input_wait_s / p.step_time_s:.0%}",
+            duration(p.epoch_time_s),
+            "-" if p.cost_per_epoch is None else f"${p.cost_per_epoch:,.4g}",
+            str(by_time), "-" if by_cost is None else str(by_cost),
+        ))
+    body = table(("gpu", "n", "dtype", "peak TFLOP/s", "MFU", "step", "input", "epoch",
+                  "cost/epoch", "by time", "by cost"), rows)
+    order = ranked(projections)
+    lines = [f"what-if projection: the same run on other GPUs\n{body}"]
+    lines.append(f"fastest: {order[0][0].count} x {order[0][0].gpu}")
+    cheapest = [p for p, _, c in order if c == 1]
+    if cheapest:
+        lines.append(f"cheapest per epoch: {cheapest[0].count} x {cheapest[0].gpu}")
+    lines += [f"assumes{f' for {who}' if who else ''}: {text}"
+              for text, who in _assumptions(projections)]
+    return "\n".join(lines)
+
+
+def _assumptions(projections: Sequence[Projection]) -> list[tuple[str, str]]:
+    """Each distinct assumption once, with the GPUs it is for ('' when for all)."""
+    holders: dict[str, list[str]] = {}
+    for p in projections:
+        for text in p.assumptions:
+            holders.setdefault(text, []).append(f"{p.count} x {p.gpu}")
+    return [(text, "" if len(who) == len(projections) else ", ".join(who))
+            for text, who in holders.items()]

@@ -3,7 +3,7 @@
 Importing this module imports torch.
 """
 
-from accelkit.torch.training import fit
 from accelkit.torch.meter import Meter
+from accelkit.torch.training import fit
 
 __all__ = ["Meter", "fit"]

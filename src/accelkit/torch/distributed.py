@@ -11,8 +11,6 @@ the training loop does with it:
   when a run ends part-way through an accumulation;
 - `gather` collects every rank's figures in one `all_gather_object` at the end of
   a run, for `accelkit.profiling.world.aggregate`;
-- `single_device_rate` reads the single-device reference scaling efficiency is
-  measured against.
 
 All of it is a no-op without an initialised process group of more than one rank.
 """
@@ -21,11 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import os
 import sys
 from typing import Any
 
-from accelkit.report.run_report import RunReport
+from accelkit.hardware import environment
+from accelkit.planning.keys import Key
 from accelkit.utils.imports import require
 
 
@@ -59,7 +57,7 @@ def is_rank_zero() -> bool:
     group = world()
     if group is not None:
         return group.is_zero
-    return os.environ.get("RANK", "0").strip() in ("", "0")
+    return environment.is_rank_zero()
 
 
 def wrap(model: Any, device: Any) -> Any:
@@ -203,52 +201,10 @@ def _nothing() -> Any:
     return contextlib.nullcontext()
 
 
-def single_device_rate(value: Any) -> float | None:
-    """Samples/s of the same run on one device, from what `fit(single_device=...)` takes.
-
-    Args:
-        value: None; a number (samples/s of one device); a `RunReport` of a
-            single-device run; or the path of one saved with `report.save`.
-
-    Raises:
-        ValueError: a number <= 0, a report of several devices, a report without
-            a steady-state throughput, or a file that is not a run report.
-        TypeError: anything else.
-
-    Example:
-        >>> single_device_rate(1234.5)
-        1234.5
-    """
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise TypeError(f"single_device={value!r}: give a RunReport, a report path or "
-                        "samples/s of one device")
-    if isinstance(value, (int, float)):
-        if not value > 0:
-            raise ValueError(f"single_device={value!r} must be samples/s > 0 of one device")
-        return float(value)
-    if isinstance(value, (str, os.PathLike)):
-        try:
-            value = RunReport.load(value)
-        except (OSError, ValueError) as error:
-            raise ValueError(f"single_device={str(value)!r}: {error}") from None
-    if not isinstance(value, RunReport):
-        raise TypeError(f"single_device takes a RunReport, a report path or samples/s; got "
-                        f"{type(value).__name__}")
-    if value.world_size > 1:
-        raise ValueError(f"single_device: that report ran on {value.world_size} devices; "
-                         "give the run on one device")
-    if not value.samples_per_second:
-        raise ValueError("single_device: that report has no steady-state samples/s "
-                         f"({value.notes.get('samples_per_second', 'not measured')})")
-    return float(value.samples_per_second)
-
-
 def launch_hint(plan: Any) -> str | None:
     """The planner's advice to relaunch under torchrun (several GPUs, one process)."""
-    setting = plan.get("launch") if plan is not None else None
-    if setting is None or setting.kind != "advice":
+    setting = plan.get(Key.LAUNCH) if plan is not None else None
+    if setting is None:
         return None
     return f"{setting.reason}: {setting.value}"
 

@@ -27,14 +27,17 @@ from typing import Any
 
 from accelkit.configure import current_plan
 from accelkit.hardware import detect
+from accelkit.hardware.capabilities import TorchTF32
 from accelkit.hardware.info import HardwareInfo
-from accelkit.planning import Plan, Request, plan as make_plan
+from accelkit.planning import Plan, Request
+from accelkit.planning import plan as make_plan
 from accelkit.profiling import world
-from accelkit.profiling.assemble import Measurements, build_report
+from accelkit.profiling.assemble import Measurements
 from accelkit.profiling.clock import StepClock
 from accelkit.profiling.flop_count import FlopCount
+from accelkit.profiling.run_report import RunReport
 from accelkit.profiling.sampler import NvmlSampler
-from accelkit.report.run_report import RunReport
+from accelkit.report.assemble import build_report, with_advice
 from accelkit.utils.imports import require
 
 
@@ -69,7 +72,7 @@ class Meter:
     Attributes:
         facts: what the advisor reads besides the figures (layer sizes, loader
             settings, loss scale...; see `accelkit.advisor.context`). Add your own,
-            e.g. ``meter.facts.update(accelkit.advisor.facts_torch.loader_facts(loader))``.
+            e.g. ``meter.facts.update(accelkit.torch.facts.loader_facts(loader))``.
         on_window: called as ``on_window(step_seconds, step)`` at each steady-state
             window boundary.
 
@@ -89,12 +92,11 @@ class Meter:
                  count_flops: bool = True, optimizer: Any = None,
                  grad_scaler: Any = None, gather: bool | None = None,
                  single_device: Any = None) -> None:
-        from accelkit.torch import distributed
 
         self._torch = require("torch")
         if tokens_per_sample is not None and tokens_per_sample < 1:
             raise ValueError(f"tokens_per_sample={tokens_per_sample} must be >= 1")
-        self.single_device = distributed.single_device_rate(single_device)
+        self.single_device = world.single_device_rate(single_device)
         self.gather = gather
         self.model = model
         self.plan = plan or current_plan() or make_plan(detect(), Request(framework="torch"))
@@ -245,11 +247,7 @@ class Meter:
     # -- report ----------------------------------------------------------------------
 
     def _tf32_enabled(self) -> bool:
-        torch = self._torch
-        matmul = torch.backends.cuda.matmul
-        if hasattr(matmul, "fp32_precision"):
-            return matmul.fp32_precision == "tf32"
-        return bool(matmul.allow_tf32)
+        return TorchTF32(self._torch).enabled()
 
     def _build(self) -> RunReport:
         summary = self.clock.finish()
@@ -304,10 +302,10 @@ class Meter:
             report.notes.pop(field, None)
         world.aggregate(report, ranks, self.single_device)
         report.facts.update(rank=group.rank, backend=group.backend)
-        report.refresh_advice(hardware, self.plan)
+        with_advice(report, hardware, self.plan)
 
     def _facts(self) -> dict[str, Any]:
-        from accelkit.advisor.facts_torch import model_facts
+        from accelkit.torch.facts import model_facts
 
         facts: dict[str, Any] = {}
         if self.model is not None:
@@ -322,7 +320,7 @@ class Meter:
         return facts
 
     def _calibrate(self) -> Any:
-        from accelkit.profiling.mfu import matmul_dtype
+        from accelkit.hardware.capabilities import matmul_dtype
 
         dtype = matmul_dtype(self.plan.precision, self._cuda and self._tf32_enabled())
         try:

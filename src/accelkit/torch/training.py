@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import sys
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from accelkit.configure import auto_configure, current_plan
+from accelkit.hardware import environment
 from accelkit.planning import Plan, Status
+from accelkit.planning.keys import Key
+from accelkit.profiling import world
 from accelkit.profiling.flops_torch import count_train_step_flops
-from accelkit.report.run_report import RunReport
+from accelkit.profiling.run_report import RunReport
 from accelkit.torch import distributed as parallel
+from accelkit.torch import precision
 from accelkit.torch.meter import Meter
 from accelkit.utils.imports import require
 
@@ -92,7 +95,7 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
     """
     torch = require("torch")
     _check(epochs, steps, accumulation_steps, warmup, window)
-    single = parallel.single_device_rate(single_device)
+    single = world.single_device_rate(single_device)
     plan = plan or current_plan() or auto_configure(framework="torch", verbose=False)
     group = parallel.world() if distributed else None
     rank_zero = group.is_zero if group is not None else (
@@ -107,7 +110,7 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
         device = torch.device(device) if device is not None else _default_device(torch, plan)
         model = inner = model.to(device)
         conv = any(isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d)) for m in model.modules())
-        if (plan.value("channels_last", False) if channels_last is None
+        if (plan.value(Key.CHANNELS_LAST, False) if channels_last is None
                 else channels_last) and conv:
             model = inner = model.to(memory_format=torch.channels_last)
             layout = torch.channels_last  # images follow: the first conv needs no transpose
@@ -123,9 +126,9 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
 
     # Loss scaling exists for fp16 on CUDA; elsewhere the scaler passes calls through.
     scaler = torch.amp.GradScaler(device.type, enabled=(
-        device.type == "cuda" and plan.grad_scaler().is_enabled()))
+        device.type == "cuda" and bool(plan.value(Key.GRAD_SCALER, False))))
 
-    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(plan.precision.value)
+    amp_dtype = precision.autocast_dtype(plan)
 
     def forward_loss(batch: Any) -> Any:
         # The loss runs under autocast, where PyTorch computes softmax, log-softmax and
@@ -229,11 +232,11 @@ def _say_why_alone(plan: Plan, group: parallel.World | None, distributed: bool,
     the process group is missing, if it failed to start."""
     if group is not None or not distributed:
         return None
-    backend = plan.get("torch.distributed.backend")
-    launched = os.environ.get("WORLD_SIZE", "1").strip()
+    backend = plan.get(Key.TORCH_PROCESS_GROUP)
+    launched = environment.world_size()
     if backend is not None and backend.status is Status.FAILED:
         why = backend.detail
-    elif launched.isdigit() and int(launched) > 1:
+    elif launched > 1:
         why = (f"WORLD_SIZE={launched} but no process group is initialised (the plan's "
                f"process group: {backend.status.value if backend else 'not planned'}); "
                "call accelkit.auto_configure() without ACCELKIT_DISABLE or dry_run, or "
@@ -306,7 +309,7 @@ def _to_device(batch: Any, device: Any, layout: Any = None) -> Any:
 
 
 def _loader_facts(loader: Any) -> dict[str, Any]:
-    from accelkit.advisor.facts_torch import loader_facts, steps_per_epoch
+    from accelkit.torch.facts import loader_facts, steps_per_epoch
 
     facts: dict[str, Any] = {"loader": loader_facts(loader)}
     length = steps_per_epoch(loader)

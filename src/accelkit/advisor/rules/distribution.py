@@ -57,7 +57,7 @@ def idle_gpus(ctx: Context) -> Advice | None:
     action = ctx.pick(
         torch=(f"torchrun --nproc-per-node {visible} train.py: accelkit.torch.fit then trains "
                "with DistributedDataParallel, one process per GPU"),
-        tensorflow=("strategy = accelkit.auto_configure(framework='tensorflow').strategy  "
+        tensorflow=("strategy = accelkit.keras.strategy(accelkit.auto_configure(framework='tensorflow'))  "
                     f"# MirroredStrategy over the {visible} GPUs\n"
                     "with strategy.scope():\n    model = build_model(); model.compile(...)"))
     return Advice(

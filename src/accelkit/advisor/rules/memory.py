@@ -57,8 +57,8 @@ def _room(ctx: Context, total: int, peak: int, state: int, batch: int,
         return None
     evidence["batch_that_fits"] = fits
     util = ctx.get("gpu_utilization") if ctx.measured_here else None
-    why = ("the device is busy already (utilisation {:.0f}%): a larger batch mostly buys "
-           "fewer optimizer steps, not speed".format(util) if util is not None and util >= 90
+    why = (f"the device is busy already (utilisation {util:.0f}%): a larger batch mostly buys "
+           "fewer optimizer steps, not speed" if util is not None and util >= 90
            else "a larger batch gives the GPU more work per launch")
     action = ctx.pick(
         torch=f"DataLoader(..., batch_size={fits}) and scale the learning rate with the batch "

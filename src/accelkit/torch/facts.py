@@ -102,6 +102,6 @@ def loader_facts(loader: Any) -> dict[str, Any]:
 def steps_per_epoch(loader: Any) -> int | None:
     """`len(loader)` when it has one (a DataLoader over a sized dataset), else None."""
     try:
-        return int(len(loader))
+        return len(loader)
     except Exception:  # noqa: BLE001 - iterables without a length are fine
         return None

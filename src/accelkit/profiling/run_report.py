@@ -1,4 +1,9 @@
-"""`RunReport`: what a profiled run measured, as data, a table and JSON."""
+"""`RunReport`: what a profiled run measured, as plain data that saves to JSON.
+
+The profiling stage fills it (`accelkit.profiling.assemble`), the advisor reads
+it, `accelkit.report.assemble` puts the advice in, and `accelkit.report.render`
+draws it; the record itself calls none of them.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,9 @@ import dataclasses
 import json
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from accelkit.advisor.projection import Projection
-    from accelkit.advisor.types import Advice
-    from accelkit.hardware.info import HardwareInfo
-    from accelkit.planning.types import Plan
+from accelkit.hardware import environment
 
 SCHEMA = "accelkit.run_report/1"
 
@@ -114,7 +115,7 @@ class RunReport:
         ``every_rank=True`` writes on every rank, e.g. to a path with the rank in it.
         Returns True when this process wrote the file.
         """
-        if not every_rank and os.environ.get("RANK", "0").strip() not in ("", "0"):
+        if not every_rank and not environment.is_rank_zero():
             return False
         with open(path, "w", encoding="utf-8") as handle:
             json.dump(self.to_dict(), handle, indent=2, default=str)
@@ -135,51 +136,8 @@ class RunReport:
                              f"expected {SCHEMA!r})")
         return cls.from_dict(data)
 
-    def advise(self, hardware: HardwareInfo | None = None,
-               plan: Plan | None = None) -> list[Advice]:
-        """The advisor's verdicts for this run, or for other hardware and plan (a what-if).
-
-        Args:
-            hardware: default: the hardware the run was on, or `plan.hardware` when a
-                plan is given.
-            plan: default: the plan the run used.
-
-        Example:
-            >>> what_if = accelkit.plan_for("A100-SXM4-80GB", precision="fp32")
-            >>> [a.title for a in report.advise(plan=what_if)]
-        """
-        from accelkit.advisor import advise
-        from accelkit.hardware.info import HardwareInfo
-        from accelkit.planning.types import Plan
-
-        if plan is None:
-            plan = Plan.from_dict(self.plan) if self.plan else None
-            hardware = hardware or HardwareInfo.from_dict(self.hardware)
-        return advise(hardware, plan, self)
-
-    def refresh_advice(self, hardware: HardwareInfo | None = None,
-                       plan: Plan | None = None) -> None:
-        """Set `advice` from the advisor; a failing advisor leaves a note, never an error."""
-        try:
-            self.advice = [a.to_dict() for a in self.advise(hardware, plan)]
-        except Exception as error:  # noqa: BLE001 - advice must never break a run
-            self.note("advice", f"the advisor failed: {type(error).__name__}: {error}")
-
-    def project(self, gpu: str, count: int = 1, price_per_hour: float | None = None, *,
-                mfu: float | None = None, precision: str | None = None) -> Projection:
-        """Estimated step and epoch time (and cost) of this run on `count` GPUs called `gpu`.
-
-        At the run's MFU when it was measured against a GPU datasheet peak, else an
-        assumed one; the result lists its assumptions. See `accelkit.advisor.projection`.
-
-        Example:
-            >>> print(report.project("H100 SXM", count=8, price_per_hour=2.5))
-        """
-        from accelkit.advisor.projection import project
-
-        return project(self, gpu, count, price_per_hour, mfu=mfu, precision=precision)
-
     def __str__(self) -> str:
+        # Forwarding to the renderer, imported on call (docs/architecture.md).
         from accelkit.report.render import render_run
 
         return render_run(self)

@@ -1,0 +1,56 @@
+"""The plan's precision inside a PyTorch step: autocast and the gradient scaler.
+
+`plan.autocast()` and `plan.grad_scaler()` forward here; `accelkit.torch.fit`
+uses the same two functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from accelkit.hardware import capabilities
+from accelkit.planning.keys import Key
+from accelkit.planning.types import Plan
+from accelkit.utils.imports import require
+
+if TYPE_CHECKING:
+    import torch
+
+
+def autocast_dtype(plan: Plan) -> Any:
+    """The `torch` dtype the plan autocasts to (bfloat16 or float16), or None."""
+    name = capabilities.torch_dtype_name(plan.precision)
+    return None if name is None else getattr(require("torch"), name)
+
+
+def autocast(plan: Plan, device_type: str | None = None) -> contextlib.AbstractContextManager[Any]:
+    """`torch.autocast` in the plan's 16-bit dtype, or a do-nothing context.
+
+    Args:
+        plan: the plan in force.
+        device_type: ``"cuda"`` or ``"cpu"``; default: cuda when CUDA is available.
+
+    Example:
+        >>> with autocast(plan):
+        ...     loss = loss_fn(model(x), y)
+    """
+    torch = require("torch")
+    dtype = autocast_dtype(plan)
+    if dtype is None:
+        return contextlib.nullcontext()
+    device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.autocast(device_type=device_type, dtype=dtype)
+
+
+def grad_scaler(plan: Plan, device_type: str | None = None) -> torch.amp.GradScaler:
+    """A GradScaler that scales only when the plan asks for loss scaling (fp16 plans);
+    otherwise its calls pass through.
+
+    Example:
+        >>> scaler = grad_scaler(plan)
+        >>> scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()
+    """
+    torch = require("torch")
+    device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.amp.GradScaler(device_type, enabled=bool(plan.value(Key.GRAD_SCALER, False)))
