@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -45,3 +46,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     reasons[marker] = None if _installed(marker) else f"needs {marker} installed"
             if reasons[marker]:
                 item.add_marker(pytest.mark.skip(reason=reasons[marker]))
+
+
+# Variables some machine images export (the GPU image sets the allocator's), and
+# accelkit's own: tests that apply plans start from an environment without them.
+PROCESS_VARIABLES = ("ACCELKIT_DISABLE", "ACCELKIT_PRECISION", "RANK", "PYTORCH_CUDA_ALLOC_CONF",
+                     "PYTORCH_ALLOC_CONF", "TF_GPU_THREAD_MODE", "NCCL_P2P_DISABLE",
+                     "TF_FORCE_GPU_ALLOW_GROWTH")
+
+
+@pytest.fixture
+def fresh_process() -> Iterator[None]:
+    """Start from, and leave behind, a process where accelkit has set nothing: the
+    variables above unset, accelkit's record of its own values forgotten, and
+    PyTorch's TF32 and cuDNN flags back at their defaults."""
+    from accelkit.frameworks import _common
+
+    environ = dict(os.environ)
+    for name in PROCESS_VARIABLES:
+        os.environ.pop(name, None)
+    _common.forget()
+    yield
+    os.environ.clear()
+    os.environ.update(environ)
+    _common.forget()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.backends.cuda.matmul.fp32_precision = "none"
+        torch.backends.cudnn.benchmark = False

@@ -10,7 +10,6 @@ import textwrap
 import pytest
 
 import accelkit
-from accelkit.frameworks import _common
 from accelkit.hardware.info import GpuInfo, HardwareInfo
 from accelkit.planning import Precision, Status
 
@@ -20,21 +19,8 @@ SRC = os.path.join(os.path.dirname(__file__), "..", "src")
 
 
 @pytest.fixture(autouse=True)
-def clean_state(monkeypatch):
-    environ = dict(os.environ)
-    # Some machine images export allocator variables; start from an environment without them.
-    for name in ("ACCELKIT_DISABLE", "ACCELKIT_PRECISION", "RANK", "PYTORCH_CUDA_ALLOC_CONF",
-                 "PYTORCH_ALLOC_CONF", "TF_GPU_THREAD_MODE"):
-        monkeypatch.delenv(name, raising=False)
-    _common._ours.clear()
+def clean_state(fresh_process):
     yield
-    os.environ.clear()
-    os.environ.update(environ)
-    _common._ours.clear()
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.backends.cuda.matmul.fp32_precision = "none"
-        torch.backends.cudnn.benchmark = False
 
 
 def applied(plan: accelkit.Plan) -> list[str]:

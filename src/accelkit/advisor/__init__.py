@@ -11,8 +11,8 @@ verdicts for the hardware it ran on; for another GPU, pass that GPU's plan:
     >>> for advice in accelkit.advisor.advise(plan.hardware, plan, report):
     ...     print(advice.severity, advice.title, advice.expected_gain)
 
-`report.project(gpu=...)` (see `accelkit.advisor.projection`) estimates step
-and epoch time on other GPUs at the same MFU.
+`accelkit.advisor.project(report, gpu=...)` (`accelkit.advisor.projection`)
+estimates step and epoch time on other GPUs at the same MFU.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from accelkit.advisor.context import DEFAULT_MFU, Context
+from accelkit.advisor.projection import Projection, project
 from accelkit.advisor.rules import FALLBACK, RULES, FallbackRule, Rule
 from accelkit.advisor.types import Advice, Severity, rank
 from accelkit.hardware.info import HardwareInfo
@@ -34,7 +35,8 @@ def advise(hardware: HardwareInfo | None, plan: Plan | None,
 
     Args:
         hardware: the hardware to advise for (None: the plan's, else the report's).
-        plan: the plan in force, or a what-if plan (`accelkit.plan_for`); None if unknown.
+        plan: the plan in force, or a what-if plan (`accelkit.plan_for`); None: the
+            plan saved in the report, if any.
         measurements: a `RunReport`, or a mapping with its keys (`report.to_dict()`);
             missing figures and facts only keep the rules that need them quiet.
         rules, fallback: override the registry (`accelkit.advisor.rules.RULES`).
@@ -62,4 +64,5 @@ def _as_list(result: Advice | list[Advice] | None) -> list[Advice]:
     return [result] if isinstance(result, Advice) else list(result)
 
 
-__all__ = ["DEFAULT_MFU", "Advice", "Context", "Severity", "advise", "rank"]
+__all__ = ["DEFAULT_MFU", "Advice", "Context", "Projection", "Severity", "advise", "project",
+           "rank"]

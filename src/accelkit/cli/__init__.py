@@ -7,7 +7,6 @@ Exit codes: 0 success, 1 unknown GPU, 2 bad arguments.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import platform
 import sys
@@ -21,6 +20,7 @@ from accelkit.hardware import detect, environment
 from accelkit.hardware.what_if import UnknownGPUError
 from accelkit.planning import Framework, Precision, Request, plan
 from accelkit.profiling.run_report import RunReport
+from accelkit.utils import versions
 from accelkit.report.assemble import with_advice
 from accelkit.report.render import describe_hardware, render_projections, table
 
@@ -130,13 +130,9 @@ def _emit_json(document: Any) -> None:
 # -- doctor ------------------------------------------------------------------------
 
 def _framework_versions() -> dict[str, str | None]:
-    versions: dict[str, str | None] = {}
-    for dist in ("torch", "tensorflow", "keras", "nvidia-ml-py"):
-        try:
-            versions[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            versions[dist] = None
-    return versions
+    found = versions.versions("torch", "tensorflow")
+    found["nvidia-ml-py"] = versions.installed("nvidia-ml-py")
+    return {name: found[name] for name in ("torch", "tensorflow", "keras", "nvidia-ml-py")}
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

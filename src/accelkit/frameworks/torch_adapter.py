@@ -39,7 +39,8 @@ def apply(plan: Plan) -> Plan:
 # -- TF32 (accelkit.hardware.capabilities.TorchTF32 knows both PyTorch APIs) -----------
 
 def _user_new_api(error: RuntimeError) -> Outcome:
-    return Status.KEPT_USER_VALUE, f"set by the user through fp32_precision ({error})"[:160]
+    detail = f"set by the user through PyTorch >= 2.9's TF32 flags ({error})"
+    return Status.KEPT_USER_VALUE, detail[:160]
 
 
 def apply_tf32_matmul(setting: Setting) -> Outcome:

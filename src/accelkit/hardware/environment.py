@@ -57,14 +57,15 @@ def flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
 
 
 def rank(environ: Mapping[str, str] | None = None) -> int:
-    """This process's global rank from the launcher's RANK; 0 when unset, empty or not
-    an integer (no launcher set it: the process runs alone).
+    """This process's global rank from the launcher's RANK; 0 when unset, empty, negative
+    or not an integer (no launcher set it: the process runs alone).
 
     Example:
         >>> rank({"RANK": " 3 "}), rank({"RANK": ""}), rank({"RANK": "x"})
         (3, 0, 0)
     """
-    return read_launcher(_environ(environ)).rank or 0
+    value = read_launcher(_environ(environ)).rank
+    return value if value is not None and value >= 0 else 0
 
 
 def is_rank_zero(environ: Mapping[str, str] | None = None) -> bool:

@@ -4,13 +4,10 @@ framework. The advice is added one stage later, by `accelkit.report.assemble`.""
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import json
-import platform
 from collections.abc import Sequence
 from typing import Any
 
-from accelkit._version import __version__
 from accelkit.hardware import capabilities
 from accelkit.hardware.info import HardwareInfo
 from accelkit.planning.types import Plan
@@ -19,6 +16,7 @@ from accelkit.profiling.clock import ClockSummary
 from accelkit.profiling.flop_count import FlopCount
 from accelkit.profiling.run_report import RunReport
 from accelkit.profiling.sampler import SamplerSummary
+from accelkit.utils.versions import versions
 
 
 @dataclasses.dataclass
@@ -46,16 +44,6 @@ class Measurements:
     # What the advisor reads besides the figures (accelkit.advisor.context lists them).
     facts: dict[str, Any] = dataclasses.field(default_factory=dict)
     single_device_samples_per_second: float | None = None
-
-
-def versions(framework: str) -> dict[str, str | None]:
-    found: dict[str, str | None] = {"accelkit": __version__, "python": platform.python_version()}
-    for dist in {"torch": ("torch",), "tensorflow": ("tensorflow", "keras")}.get(framework, ()):
-        try:
-            found[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            found[dist] = None
-    return found
 
 
 def _plain(data: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from accelkit.advisor.context import Context
 from accelkit.advisor.types import Advice, Severity
+from accelkit.hardware import capabilities
 
 SMALLEST = 64
 _SHOWN = 6
@@ -50,7 +51,7 @@ def alignment(ctx: Context) -> Advice | None:
     if not found:
         return None
     cc = ctx.compute_capability
-    tensor_cores = (cc is not None and cc >= (7, 0)
+    tensor_cores = (capabilities.has_tensor_cores(cc)
                     and ctx.matmul_dtype in ("bf16", "fp16", "tf32", "fp8"))
     described = [str(d) for d in found]
     shown = ", ".join(described[:_SHOWN]) + (

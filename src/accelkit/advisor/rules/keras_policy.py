@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from accelkit.advisor.context import DEFAULT_MFU, Context
 from accelkit.advisor.types import Advice, Severity, amdahl
+from accelkit.hardware import capabilities
 
 _SHOWN = 6
 
@@ -53,7 +54,7 @@ def keras_policy(ctx: Context) -> Advice | None:
 
 def _gain(ctx: Context, policy: str) -> dict[str, object]:
     spec = ctx.spec
-    target = "bf16" if "bfloat16" in policy else "fp16"
+    target = capabilities.precision_of_policy(policy)
     now = "tf32" if spec is not None and spec.peak("tf32") else "fp32"
     if spec is None or not spec.peak(now) or not spec.peak(target):
         return {"expected_gain": "not estimated: no datasheet peaks for this device "

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from accelkit.advisor.context import DEFAULT_MFU, Context
 from accelkit.advisor.types import Advice, Severity, amdahl
-
-TENSOR_CORES = (7, 0)
-BF16 = (8, 0)
+from accelkit.hardware import capabilities
 
 
 def precision(ctx: Context) -> Advice | None:
@@ -25,18 +23,18 @@ def precision(ctx: Context) -> Advice | None:
         'precision'
     """
     cc = ctx.compute_capability
-    if cc is None or cc < TENSOR_CORES:
+    if not capabilities.has_tensor_cores(cc):
         return None
     dtype = ctx.matmul_dtype
     if dtype in ("fp32", "tf32"):
         return _faster_dtype(ctx, cc, dtype)
-    if dtype == "fp16" and cc >= BF16:
+    if dtype == "fp16" and capabilities.has_bf16(cc):
         return _bf16_instead_of_fp16(ctx, cc)
     return None
 
 
 def _faster_dtype(ctx: Context, cc: tuple[int, int], dtype: str) -> Advice:
-    target = "bf16" if cc >= BF16 else "fp16"
+    target = "bf16" if capabilities.has_bf16(cc) else "fp16"
     gpu = ctx.gpu
     name = gpu.name if gpu else "this GPU"
     evidence: dict[str, object] = {"matmul_dtype": dtype, "gpu": name,
@@ -77,7 +75,7 @@ def _action(ctx: Context, target: str, dtype: str) -> str:
         return (f"accelkit.auto_configure(precision='{target}') and train with "
                 f"accelkit.torch.fit, or wrap the forward pass in `with plan.autocast():`"
                 f"{scaler}{tf32}")
-    policy = "mixed_bfloat16" if target == "bf16" else "mixed_float16"
+    policy = capabilities.keras_policy(target)
     return (f"accelkit.auto_configure(framework='tensorflow', precision='{target}') before "
             f"building the model (keras.mixed_precision.set_global_policy('{policy}')), "
             "with a float32 output head: accelkit.keras.float32_head(model)")

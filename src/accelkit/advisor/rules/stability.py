@@ -13,6 +13,7 @@ from typing import Any
 
 from accelkit.advisor.context import Context
 from accelkit.advisor.types import Advice, Severity
+from accelkit.hardware import capabilities
 
 COLLAPSED = 1.0  # scale below 1: gradients are scaled down to fit, fp16 has run out of range
 FALLEN = 2.0**10  # fell 1024-fold: at least ten net overflow steps skipped
@@ -88,8 +89,7 @@ def _scales(ctx: Context) -> list[float]:
 
 
 def _action(ctx: Context) -> str:
-    cc = ctx.compute_capability
-    bf16 = cc is not None and cc >= (8, 0)
+    bf16 = capabilities.has_bf16(ctx.compute_capability)
     fp16 = ctx.precision == "fp16"
     steps = []
     if fp16 and bf16:
