@@ -1,348 +1,29 @@
 """`accelkit.hardware.detect` and the NVML reader, against a fake NVML.
 
-The fake implements the handful of pynvml functions the reader calls, with
-pynvml's constants and error hierarchy (values copied from nvidia-ml-py), so
+The fake (`fake_nvml`) implements the pynvml functions the reader calls, so
 machines we don't have can be described in a few lines.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import os
 import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from accelkit.hardware import HardwareInfo, Link, detect, nvml
-from accelkit.hardware.nvml import architecture_for, read_gpus
+from accelkit.hardware.capabilities import architecture_for
+from accelkit.hardware.nvml import read_gpus
+
+from .fake_nvml import GIB, FakeNvml, a100_mig, h100_pair, hgx_h100, rtx4090_box
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-GIB = 1024**3
-
-# -- a fake pynvml ---------------------------------------------------------------
-
-
-class NVMLError(Exception):
-    """pynvml's base error: `value` is the NVML return code."""
-
-    _strings = {
-        2: "Invalid Argument",
-        3: "Not Supported",
-        4: "Insufficient Permissions",
-        6: "Not Found",
-        9: "Driver Not Loaded",
-        12: "NVML Shared Library Not Found",
-        15: "GPU is lost",
-        999: "Unknown Error",
-    }
-
-    def __init__(self, value: int) -> None:
-        super().__init__(value)
-        self.value = value
-
-    def __str__(self) -> str:
-        return self._strings.get(self.value, f"NVML error {self.value}")
-
-
-def _error_class(name: str, code: int) -> type[NVMLError]:
-    return type(name, (NVMLError,), {"__init__": lambda self: NVMLError.__init__(self, code)})
-
-
-@dataclasses.dataclass
-class FakeGpu:
-    name: str
-    uuid: str
-    bus_id: str
-    capability: tuple[int, int]
-    architecture: int  # NVML_DEVICE_ARCH_*
-    memory_bytes: int
-    bus_width: int
-    memory_clock_mhz: int
-    power_mw: int
-    pcie: tuple[int, int] = (4, 16)
-    ecc: bool | None = True  # None: NOT_SUPPORTED, like GeForce cards
-    # one entry per NVLink link: None inactive, else (remote device type, remote bus id)
-    nvlinks: list[tuple[int, str] | None] = dataclasses.field(default_factory=list)
-    mig: list[tuple[str, str]] | None = None  # None: MIG not supported; [] supported, off
-
-
-class FakeNvml:
-    """A stand-in for the `pynvml` module. `fail` maps a function name to
-    (error code, GPU indices it fails on, or None for every call)."""
-
-    NVMLError = NVMLError
-    NVML_ERROR_INVALID_ARGUMENT = 2
-    NVML_ERROR_NOT_SUPPORTED = 3
-    NVML_ERROR_NO_PERMISSION = 4
-    NVML_ERROR_NOT_FOUND = 6
-    NVML_ERROR_DRIVER_NOT_LOADED = 9
-    NVML_ERROR_LIBRARY_NOT_FOUND = 12
-    NVML_ERROR_GPU_IS_LOST = 15
-    NVML_ERROR_UNKNOWN = 999
-    NVMLError_InvalidArgument = _error_class("NVMLError_InvalidArgument", 2)
-    NVMLError_NotSupported = _error_class("NVMLError_NotSupported", 3)
-    NVMLError_NotFound = _error_class("NVMLError_NotFound", 6)
-    NVMLError_DriverNotLoaded = _error_class("NVMLError_DriverNotLoaded", 9)
-    NVMLError_LibraryNotFound = _error_class("NVMLError_LibraryNotFound", 12)
-    NVMLError_Unknown = _error_class("NVMLError_Unknown", 999)
-
-    NVML_FEATURE_DISABLED = 0
-    NVML_FEATURE_ENABLED = 1
-    NVML_CLOCK_MEM = 2
-    NVML_NVLINK_MAX_LINKS = 18
-    NVML_NVLINK_DEVICE_TYPE_GPU = 0
-    NVML_NVLINK_DEVICE_TYPE_SWITCH = 2
-    NVML_P2P_CAPS_INDEX_READ = (0,)  # sic: pynvml writes `= 0,`
-    NVML_P2P_STATUS_OK = 0
-    NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED = 1
-    NVML_P2P_STATUS_GPU_NOT_SUPPORTED = 2
-    NVML_P2P_STATUS_NOT_SUPPORTED = 5
-    NVML_TOPOLOGY_SINGLE = 10
-    NVML_TOPOLOGY_HOSTBRIDGE = 30
-    NVML_TOPOLOGY_NODE = 40
-    NVML_TOPOLOGY_SYSTEM = 50
-    NVML_DEVICE_MIG_DISABLE = 0
-    NVML_DEVICE_MIG_ENABLE = 1
-
-    def __init__(
-        self,
-        gpus: list[FakeGpu],
-        *,
-        p2p: Callable[[int, int], int] = lambda a, b: 0,
-        topology: Callable[[int, int], int] = lambda a, b: 50,
-        mig_enabled: bool = False,
-        fail: dict[str, tuple[int, set[int] | None]] | None = None,
-        init_error: int | None = None,
-        driver: str = "580.95.05",
-        cuda: int = 13000,
-    ) -> None:
-        self.gpus, self.p2p, self.topology = gpus, p2p, topology
-        self.mig_enabled, self.init_error = mig_enabled, init_error
-        self.driver, self.cuda = driver, cuda
-        self.calls: list[str] = []
-        for name, (code, only) in (fail or {}).items():
-            setattr(self, name, self._failing(getattr(self, name), code, only))
-
-    @staticmethod
-    def _failing(
-        original: Callable[..., Any], code: int, only: set[int] | None
-    ) -> Callable[..., Any]:
-        def call(*args: Any) -> Any:
-            if only is None or (args and args[0][1] in only):
-                raise NVMLError(code)
-            return original(*args)
-
-        return call
-
-    def _gpu(self, handle: tuple[str, int]) -> FakeGpu:
-        return self.gpus[handle[1]]
-
-    # system
-    def nvmlInit(self) -> None:
-        self.calls.append("init")
-        if self.init_error is not None:
-            raise NVMLError(self.init_error)
-
-    def nvmlShutdown(self) -> None:
-        self.calls.append("shutdown")
-
-    def nvmlSystemGetDriverVersion(self) -> str:
-        return self.driver
-
-    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:
-        return self.cuda
-
-    def nvmlDeviceGetCount(self) -> int:
-        return len(self.gpus)
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> tuple[str, int]:
-        return ("gpu", index)
-
-    # one device (a MIG handle is ("mig", gpu, slot))
-    def nvmlDeviceGetName(self, handle: tuple) -> str:
-        if handle[0] == "mig":
-            return self.gpus[handle[1]].mig[handle[2]][0]
-        return self._gpu(handle).name
-
-    def nvmlDeviceGetUUID(self, handle: tuple) -> str:
-        if handle[0] == "mig":
-            return self.gpus[handle[1]].mig[handle[2]][1]
-        return self._gpu(handle).uuid
-
-    def nvmlDeviceGetPciInfo(self, handle: tuple) -> SimpleNamespace:
-        return SimpleNamespace(busId=self._gpu(handle).bus_id)
-
-    def nvmlDeviceGetCudaComputeCapability(self, handle: tuple) -> tuple[int, int]:
-        return self._gpu(handle).capability
-
-    def nvmlDeviceGetArchitecture(self, handle: tuple) -> int:
-        return self._gpu(handle).architecture
-
-    def nvmlDeviceGetMemoryInfo(self, handle: tuple) -> SimpleNamespace:
-        return SimpleNamespace(total=self._gpu(handle).memory_bytes, free=0, used=0)
-
-    def nvmlDeviceGetMemoryBusWidth(self, handle: tuple) -> int:
-        return self._gpu(handle).bus_width
-
-    def nvmlDeviceGetMaxClockInfo(self, handle: tuple, clock: int) -> int:
-        assert clock == self.NVML_CLOCK_MEM
-        return self._gpu(handle).memory_clock_mhz
-
-    def nvmlDeviceGetEccMode(self, handle: tuple) -> list[int]:
-        ecc = self._gpu(handle).ecc
-        if ecc is None:
-            raise self.NVMLError_NotSupported()
-        return [int(ecc), int(ecc)]
-
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: tuple) -> int:
-        return self._gpu(handle).pcie[0]
-
-    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: tuple) -> int:
-        return self._gpu(handle).pcie[1]
-
-    def nvmlDeviceGetEnforcedPowerLimit(self, handle: tuple) -> int:
-        return self._gpu(handle).power_mw
-
-    def nvmlDeviceGetNvLinkState(self, handle: tuple, link: int) -> int:
-        links = self._gpu(handle).nvlinks
-        if not links:
-            raise self.NVMLError_NotSupported()
-        if link >= len(links):
-            raise self.NVMLError_InvalidArgument()
-        return int(links[link] is not None)
-
-    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: tuple, link: int) -> int:
-        return self._gpu(handle).nvlinks[link][0]
-
-    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: tuple, link: int) -> SimpleNamespace:
-        return SimpleNamespace(busId=self._gpu(handle).nvlinks[link][1])
-
-    def nvmlDeviceGetMigMode(self, handle: tuple) -> list[int]:
-        if self._gpu(handle).mig is None:
-            raise self.NVMLError_NotSupported()
-        mode = int(self.mig_enabled)
-        return [mode, mode]
-
-    def nvmlDeviceGetMaxMigDeviceCount(self, handle: tuple) -> int:
-        return 7
-
-    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: tuple, slot: int) -> tuple:
-        if slot >= len(self._gpu(handle).mig):
-            raise self.NVMLError_NotFound()
-        return ("mig", handle[1], slot)
-
-    # pairs
-    def nvmlDeviceGetP2PStatus(self, first: tuple, second: tuple, index: int) -> int:
-        assert index == 0, "the reader must unwrap pynvml's tuple constant"
-        return self.p2p(first[1], second[1])
-
-    def nvmlDeviceGetTopologyCommonAncestor(self, first: tuple, second: tuple) -> int:
-        return self.topology(first[1], second[1])
-
-
-GPU, SWITCH = FakeNvml.NVML_NVLINK_DEVICE_TYPE_GPU, FakeNvml.NVML_NVLINK_DEVICE_TYPE_SWITCH
-
-
-def _bus(index: int) -> str:
-    return f"00000000:{0x18 + 0x10 * index:02X}:00.0"
-
-
-def h100_pair() -> FakeNvml:
-    """Two H100 NVL cards joined by NVLink bridges (6 links each way)."""
-    gpus = [
-        FakeGpu(
-            name="NVIDIA H100 NVL",
-            uuid=f"GPU-{i}h100-0000-0000-0000-000000000000",
-            bus_id=_bus(i),
-            capability=(9, 0),
-            architecture=9,
-            memory_bytes=94 * GIB,
-            bus_width=6144,
-            memory_clock_mhz=2619,
-            power_mw=400_000,
-            pcie=(5, 16),
-            nvlinks=[(GPU, _bus(1 - i))] * 6 + [None] * 12,
-            mig=[],
-        )
-        for i in range(2)
-    ]
-    return FakeNvml(gpus, topology=lambda a, b: 40)
-
-
-def rtx4090_box() -> FakeNvml:
-    """Four GeForce RTX 4090: no NVLink, no ECC, no MIG, P2P disabled by the driver."""
-    gpus = [
-        FakeGpu(
-            name="NVIDIA GeForce RTX 4090",
-            uuid=f"GPU-{i}4090-aaaa-bbbb-cccc-dddddddddddd",
-            bus_id=_bus(i),
-            capability=(8, 9),
-            architecture=8,
-            memory_bytes=24 * GIB,
-            bus_width=384,
-            memory_clock_mhz=10501,
-            power_mw=450_000,
-            ecc=None,
-        )
-        for i in range(4)
-    ]
-    return FakeNvml(
-        gpus,
-        p2p=lambda a, b: FakeNvml.NVML_P2P_STATUS_GPU_NOT_SUPPORTED,
-        topology=lambda a, b: 40 if a // 2 == b // 2 else 50,
-    )
-
-
-def hgx_h100(count: int = 4, *, remote_type_readable: bool = True) -> FakeNvml:
-    """H100 SXM GPUs whose 18 links all go to NVSwitches."""
-    gpus = [
-        FakeGpu(
-            name="NVIDIA H100 80GB HBM3",
-            uuid=f"GPU-{i}sxm0-0000-0000-0000-000000000000",
-            bus_id=_bus(i),
-            capability=(9, 0),
-            architecture=9,
-            memory_bytes=80 * GIB,
-            bus_width=5120,
-            memory_clock_mhz=2619,
-            power_mw=700_000,
-            pcie=(5, 16),
-            # what a real HGX H200 reports: type SWITCH, and no PCI address for the switch
-            nvlinks=[(SWITCH, "FFFFFFFF:FF:FF.0")] * 18,
-            mig=[],
-        )
-        for i in range(count)
-    ]
-    fail = {} if remote_type_readable else {"nvmlDeviceGetNvLinkRemoteDeviceType": (3, None)}
-    return FakeNvml(gpus, topology=lambda a, b: 50, fail=fail)
-
-
-def a100_mig() -> FakeNvml:
-    """One A100 split into three MIG slices."""
-    slices = [
-        ("NVIDIA A100-SXM4-40GB MIG 3g.20gb", "MIG-11111111-aaaa-bbbb-cccc-000000000001"),
-        ("NVIDIA A100-SXM4-40GB MIG 2g.10gb", "MIG-22222222-aaaa-bbbb-cccc-000000000002"),
-        ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "MIG-33333333-aaaa-bbbb-cccc-000000000003"),
-    ]
-    gpu = FakeGpu(
-        name="NVIDIA A100-SXM4-40GB",
-        uuid="GPU-a100a100-0000-0000-0000-000000000000",
-        bus_id=_bus(0),
-        capability=(8, 0),
-        architecture=7,
-        memory_bytes=40 * GIB,
-        bus_width=5120,
-        memory_clock_mhz=1215,
-        power_mw=400_000,
-        mig=slices,
-    )
-    return FakeNvml([gpu], mig_enabled=True)
 
 
 @pytest.fixture
@@ -405,7 +86,8 @@ def test_gpus_behind_nvswitches_are_all_connected() -> None:
 
 
 def test_nvlink_to_an_unidentified_device_is_unknown_not_guessed() -> None:
-    info = read_gpus(hgx_h100(2, remote_type_readable=False))
+    unreadable = {"nvmlDeviceGetNvLinkRemoteDeviceType": (FakeNvml.NVML_ERROR_NOT_SUPPORTED, None)}
+    info = read_gpus(hgx_h100(2, fail=unreadable))
 
     assert info.gpus[0].nvlink_links == 18
     assert info.links[0].nvlink is None
@@ -427,9 +109,7 @@ def test_mig_enabled_a100_lists_its_slices() -> None:
 
 
 def test_mig_capable_gpu_with_mig_off() -> None:
-    fake = a100_mig()
-    fake.mig_enabled = False
-    (gpu,) = read_gpus(fake).gpus
+    (gpu,) = read_gpus(a100_mig(mig_enabled=False)).gpus
     assert not gpu.mig_enabled and gpu.mig_slices == ()
 
 
@@ -465,12 +145,7 @@ def test_nvml_init_failure_gives_cpu_only_snapshot(code: int, expected: str) -> 
 
 
 def test_one_failing_call_leaves_one_field_empty() -> None:
-    fake = rtx4090_box()
-    fake = FakeNvml(
-        fake.gpus,
-        p2p=fake.p2p,
-        fail={"nvmlDeviceGetMemoryBusWidth": (FakeNvml.NVML_ERROR_UNKNOWN, {1, 3})},
-    )
+    fake = rtx4090_box(fail={"nvmlDeviceGetMemoryBusWidth": (FakeNvml.NVML_ERROR_UNKNOWN, {1, 3})})
 
     info = read_gpus(fake)
 
@@ -482,13 +157,11 @@ def test_one_failing_call_leaves_one_field_empty() -> None:
 
 
 def test_failing_pair_and_system_calls_are_noted() -> None:
-    fake = h100_pair()
-    fake = FakeNvml(
-        fake.gpus,
+    fake = h100_pair(
         fail={
             "nvmlDeviceGetP2PStatus": (FakeNvml.NVML_ERROR_NO_PERMISSION, None),
             "nvmlSystemGetCudaDriverVersion_v2": (FakeNvml.NVML_ERROR_UNKNOWN, None),
-        },
+        }
     )
 
     info = read_gpus(fake)
@@ -500,10 +173,7 @@ def test_failing_pair_and_system_calls_are_noted() -> None:
 
 
 def test_lost_gpu_is_left_out_with_a_note() -> None:
-    fake = rtx4090_box()
-    fake = FakeNvml(
-        fake.gpus, fail={"nvmlDeviceGetHandleByIndex": (FakeNvml.NVML_ERROR_GPU_IS_LOST, None)}
-    )
+    fake = rtx4090_box(fail={"nvmlDeviceGetHandleByIndex": (FakeNvml.NVML_ERROR_GPU_IS_LOST, None)})
 
     info = read_gpus(fake)
 
@@ -525,9 +195,7 @@ def test_unexpected_error_still_shuts_nvml_down(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_cuda_driver_version_formatting() -> None:
-    fake = h100_pair()
-    fake.cuda = 12040
-    assert read_gpus(fake).cuda_driver_version == "12.4"
+    assert read_gpus(h100_pair(cuda=12040)).cuda_driver_version == "12.4"
 
 
 @pytest.mark.parametrize(
@@ -553,9 +221,8 @@ def test_architecture_for(capability: tuple[int, int] | None, architecture: str 
 
 
 def test_architecture_falls_back_to_nvml_when_capability_unreadable() -> None:
-    fake = h100_pair()
-    fake = FakeNvml(
-        fake.gpus, fail={"nvmlDeviceGetCudaComputeCapability": (FakeNvml.NVML_ERROR_UNKNOWN, {0})}
+    fake = h100_pair(
+        fail={"nvmlDeviceGetCudaComputeCapability": (FakeNvml.NVML_ERROR_UNKNOWN, {0})}
     )
     gpus = read_gpus(fake).gpus
     assert gpus[0].compute_capability is None and gpus[0].architecture == "hopper"
@@ -655,11 +322,14 @@ def test_real_detect_without_gpu_is_cpu_only_and_imports_no_framework() -> None:
         }))
         """
     )
+    # this process's environment (PYTHONDONTWRITEBYTECODE and the rest), with accelkit
+    # imported from this checkout and nothing else from the parent's PYTHONPATH
+    environ = {**os.environ, "PYTHONPATH": str(SRC)}
     result = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,
         text=True,
-        env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"},
+        env=environ,
         timeout=120,
         check=True,
     )
