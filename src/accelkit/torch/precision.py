@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from accelkit.hardware import capabilities
 from accelkit.planning.keys import Key
 from accelkit.planning.types import Plan
 from accelkit.utils.imports import require
@@ -19,8 +18,9 @@ if TYPE_CHECKING:
 
 
 def autocast_dtype(plan: Plan) -> Any:
-    """The `torch` dtype the plan autocasts to (bfloat16 or float16), or None."""
-    name = capabilities.torch_dtype_name(plan.precision)
+    """The `torch` dtype the plan autocasts to (its `autocast.dtype` setting: bfloat16
+    or float16), or None when it computes in float32."""
+    name = plan.value(Key.AUTOCAST_DTYPE)
     return None if name is None else getattr(require("torch"), name)
 
 
