@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import pytest
 
 import accelkit
 from accelkit.advisor import Severity
 from accelkit.hardware.info import HardwareInfo
 from accelkit.planning import Request, plan
+
+from ..helpers.keras_models import classification_data, global_policy_kept
 
 pytestmark = pytest.mark.tensorflow
 keras = pytest.importorskip("keras")
@@ -22,15 +23,12 @@ CPU_PLAN = plan(HardwareInfo(source="snapshot"), Request(framework="tensorflow")
 
 @pytest.fixture(autouse=True)
 def float32_policy():
-    policy = keras.mixed_precision.global_policy().name
-    yield
-    keras.mixed_precision.set_global_policy(policy)
+    with global_policy_kept():
+        yield
 
 
-def data(n: int = 1024, dim: int = 64, classes: int = 8):
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(n, dim)).astype("float32")
-    return x, (x @ rng.normal(size=(dim, classes))).argmax(1)
+def data(n: int = 1024):
+    return classification_data(n, dim=64, classes=8)
 
 
 def mlp(dim: int = 64, hidden: int = 512, classes: int = 8, head=None):

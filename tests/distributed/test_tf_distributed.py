@@ -21,8 +21,9 @@ pytest.importorskip("tensorflow")
 pytestmark = [pytest.mark.tensorflow, pytest.mark.distributed]
 
 BATCH = 64  # tf_worker.BATCH: the global batch
-# The MLP of tf_worker.py on a batch of B: forward 2·B·(16·64 + 64·4), backward both
-# kernel gradients and the second layer's input gradient (as in tests/keras).
+# The MLP of tf_worker.py (tests/helpers/keras_models.mlp) on a batch of B: forward
+# 2·B·(16·64 + 64·4), backward both kernel gradients and the second layer's input
+# gradient (as in tests/keras).
 FLOPS_64 = 2 * 64 * (16 * 64 + 64 * 4) * 2 + 2 * 64 * 64 * 4
 
 

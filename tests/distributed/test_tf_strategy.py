@@ -9,7 +9,6 @@ import json
 import re
 import warnings
 
-import numpy as np
 import pytest
 
 import accelkit
@@ -20,6 +19,8 @@ from accelkit.keras import strategies
 from accelkit.keras import strategy as keras_strategy
 from accelkit.planning import Distribution, Request, Status, plan
 from accelkit.profiling.run_report import RunReport
+
+from ..helpers.keras_models import classification_data, global_policy_kept
 
 pytestmark = pytest.mark.tensorflow
 keras = pytest.importorskip("keras")
@@ -34,16 +35,14 @@ MULTI_WORKER_PLAN = plan(what_if(None, environ={"TF_CONFIG": TF_CONFIG}),
 
 @pytest.fixture(autouse=True)
 def fresh_strategies(monkeypatch):
-    """Each test builds its own strategies; the policy and variables are restored."""
-    saved = dict(strategies._strategies)
-    strategies._strategies.clear()
-    policy = keras.mixed_precision.global_policy().name
+    """Each test builds its own strategies, none kept after it; the policy and variables
+    are restored."""
+    strategies.forget()
     monkeypatch.delenv("ACCELKIT_DIST_TIMEOUT", raising=False)
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    yield
-    strategies._strategies.clear()
-    strategies._strategies.update(saved)
-    keras.mixed_precision.set_global_policy(policy)
+    with global_policy_kept():
+        yield
+    strategies.forget()
 
 
 class Recorder:
@@ -51,12 +50,6 @@ class Recorder:
 
     def __init__(self, *args, **kwargs):
         self.args, self.kwargs = args, kwargs
-
-
-def data(n: int = 256, dim: int = 16, classes: int = 4):
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(n, dim)).astype("float32")
-    return x, (x @ rng.normal(size=(dim, classes))).argmax(1)
 
 
 def build(compile: bool = True):
@@ -169,7 +162,7 @@ def test_fit_calls_the_function_inside_the_plan_strategy_scope() -> None:
         seen.append(tf.distribute.get_strategy())
         return build()
 
-    x, y = data()
+    x, y = classification_data(256)
     report = accelkit.keras.fit(builder, x, y, batch_size=32, epochs=2, verbose=0,
                                 plan=CPU_PLAN)
     assert seen == [keras_strategy(CPU_PLAN)]
@@ -182,13 +175,13 @@ def test_fit_calls_the_function_inside_the_plan_strategy_scope() -> None:
     (lambda: build(compile=False), ValueError, "compile the model before accelkit.keras.fit"),
 ])
 def test_a_function_must_return_a_compiled_model(builder, error, message) -> None:
-    x, y = data()
+    x, y = classification_data(256)
     with pytest.raises(error, match=message):
         accelkit.keras.fit(builder, x, y, epochs=1, verbose=0, plan=CPU_PLAN)
 
 
 def test_a_model_built_outside_a_multi_worker_plan_warns_and_trains_as_built() -> None:
-    x, y = data()
+    x, y = classification_data(256)
     with pytest.warns(UserWarning) as caught:
         report = accelkit.keras.fit(build(), x, y, batch_size=32, epochs=1, verbose=0,
                                     plan=MULTI_WORKER_PLAN)
@@ -198,14 +191,15 @@ def test_a_model_built_outside_a_multi_worker_plan_warns_and_trains_as_built() -
     assert "pass a function that builds and compiles the model" in messages[0]
     assert report.world_size == 1 and report.steps == 8
     assert "built outside the plan's strategy" in report.notes["distribution"]
-    assert not strategies._strategies  # no cluster was joined to say so
+    built = strategies.forget()
+    assert not built  # no cluster was joined to say so
 
 
 def test_a_model_under_the_users_own_strategy_is_kept_with_a_note() -> None:
     own = tf.distribute.OneDeviceStrategy("/cpu:0")
     with own.scope():
         model = build()
-    x, y = data()
+    x, y = classification_data(256)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # no accelkit warning
         report = accelkit.keras.fit(model, x, y, batch_size=32, epochs=1, verbose=0,
@@ -267,7 +261,7 @@ def test_the_single_device_figure_takes_a_number_a_report_or_a_saved_report(tmp_
 
 
 def test_fit_reports_scaling_efficiency_against_the_single_device_figure() -> None:
-    x, y = data()
+    x, y = classification_data(256)
     report = accelkit.keras.fit(build(), x, y, batch_size=32, epochs=2, verbose=0,
                                 plan=CPU_PLAN, single_device_samples_per_second=1e9)
     assert report.single_device_samples_per_second == 1e9

@@ -50,8 +50,9 @@ def tf_config(ports: list[int], index: int) -> str:
 
 def environment(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _CLEARED}
-    env.update(PYTHONPATH=str(ROOT / "src"), PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2",
-               CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+    # ROOT for tests.helpers, which tf_worker.py imports.
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]), PYTHONUNBUFFERED="1",
+               TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
     env.update(extra)
     return env
 

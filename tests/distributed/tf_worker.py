@@ -19,30 +19,17 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np
 import tensorflow as tf
+from tests.helpers.keras_models import classification_data, mlp  # ROOT: on tf_cluster's path
 
 import accelkit
 
 BATCH = 64  # the global batch: split across the replicas by the strategy
 
 
-def data(n: int = 1024, dim: int = 16, classes: int = 4):
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(n, dim)).astype("float32")
-    return x, (x @ rng.normal(size=(dim, classes))).argmax(1)
-
-
-def build(dim: int = 16, hidden: int = 64, classes: int = 4):
-    import keras
-
-    keras.utils.set_random_seed(0)
-    inputs = keras.Input((dim,))
-    outputs = keras.layers.Dense(classes)(keras.layers.Dense(hidden, activation="relu")(inputs))
-    model = keras.Model(inputs, outputs, name="mlp")
-    model.compile(optimizer=keras.optimizers.Adam(1e-2),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return model
+def build():
+    """The model every run trains: the shared MLP, 16 -> 64 -> 4."""
+    return mlp(name="mlp")
 
 
 def mirrored(out: Path) -> None:
@@ -52,7 +39,7 @@ def mirrored(out: Path) -> None:
     plan = accelkit.plan_for("NVIDIA A100-SXM4-80GB", count=2, framework="tensorflow",
                              precision="fp32")
     strategy = accelkit.keras.strategy(plan)
-    x, y = data()
+    x, y = classification_data()
     report = accelkit.keras.fit(build, x, y, batch_size=BATCH, epochs=3, verbose=0, plan=plan,
                                 single_device_samples_per_second=1000.0)
     model = report.history.model
@@ -87,7 +74,7 @@ def _after_step(step: int, action):
 def worker(out: Path) -> None:
     index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
     plan = accelkit.auto_configure(framework="tensorflow", precision="fp32", verbose=False)
-    x, y = data()
+    x, y = classification_data()
     callbacks = []
     if os.environ.get("ACCELKIT_TEST_DIE_AT"):  # ends abruptly, like a crash or a kill
         callbacks.append(_after_step(int(os.environ["ACCELKIT_TEST_DIE_AT"]),

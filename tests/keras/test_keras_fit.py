@@ -11,6 +11,9 @@ import accelkit
 from accelkit.hardware.info import GpuInfo, HardwareInfo
 from accelkit.planning import Request, plan
 
+from ..helpers import keras_models
+from ..helpers.keras_models import classification_data
+
 pytestmark = pytest.mark.tensorflow
 keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
@@ -26,29 +29,17 @@ class Boom(Exception):
 
 @pytest.fixture(autouse=True)
 def float32_policy():
-    policy = keras.mixed_precision.global_policy().name
-    yield
-    keras.mixed_precision.set_global_policy(policy)
+    with keras_models.global_policy_kept():
+        yield
 
 
-def data(n: int = 1024, dim: int = 16, classes: int = 4):
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(n, dim)).astype("float32")
-    return x, (x @ rng.normal(size=(dim, classes))).argmax(1)
-
-
-def mlp(dim: int = 16, hidden: int = 64, classes: int = 4, loss=None):
-    keras.utils.set_random_seed(0)
-    inputs = keras.Input((dim,))
-    outputs = keras.layers.Dense(classes)(keras.layers.Dense(hidden, activation="relu")(inputs))
-    model = keras.Model(inputs, outputs)
-    model.compile(optimizer=keras.optimizers.Adam(1e-2), metrics=["accuracy"],
-                  loss=loss or keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return model
+def mlp():
+    """The shared MLP (16 -> 64 -> 4), with accuracy among its metrics."""
+    return keras_models.mlp(metrics=["accuracy"])
 
 
 def test_fit_learns_and_reports_consistent_figures() -> None:
-    x, y = data()
+    x, y = classification_data()
     report = accelkit.keras.fit(mlp(), x, y, batch_size=32, epochs=3, verbose=0, plan=CPU_PLAN)
     assert report.history.history["loss"] == pytest.approx(report.losses)
     assert report.losses[-1] < 0.6 * report.losses[0]
@@ -66,7 +57,7 @@ def test_fit_learns_and_reports_consistent_figures() -> None:
 
 
 def test_tf_data_input_and_tokens_per_sample() -> None:
-    x, y = data()
+    x, y = classification_data()
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(64).prefetch(2)
     report = accelkit.keras.fit(mlp(), dataset, epochs=2, verbose=0, plan=CPU_PLAN,
                                 tokens_per_sample=16)
@@ -75,7 +66,7 @@ def test_tf_data_input_and_tokens_per_sample() -> None:
 
 
 def test_a_slow_input_pipeline_shows_as_input_wait() -> None:
-    x, y = data(256)
+    x, y = classification_data(256)
 
     def slow(xb, yb):
         return tf.py_function(lambda a: (__import__("time").sleep(0.05), a)[1], [xb],
@@ -94,7 +85,7 @@ def test_mixed_policy_model_gets_a_float32_head_and_still_learns() -> None:
     assert keras.mixed_precision.global_policy().name == "mixed_float16"
     model = mlp()
     assert model.outputs[0].dtype == "float16"
-    x, y = data()
+    x, y = classification_data()
     with pytest.warns(UserWarning, match="float32"):
         report = accelkit.keras.fit(model, x, y, batch_size=32, epochs=3, verbose=0,
                                     plan=T4_PLAN)
@@ -104,7 +95,7 @@ def test_mixed_policy_model_gets_a_float32_head_and_still_learns() -> None:
 
 
 def test_profile_callback_in_a_plain_model_fit() -> None:
-    x, y = data()
+    x, y = classification_data()
     callback = accelkit.keras.ProfileCallback(CPU_PLAN)
     model = mlp()
     model.fit(x, y, batch_size=128, epochs=2, verbose=0, callbacks=[callback])
@@ -119,7 +110,7 @@ def test_user_errors_propagate_unchanged() -> None:
             if batch == 3:
                 raise Boom("from the user's callback")
 
-    x, y = data()
+    x, y = classification_data()
     with pytest.raises(Boom, match="user's callback"):
         accelkit.keras.fit(mlp(), x, y, batch_size=32, verbose=0, plan=CPU_PLAN,
                            callbacks=[Failing()])
@@ -132,7 +123,7 @@ def test_keyboard_interrupt_leaves_a_partial_report() -> None:
             if batch == 9:
                 raise KeyboardInterrupt
 
-    x, y = data()
+    x, y = classification_data()
     report = accelkit.keras.fit(mlp(), x, y, batch_size=32, verbose=0, plan=CPU_PLAN,
                                 callbacks=[Interrupt()])
     assert report.interrupted and report.steps == 10
@@ -146,7 +137,7 @@ def test_uncompiled_model_is_a_clear_error() -> None:
 
 
 def test_accelkit_fit_dispatches_on_the_model() -> None:
-    x, y = data()
+    x, y = classification_data()
     report = accelkit.fit(mlp(), x, y=y, batch_size=64, epochs=1, verbose=0, plan=CPU_PLAN)
     assert report.framework == "tensorflow"
     with pytest.raises(TypeError, match="torch.nn.Module or a keras.Model"):

@@ -21,21 +21,19 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from accelkit.profiling import flops_tensorflow
-from accelkit.profiling.flops_tensorflow import (
-    count_train_step_flops,
-    einsum_flops,
-    register_flop_rules,
-)
+from accelkit.profiling import flops_tensorflow, flops_tensorflow_rules
+from accelkit.profiling.flops_tensorflow import count_train_step_flops
+from accelkit.profiling.flops_tensorflow_rules import einsum_flops, register_flop_rules
+
+from ..helpers.keras_models import global_policy_kept
 
 pytestmark = pytest.mark.tensorflow
 
 
 @pytest.fixture(autouse=True)
 def keras_policy():
-    policy = keras.mixed_precision.global_policy().name
-    yield
-    keras.mixed_precision.set_global_policy(policy)
+    with global_policy_kept():
+        yield
 
 
 def zeros(*shape: int, dtype: str = "float32") -> np.ndarray:
@@ -319,7 +317,7 @@ def test_with_two_replicas_the_count_is_one_replicas():
     src = os.path.join(os.path.dirname(__file__), "..", "..", "src")
     env = {**os.environ, "PYTHONPATH": src, "TF_CPP_MIN_LOG_LEVEL": "3"}
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                         timeout=300)
+                         timeout=300, check=False)
     assert run.returncode == 0, run.stderr[-2000:]
     forward = 2 * 32 * 784 * 10
     assert run.stdout.split() == [str(2 * forward), str(forward), "True"]
@@ -331,8 +329,8 @@ def test_registration_is_idempotent_and_counts_do_not_change():
     first = count_train_step_flops(model, x, x)
     register_flop_rules()
     register_flop_rules()
-    importlib.reload(flops_tensorflow)  # a fresh module registers again: TF's KeyError is absorbed
-    flops_tensorflow.register_flop_rules()
+    importlib.reload(flops_tensorflow_rules)  # registers again: TF's KeyError is absorbed
+    flops_tensorflow_rules.register_flop_rules()
     second = flops_tensorflow.count_train_step_flops(model, x, x)
     assert first.total == second.total is not None and first.by_op == second.by_op
     assert first.by_op["Einsum"] > 0

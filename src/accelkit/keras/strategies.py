@@ -185,6 +185,20 @@ def _message(error: Exception) -> str:
     return (getattr(error, "message", None) or str(error)).strip() or type(error).__name__
 
 
+def forget() -> list[Any]:
+    """Drop the strategies built so far, so the next `strategy(plan)` builds anew; return them.
+
+    It cannot undo a MultiWorkerMirroredStrategy: TensorFlow lets a process join one
+    cluster only, so building another one afterwards still fails.
+
+    Example:
+        >>> built = forget()   # e.g. before a test that checks which strategy a plan builds
+    """
+    built = list(_strategies.values())
+    _strategies.clear()
+    return built
+
+
 def built_for_a_plan(strategy: Any) -> bool:
     """True when `strategy` is one `strategy(plan)` built in this process."""
     return any(strategy is built for built in _strategies.values())

@@ -72,6 +72,24 @@ def fit(model: Any, x: Any = None, y: Any = None, *, plan: Plan | None = None,
         >>> report.history.history["loss"], report.world_size
     """
     plan = plan or current_plan() or auto_configure(framework="tensorflow", verbose=False)
+    model, notes = _prepare(model, plan)
+    callback = ProfileCallback(plan, flops_per_step=flops_per_step,
+                               tokens_per_sample=tokens_per_sample, warmup=warmup,
+                               window=window, sample_gpu=sample_gpu, calibrate=calibrate,
+                               single_device=renamed_single_device(
+                                   single_device, single_device_samples_per_second))
+    callback.facts["loader"] = input_facts(x)
+    history = _train(model, callback, x, y, fit_kwargs)
+    report = callback.finish()
+    report.history = history if history is not None else model.history
+    report.notes.update(notes)
+    return report
+
+
+def _prepare(model: Any, plan: Plan) -> tuple[Any, dict[str, str]]:
+    """The compiled model to train and notes on what was done to it: built in the plan's
+    strategy scope (`model` a function), checked against the plan's strategy (`model` a
+    model), given a float32 head under a mixed policy."""
     notes = {}
     if _is_builder(model):
         model = _build_in_scope(model, plan)
@@ -85,24 +103,28 @@ def fit(model: Any, x: Any = None, y: Any = None, *, plan: Plan | None = None,
             model, note = _with_float32_head(model)
         if note:
             notes["model"] = note
-    callback = ProfileCallback(plan, flops_per_step=flops_per_step,
-                               tokens_per_sample=tokens_per_sample, warmup=warmup,
-                               window=window, sample_gpu=sample_gpu, calibrate=calibrate,
-                               single_device=renamed_single_device(
-                                   single_device, single_device_samples_per_second))
-    callback.facts["loader"] = input_facts(x)
-    # First, so a step is counted before a user callback can stop the fit.
-    callbacks = [callback, *(fit_kwargs.pop("callbacks", None) or [])]
-    multi_worker = strategies.is_multi_worker(model.distribute_strategy)
-    if multi_worker:
+    if strategies.is_multi_worker(model.distribute_strategy):
         notes["distribution"] = _multi_worker.NOTE
-    history = None
+    return model, notes
+
+
+def _train(model: Any, callback: ProfileCallback, x: Any, y: Any,
+           fit_kwargs: dict[str, Any]) -> Any:
+    """`model.fit` measured by `callback`: its History, or None when interrupted.
+
+    A KeyboardInterrupt marks the callback interrupted; any other error stops the GPU
+    sampler and propagates (a lost worker's error explained, its type kept).
+    """
+    # First, so a step is counted before a user callback can stop the fit.
+    callbacks = [callback, *(fit_kwargs.get("callbacks") or [])]
+    multi_worker = strategies.is_multi_worker(model.distribute_strategy)
     try:
         with _multi_worker.multi_worker_fit(model) if multi_worker else nullcontext():
-            history = model.fit(x, y, callbacks=callbacks, **fit_kwargs)
+            return model.fit(x, y, **{**fit_kwargs, "callbacks": callbacks})
     except KeyboardInterrupt:
         callback.interrupted = True
         print("accelkit: interrupted; returning a partial report", file=sys.stderr)
+        return None
     except tf.errors.OpError as error:
         callback.stop_sampler()
         if multi_worker and _lost_worker(error):
@@ -111,10 +133,6 @@ def fit(model: Any, x: Any = None, y: Any = None, *, plan: Plan | None = None,
     except BaseException:
         callback.stop_sampler()
         raise
-    report = callback.finish()
-    report.history = history if history is not None else model.history
-    report.notes.update(notes)
-    return report
 
 
 def _is_builder(model: Any) -> bool:
@@ -164,7 +182,7 @@ def _check_strategy(model: Any, plan: Plan) -> str:
                f"device per process instead of {where}. To distribute it, pass a function "
                "that builds and compiles the model: accelkit.keras.fit(build_model, x, ...), "
                "or build and compile it inside `with accelkit.keras.strategy(plan).scope():`")
-    warnings.warn(f"accelkit: {message}", stacklevel=3)
+    warnings.warn(f"accelkit: {message}", stacklevel=4)
     return f"built outside the plan's strategy: trained on one device per process ({where} unused)"
 
 
@@ -203,7 +221,7 @@ def _with_float32_head(model: Any) -> tuple[Any, str]:
     config = dict(getattr(getattr(model, "_compile_config", None), "config", None) or {})
     if not config:
         warnings.warn("accelkit: the model's outputs are not float32 under a mixed policy; "
-                      "wrap it with accelkit.keras.float32_head before compiling", stacklevel=3)
+                      "wrap it with accelkit.keras.float32_head before compiling", stacklevel=4)
         return model, "outputs not float32 under a mixed policy (compile config unknown)"
     wrapped = float32_head(model)
     config["optimizer"] = model.optimizer  # the same optimizer object, state and all
@@ -211,7 +229,7 @@ def _with_float32_head(model: Any) -> tuple[Any, str]:
     warnings.warn(f"accelkit: {model.name}'s outputs were {_dtypes(model)} under a mixed "
                   "policy; training a float32-head copy (same layers and optimizer). "
                   "Use accelkit.keras.float32_head(model) before compile to avoid this.",
-                  stacklevel=3)
+                  stacklevel=4)
     return wrapped, f"float32 output head added (outputs were {_dtypes(model)})"
 
 
