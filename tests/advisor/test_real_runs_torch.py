@@ -3,6 +3,7 @@ and on a healthy run where no rule may warn."""
 
 from __future__ import annotations
 
+import functools
 import time
 
 import pytest
@@ -11,41 +12,18 @@ import accelkit
 from accelkit.advisor import Severity, advise
 from accelkit.advisor.context import DEFAULT_MFU
 from accelkit.advisor.types import amdahl
-from accelkit.hardware.info import HardwareInfo
+from accelkit.hardware import detect
 from accelkit.planning import Request, plan
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-CPU_PLAN = plan(HardwareInfo(source="snapshot"), Request(framework="torch"))
+from ..helpers import torch_data
+from ..helpers.torch_data import CPU_PLAN, batches, mlp
 
-
-def batches(n: int = 48, batch: int = 64, dim: int = 256, classes: int = 8, nan_from=None):
-    """Pre-built batches in a list: no per-sample collation, so no input wait to speak of."""
-    generator = torch.Generator().manual_seed(0)
-    out = []
-    for i in range(n):
-        x = torch.randn(batch, dim, generator=generator)
-        if nan_from is not None and i >= nan_from:
-            x[0, 0] = float("nan")
-        out.append((x, torch.randint(0, classes, (batch,), generator=generator)))
-    return out
-
-
-def mlp(*widths: int):
-    torch.manual_seed(0)
-    widths = widths or (256, 512, 256, 8)
-    layers = []
-    for a, b in zip(widths, widths[1:]):
-        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
-    return torch.nn.Sequential(*layers[:-1])
-
-
-def train(model, loader, **kwargs):
-    kwargs.setdefault("plan", CPU_PLAN)
-    kwargs.setdefault("progress", False)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    return accelkit.torch.fit(model, loader, optimizer, torch.nn.CrossEntropyLoss(), **kwargs)
+# The runs train where their tensors are built, on the CPU, on a GPU host too.
+train = functools.partial(torch_data.train, lr=1e-3, device="cpu")
+WIDTHS = (256, 512, 256, 8)  # the MLP of most runs here
 
 
 def verdicts(report):
@@ -54,7 +32,7 @@ def verdicts(report):
 
 @pytest.fixture(scope="module")
 def healthy():
-    return train(mlp(), batches(), epochs=1)
+    return train(mlp(*WIDTHS), batches(), epochs=1)
 
 
 def test_healthy_run_gets_no_warning(healthy) -> None:
@@ -120,15 +98,30 @@ def test_what_if_ampere_in_fp32_gets_precision_advice_with_its_gain(healthy) -> 
     assert "precision" not in verdicts(healthy)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="nn.DataParallel runs on the GPUs "
+                    "whenever CUDA is present: see the cuda variant below")
 def test_data_parallel_is_named() -> None:
-    report = train(torch.nn.DataParallel(mlp()), batches(n=8))
+    report = train(torch.nn.DataParallel(mlp(*WIDTHS)), batches(n=8))
     assert report.facts["data_parallel"] is True
     found = verdicts(report)["data_parallel"]
     assert "torchrun" in found["action"] and found["severity"] == "info"  # no GPUs here
 
 
+@pytest.mark.gpu
+def test_data_parallel_is_named_on_cuda() -> None:
+    on_gpus = plan(detect(), Request(framework="torch", precision="fp32"))
+    gpus = on_gpus.hardware.gpu_count
+    report = train(torch.nn.DataParallel(mlp(*WIDTHS)), batches(n=8), plan=on_gpus,
+                   device="cuda")
+    assert report.facts["data_parallel"] is True and report.device.startswith("cuda")
+    found = verdicts(report)["data_parallel"]
+    assert "torchrun" in found["action"]
+    assert found["severity"] == ("warning" if gpus > 1 else "info")
+    assert found["evidence"]["visible_gpus"] == gpus
+
+
 def test_nan_in_the_data_is_a_critical_verdict_with_the_step() -> None:
-    report = train(mlp(), batches(n=24, nan_from=6), window=8)
+    report = train(mlp(*WIDTHS), batches(n=24, nan_from=6), window=8)
     top = report.advice[0]
     assert top["id"] == "nonfinite_loss" and top["severity"] == "critical"
     # The first NaN batch is step 7; the next window boundary after warm-up is step 11.

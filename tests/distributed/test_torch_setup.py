@@ -22,6 +22,8 @@ pytestmark = pytest.mark.torch
 
 from accelkit.torch import distributed
 
+from ..helpers.torch_data import CPU_PLAN, mlp, separable, train
+
 TORCHRUN = LauncherEnv(rank=0, local_rank=0, world_size=2, local_world_size=2)
 # Two GPUs that cannot reach each other: the plan sets NCCL_P2P_DISABLE.
 NO_P2P = HardwareInfo(gpus=(GpuInfo(0, "NVIDIA GeForce RTX 4090", compute_capability=(8, 9)),
@@ -244,15 +246,10 @@ def test_single_device_refuses_a_multi_device_or_unmeasured_report() -> None:
 # -- fit, save, bench --------------------------------------------------------------------------
 
 def _fit(plan_=None, **kwargs):
-    from accelkit.torch import fit
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
-    data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
-    loader = torch.utils.data.DataLoader(data, batch_size=8)
-    plan_ = plan_ or plan(HardwareInfo(source="snapshot"), Request())
-    return fit(model, loader, torch.optim.SGD(model.parameters(), lr=0.1),
-               torch.nn.CrossEntropyLoss(), plan=plan_, warmup=1, window=2, **kwargs)
+    """Eight steps of a tiny MLP, each measured (warm-up 1, window 2)."""
+    return train(mlp(8, 16, 2), separable(n=64, dim=8, classes=2, batch=8),
+                 optimizer=torch.optim.SGD, lr=0.1, plan=plan_ or CPU_PLAN, warmup=1, window=2,
+                 **kwargs)
 
 
 def test_fit_with_several_gpus_and_no_launcher_prints_the_torchrun_command(capsys) -> None:

@@ -19,27 +19,19 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import accelkit
 import accelkit.torch
 import torch
 
+# Outside pytest: the shared test data is imported from its folder.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
+from torch_data import mlp, separable
+
 
 class Boom(Exception):
     pass
-
-
-def loader(n: int = 1024, dim: int = 16, classes: int = 4, batch: int = 32):
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(n, dim, generator=generator)
-    y = (x @ torch.randn(dim, classes, generator=generator)).argmax(1)
-    data = torch.utils.data.TensorDataset(x, y)
-    return torch.utils.data.DataLoader(data, batch_size=batch, shuffle=True)
-
-
-def mlp(seed: int):
-    torch.manual_seed(seed)  # a different start on each rank: DDP must broadcast rank 0's
-    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
 
 
 def checksum(model) -> str:
@@ -74,7 +66,8 @@ def count_reductions() -> list[int]:
 
 def fit(model, loss_fn, **kwargs):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    return accelkit.torch.fit(model, loader(), optimizer, loss_fn, warmup=2, window=4, **kwargs)
+    return accelkit.torch.fit(model, separable(shuffle=True), optimizer, loss_fn, warmup=2,
+                              window=4, **kwargs)
 
 
 def main(mode: str, out: str) -> None:
@@ -91,13 +84,13 @@ def main(mode: str, out: str) -> None:
                 raise Boom(f"rank {rank} fails on purpose at step 3")
             return torch.nn.functional.cross_entropy(output, target)
 
-        fit(mlp(rank), failing, epochs=2)
+        fit(mlp(seed=rank), failing, epochs=2)
         return
-    model = mlp(rank)
+    model = mlp(seed=rank)  # a different start on each rank: DDP must broadcast rank 0's
     report = fit(model, torch.nn.CrossEntropyLoss(), epochs=2)
     result = {"plan": plan.to_dict(), "report": report.to_dict()}
     if mode == "train":
-        accumulated = mlp(rank)
+        accumulated = mlp(seed=rank)
         reduced = count_reductions()
         result["accumulated"] = fit(accumulated, torch.nn.CrossEntropyLoss(), epochs=1,
                                     accumulation_steps=3).to_dict()

@@ -15,12 +15,14 @@ F = torch.nn.functional
 
 from accelkit.profiling.flops_torch import count_train_step_flops
 
+from ..helpers.torch_data import mlp
+
 pytestmark = pytest.mark.torch
 
 
 def test_mlp_counts_match_the_formula_exactly():
     batch, sizes = 32, [(784, 256), (256, 10)]
-    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+    model = mlp(784, 256, 10)
     x, y = torch.randn(batch, 784), torch.randint(0, 10, (batch,))
 
     count = count_train_step_flops(model, x, y, F.cross_entropy)

@@ -14,35 +14,14 @@ from accelkit.planning import Request, plan
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-CPU_PLAN = plan(HardwareInfo(source="snapshot"), Request(framework="torch"))
+from ..helpers.torch_data import CPU_PLAN, mlp, separable, train
+
 A100_PLAN = plan(HardwareInfo(gpus=(GpuInfo(0, "NVIDIA A100-SXM4-80GB",
                                             compute_capability=(8, 0)),)), Request())
 
 
 class Boom(Exception):
     pass
-
-
-def separable(n: int = 1024, dim: int = 16, classes: int = 4, batch: int = 32):
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(n, dim, generator=generator)
-    y = (x @ torch.randn(dim, classes, generator=generator)).argmax(1)
-    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=batch)
-
-
-def mlp(dim: int = 16, hidden: int = 64, classes: int = 4):
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(dim, hidden), torch.nn.ReLU(),
-                               torch.nn.Linear(hidden, classes))
-
-
-def train(model=None, loader=None, **kwargs):
-    model = mlp() if model is None else model
-    loader = separable() if loader is None else loader
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    kwargs.setdefault("plan", CPU_PLAN)
-    kwargs.setdefault("progress", False)
-    return accelkit.torch.fit(model, loader, optimizer, torch.nn.CrossEntropyLoss(), **kwargs)
 
 
 def test_fit_learns_and_reports_consistent_figures() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from accelkit.configure import auto_configure
@@ -54,7 +55,8 @@ def run(model: str = "mlp", framework: str = "auto", *, steps: int = 60,
     if framework == "torch":
         from accelkit.torch import distributed
 
-        bench = _TorchBench(model, plan, steps, batch_size, calibrate, warmup, progress)
+        bench = _TorchBench.on_this_rank(model, plan, steps=steps, batch_size=batch_size,
+                                         calibrate=calibrate, warmup=warmup, progress=progress)
         single = world.single_device_rate(single_device)
         group = distributed.world()
         if not compare_single or single is not None:
@@ -67,7 +69,8 @@ def run(model: str = "mlp", framework: str = "auto", *, steps: int = 60,
     if compare_single or single_device is not None:
         raise ValueError("compare_single and single_device are for PyTorch under torchrun; "
                          "the Keras bench runs on one process")
-    return _keras(model, plan, steps, batch_size, calibrate, warmup)
+    return _keras(model, plan, steps=steps, batch_size=batch_size, calibrate=calibrate,
+                  warmup=warmup)
 
 
 _ALONE = ("--compare-single: this run is on one device already, so there is nothing to "
@@ -96,50 +99,55 @@ def _compared(bench: _TorchBench, group: Any) -> RunReport:
     return report
 
 
+@dataclasses.dataclass(frozen=True)
 class _TorchBench:
     """A built-in model's run, repeatable: once alone, once on every rank."""
 
-    def __init__(self, name: str, plan: Any, steps: int, batch_size: int | None,
-                 calibrate: bool, warmup: int, progress: bool) -> None:
+    name: str
+    plan: Any
+    steps: int
+    batch_size: int | None
+    calibrate: bool
+    warmup: int
+    progress: bool
+    device: Any  # this rank's GPU (set by auto_configure under torchrun), or the CPU
+
+    @classmethod
+    def on_this_rank(cls, name: str, plan: Any, **options: Any) -> _TorchBench:
         import torch
 
-        self.name, self.plan, self.steps, self.batch_size = name, plan, steps, batch_size
-        self.calibrate, self.warmup, self.progress = calibrate, warmup, progress
-        self.device = torch.device("cuda" if torch.cuda.is_available() and plan.hardware.gpus
-                                   else "cpu")
-        if self.device.type == "cuda":  # this rank's GPU (set by auto_configure under torchrun)
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        device = torch.device("cpu")
+        if torch.cuda.is_available() and plan.hardware.gpus:
+            device = torch.device("cuda", torch.cuda.current_device())
+        return cls(name=name, plan=plan, device=device, **options)
 
     def run(self, single: float | None, *, distributed: bool = True) -> RunReport:
-        return _torch(self.name, self.plan, self.steps, self.batch_size, self.calibrate,
-                      self.warmup, self.progress, self.device, distributed, single)
+        """Train the model for `steps` on one synthetic batch and return the report;
+        `single` is the single-device samples/s for the scaling efficiency."""
+        import accelkit.torch
+        import torch
+        from accelkit.bench import torch_models
+
+        torch.manual_seed(0)  # the same model on every rank and in every run
+        model, batch, loss_fn, facts = torch_models.build(self.name, self.batch_size, self.device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4,
+                                      fused=self.device.type == "cuda")
+        steps = self.steps
+        report = accelkit.torch.fit(
+            model, torch_models.SyntheticBatches(batch, steps), optimizer, loss_fn, epochs=1,
+            plan=self.plan, device=self.device, tokens_per_sample=facts.get("tokens_per_sample"),
+            warmup=min(self.warmup, max(steps - 1, 0)), window=max(1, min(20, steps // 3)),
+            calibrate=self.calibrate, progress=self.progress, distributed=distributed,
+            single_device=single)
+        if "analytic_flops_per_step" in facts and report.flops_per_step:
+            analytic = facts["analytic_flops_per_step"]
+            report.note("flops_per_step", f"independent count 6N+12LTd (PaLM appendix B): "
+                                          f"{analytic:.4e}, ratio "
+                                          f"{report.flops_per_step / analytic:.4f}")
+        return report
 
 
-def _torch(name: str, plan: Any, steps: int, batch_size: int | None, calibrate: bool,
-           warmup: int, progress: bool, device: Any, distributed: bool,
-           single: float | None) -> RunReport:
-    import accelkit.torch
-    import torch
-    from accelkit.bench import torch_models
-
-    torch.manual_seed(0)  # the same model on every rank and in every run
-    model, batch, loss_fn, facts = torch_models.build(name, batch_size, device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4,
-                                  fused=device.type == "cuda")
-    report = accelkit.torch.fit(
-        model, torch_models.SyntheticBatches(batch, steps), optimizer, loss_fn, epochs=1,
-        plan=plan, device=device, tokens_per_sample=facts.get("tokens_per_sample"),
-        warmup=min(warmup, max(steps - 1, 0)), window=max(1, min(20, steps // 3)),
-        calibrate=calibrate, progress=progress, distributed=distributed,
-        single_device=single)
-    if "analytic_flops_per_step" in facts and report.flops_per_step:
-        analytic = facts["analytic_flops_per_step"]
-        report.note("flops_per_step", f"independent count 6N+12LTd (PaLM appendix B): "
-                                      f"{analytic:.4e}, ratio {report.flops_per_step / analytic:.4f}")
-    return report
-
-
-def _keras(name: str, plan: Any, steps: int, batch_size: int | None, calibrate: bool,
+def _keras(name: str, plan: Any, *, steps: int, batch_size: int | None, calibrate: bool,
            warmup: int) -> RunReport:
     import accelkit.keras
     from accelkit.bench import keras_models

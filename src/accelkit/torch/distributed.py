@@ -11,20 +11,26 @@ the training loop does with it:
   when a run ends part-way through an accumulation;
 - `gather` collects every rank's figures in one `all_gather_object` at the end of
   a run, for `accelkit.profiling.world.aggregate`;
+- `why_alone` says why a run that could use several devices trains on one.
 
-All of it is a no-op without an initialised process group of more than one rank.
+The rest is a no-op without an initialised process group of more than one rank.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelkit.hardware import environment
 from accelkit.planning.keys import Key
+from accelkit.planning.types import Status
 from accelkit.utils.imports import require
+
+if TYPE_CHECKING:
+    from accelkit.planning.types import Plan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,7 +184,7 @@ def gather(figures: dict[str, Any], device: Any) -> list[dict[str, Any]]:
     torch = require("torch")
     gathered: list[Any] = [None] * torch.distributed.get_world_size()
     context = (torch.cuda.device(device) if getattr(device, "type", "cpu") == "cuda"
-               else _nothing())
+               else contextlib.nullcontext())
     with context:  # NCCL serialises the objects through the current device
         torch.distributed.all_gather_object(gathered, figures)
     return [dict(item) for item in gathered]
@@ -189,16 +195,48 @@ def broadcast(value: Any, device: Any = None) -> Any:
     torch = require("torch")
     box = [value]
     context = (torch.cuda.device(device) if getattr(device, "type", "cpu") == "cuda"
-               else _nothing())
+               else contextlib.nullcontext())
     with context:
         torch.distributed.broadcast_object_list(box, src=0)
     return box[0]
 
 
-def _nothing() -> Any:
-    import contextlib
+def why_alone(plan: Plan, group: World | None, distributed: bool, chatty: bool) -> str | None:
+    """Why a run that could use several devices trains this process alone, said on
+    stderr: the reason the process group is missing, if it failed to start (on every
+    rank: the failing one may not be rank 0). Otherwise None, after printing the
+    planner's torchrun hint when `chatty` and there are several GPUs and no launcher.
 
-    return contextlib.nullcontext()
+    Args:
+        plan: the plan in force.
+        group: the process group, or None.
+        distributed: False when the caller chose to train alone (nothing to say).
+        chatty: print the torchrun hint (rank 0 with progress on).
+
+    Example:
+        >>> why_alone(plan, world(), distributed=True, chatty=True)  # no launcher, one GPU
+    """
+    if group is not None or not distributed:
+        return None
+    backend = plan.get(Key.TORCH_PROCESS_GROUP)
+    launched = environment.world_size()
+    if backend is not None and backend.status is Status.FAILED:
+        why = backend.detail
+    elif launched > 1:
+        why = (f"WORLD_SIZE={launched} but no process group is initialised (the plan's "
+               f"process group: {backend.status.value if backend else 'not planned'}); "
+               "call accelkit.auto_configure() without ACCELKIT_DISABLE or dry_run, or "
+               "torch.distributed.init_process_group(), before fit")
+    else:
+        why = None
+    if why:
+        why = f"trained this process alone, without DistributedDataParallel: {why}"
+        warn(why)
+        return why
+    hint = launch_hint(plan)
+    if hint and chatty:
+        warn(hint)
+    return None
 
 
 def launch_hint(plan: Any) -> str | None:

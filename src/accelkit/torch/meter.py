@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelkit.configure import current_plan
 from accelkit.hardware import detect
@@ -39,6 +39,11 @@ from accelkit.profiling.run_report import RunReport
 from accelkit.profiling.sampler import NvmlSampler
 from accelkit.report.assemble import build_report, with_advice
 from accelkit.utils.imports import require
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from typing_extensions import Self
 
 
 class Meter:
@@ -92,7 +97,6 @@ class Meter:
                  count_flops: bool = True, optimizer: Any = None,
                  grad_scaler: Any = None, gather: bool | None = None,
                  single_device: Any = None) -> None:
-
         self._torch = require("torch")
         if tokens_per_sample is not None and tokens_per_sample < 1:
             raise ValueError(f"tokens_per_sample={tokens_per_sample} must be >= 1")
@@ -128,11 +132,12 @@ class Meter:
 
     # -- lifecycle -------------------------------------------------------------------
 
-    def __enter__(self) -> Meter:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
-    def __exit__(self, kind: Any, error: Any, traceback: Any) -> None:
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
         if kind is None or kind is KeyboardInterrupt:
             self.interrupted = self.interrupted or kind is KeyboardInterrupt
             self.close()

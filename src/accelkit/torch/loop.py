@@ -1,0 +1,177 @@
+"""The third part of `accelkit.torch.fit`: the epochs, measured step by step.
+
+Gradient accumulation (micro-steps under DDP's ``no_sync()``), the optimizer step,
+the running loss (summed on the device, read once an epoch), an early stop on
+KeyboardInterrupt, and the live progress line. The per-step path does no more
+than the step itself and the meter's two clock reads: no device sync, no ``.item()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from accelkit.torch import distributed as parallel
+from accelkit.torch.meter import Meter
+from accelkit.torch.prepare import Prepared, to_device
+from accelkit.torch.step import Step
+from accelkit.utils.imports import require
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """How long to train and how often to step the optimizer; checked when built.
+
+    Attributes:
+        epochs: passes over the loader.
+        steps: stop after this many steps in all (None: every epoch to the end).
+        accumulation_steps: batches per optimizer step.
+
+    Example:
+        >>> Schedule(epochs=0)
+        Traceback (most recent call last):
+        ValueError: epochs=0 must be a whole number >= 1
+    """
+
+    epochs: int = 1
+    steps: int | None = None
+    accumulation_steps: int = 1
+
+    def __post_init__(self) -> None:
+        epochs, steps = self.epochs, self.steps
+        if not isinstance(epochs, int) or epochs < 1:
+            raise ValueError(f"epochs={epochs!r} must be a whole number >= 1")
+        if steps is not None and (not isinstance(steps, int) or steps < 1):
+            raise ValueError(f"steps={steps!r} must be a whole number >= 1, or None for "
+                             "whole epochs")
+        if self.accumulation_steps < 1:
+            raise ValueError(f"accumulation_steps={self.accumulation_steps!r} must be >= 1")
+
+
+def train(run: Prepared, step: Step, meter: Meter, schedule: Schedule, *,
+          count_flops: bool, progress: bool) -> None:
+    """Train `run` through `step` for `schedule`, each step measured by `meter`.
+
+    The caller enters `meter` around this call. One loss per epoch goes to
+    ``meter.record_loss``; a KeyboardInterrupt ends the run early (``meter.interrupted``).
+
+    Args:
+        run, step: from `prepare` and `make_step`.
+        meter: the open meter.
+        schedule: epochs, step limit, accumulation.
+        count_flops: count the first step's FLOPs (with ``step.count_flops``).
+        progress: print live throughput to stderr every window.
+
+    Raises:
+        ValueError: the loader yielded no batch.
+
+    Example:
+        >>> with meter:
+        ...     train(run, step, meter, Schedule(epochs=2), count_flops=True, progress=False)
+    """
+    torch = require("torch")
+    model, loader, device, layout = run.model, run.loader, run.device, run.layout
+    ddp = run.group is not None
+    forward_loss, optimizer_step, scaler = step.forward_loss, step.optimizer_step, step.scaler
+    steps, accumulation_steps = schedule.steps, schedule.accumulation_steps
+    measure = meter.step
+    done = 0
+    running = torch.zeros((), device=device)
+    meter.on_window = _watch_loss(meter, running,
+                                  _progress_printer(meter, steps) if progress else None)
+    try:
+        for epoch in range(schedule.epochs):
+            epoch_steps = 0
+            running.zero_()
+            if ddp:
+                parallel.set_epoch(loader, epoch)
+            for batch in loader:
+                batch = to_device(batch, device, layout)
+                if done == 0 and count_flops:
+                    meter.set_flops(step.count_flops(batch))
+                with measure(batch):
+                    done += 1
+                    epoch_steps += 1
+                    stepping = done % accumulation_steps == 0
+                    # Micro-steps that do not step the optimizer skip DDP's all-reduce;
+                    # the gradients are summed locally and reduced on the stepping one.
+                    with _no_sync(model, ddp and not stepping):
+                        loss = forward_loss(batch)
+                        scaler.scale(loss / accumulation_steps).backward()
+                    if stepping:
+                        optimizer_step()
+                    running += loss.detach().float()
+                if steps is not None and done >= steps:
+                    break
+            else:
+                meter.facts.setdefault("steps_per_epoch", epoch_steps)
+            if epoch_steps:
+                meter.record_loss((running / epoch_steps).item())
+                if not math.isfinite(meter.losses[-1]):
+                    meter.facts.setdefault("first_nonfinite_loss_step", done)
+            if steps is not None and done >= steps:
+                break
+        if done == 0:
+            raise ValueError("the loader yielded no batch: nothing to train on")
+        if done % accumulation_steps:
+            if ddp:  # the last micro-steps ran under no_sync()
+                parallel.sync_gradients(model, run.group)
+            optimizer_step()
+    except KeyboardInterrupt:
+        meter.interrupted = True
+        where = f"rank {run.group.rank}: " if ddp else ""
+        print(f"accelkit: {where}interrupted after {done} steps; returning a partial "
+              "report", file=sys.stderr)
+
+
+def end_progress(meter: Meter) -> None:
+    """End the live progress line on a terminal, once a window has printed it.
+
+    Example:
+        >>> end_progress(meter)  # after the meter is closed, before the report prints
+    """
+    if sys.stderr.isatty() and meter.clock.steps >= meter.clock.window:
+        print(file=sys.stderr)
+
+
+def _no_sync(model: Any, skip: bool) -> Any:
+    return model.no_sync() if skip else contextlib.nullcontext()
+
+
+def _watch_loss(meter: Meter, running: Any,
+                then: Callable[[float, int], None] | None) -> Callable[[float, int], None]:
+    """At each window boundary, where the device is synchronised anyway, note the first
+    non-finite running loss: a NaN stays in the epoch's sum, so one look per window finds
+    it without a per-step `.item()`."""
+    def on_window(step_s: float, step: int) -> None:
+        if "first_nonfinite_loss_step" not in meter.facts and not bool(running.isfinite()):
+            meter.facts["first_nonfinite_loss_step"] = step
+        if then is not None:
+            then(step_s, step)
+
+    return on_window
+
+
+def _progress_printer(meter: Meter, steps: int | None) -> Callable[[float, int], None]:
+    interactive = sys.stderr.isatty()
+    started = time.perf_counter()
+    last = [0.0]
+
+    def show(step_s: float, step: int) -> None:
+        now = time.perf_counter()
+        if not interactive and now - last[0] < 10.0:  # a log file gets a line every 10 s
+            return
+        last[0] = now
+        rate = (meter.last_batch_size or 0) / step_s if step_s else 0.0
+        total = f"/{steps}" if steps else ""
+        line = (f"accelkit: step {step}{total}  {rate:,.1f} samples/s  "
+                f"{step_s * 1e3:.1f} ms/step  {now - started:.0f} s")
+        print(("\r" if interactive else "") + line, end="" if interactive else "\n",
+              file=sys.stderr, flush=True)
+
+    return show

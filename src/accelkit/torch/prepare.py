@@ -1,0 +1,115 @@
+"""The first part of `accelkit.torch.fit`: the model and the data as the loop trains them.
+
+The model goes to its device (channels-last for conv nets when the plan says so)
+and, under a process group, into `DistributedDataParallel`, with the loader
+sharded by rank (`accelkit.torch.distributed`). `to_device` moves each batch
+after it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+from accelkit.planning import Plan
+from accelkit.planning.keys import Key
+from accelkit.torch import distributed as parallel
+from accelkit.utils.imports import require
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A model and loader ready for the loop.
+
+    Attributes:
+        model: what the step calls: the `DistributedDataParallel` wrapper under a
+            process group, else the module itself.
+        module: the module inside, where FLOPs are counted and facts read.
+        loader: the loader; under a process group, rebuilt with a `DistributedSampler`
+            where that is possible.
+        device: where the model lives and the batches go.
+        layout: ``torch.channels_last`` when the model was converted (4-d float batches
+            follow it), else None.
+        group: this process's place in the process group, or None when it trains alone.
+        sampling: what was done to the loader for the process group, or None.
+    """
+
+    model: Any
+    module: Any
+    loader: Iterable[Any]
+    device: Any
+    layout: Any = None
+    group: parallel.World | None = None
+    sampling: str | None = None
+
+
+def prepare(model: Any, loader: Iterable[Any], plan: Plan, *, device: Any,
+            channels_last: bool | None, group: parallel.World | None) -> Prepared:
+    """Place `model` (and wrap it for `group`), shard `loader`, and set training mode.
+
+    Args:
+        model: a module, or one the script already wrapped in DDP (kept as it is,
+            on its device, when `group` is given; unwrapped otherwise).
+        loader: the batches.
+        plan: the plan in force (its channels-last choice, its GPUs).
+        device: where to train; None: the GPU of this rank, or the CPU.
+        channels_last: convert conv models to channels-last; None: the plan's choice.
+        group: the process group to train in, or None to train this process alone.
+
+    Example:
+        >>> run = prepare(model, loader, plan, device=None, channels_last=None, group=None)
+        >>> run.device
+        device(type='cpu')
+    """
+    torch = require("torch")
+    module = parallel.unwrap(model)
+    layout = None
+    if module is not model:  # the script's own DDP (its options kept): already placed
+        device = next(module.parameters()).device
+    else:
+        device = torch.device(device) if device is not None else _default_device(torch, plan)
+        model = module = module.to(device)
+        if _wants_channels_last(torch, module, plan, channels_last):
+            model = module = module.to(memory_format=torch.channels_last)
+            layout = torch.channels_last  # images follow: the first conv needs no transpose
+    sampling = None
+    if group is not None:
+        model = parallel.wrap(model, device)
+        loader, sampling = parallel.shard(loader, group)
+    else:
+        model = module  # distributed=False: the module alone, even if the script wrapped it
+    model.train()
+    return Prepared(model=model, module=module, loader=loader, device=device, layout=layout,
+                    group=group, sampling=sampling)
+
+
+def _default_device(torch: Any, plan: Plan) -> Any:
+    if torch.cuda.is_available() and plan.hardware.gpus:
+        rank = plan.hardware.launcher.local_rank or 0
+        return torch.device("cuda", rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def _wants_channels_last(torch: Any, module: Any, plan: Plan, asked: bool | None) -> bool:
+    wanted = plan.value(Key.CHANNELS_LAST, False) if asked is None else asked
+    return bool(wanted) and any(isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))
+                                for m in module.modules())
+
+
+def to_device(batch: Any, device: Any, layout: Any = None) -> Any:
+    """Copy a batch to `device` (non-blocking: overlaps when the loader pins memory);
+    4-d float tensors take `layout` (channels-last) when given.
+
+    Example:
+        >>> x, y = to_device((x, y), torch.device("cuda"))
+    """
+    if hasattr(batch, "to") and hasattr(batch, "shape"):
+        if layout is not None and batch.dim() == 4 and batch.is_floating_point():
+            return batch.to(device, non_blocking=True, memory_format=layout)
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(b, device, layout) for b in batch)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device, layout) for k, v in batch.items()}
+    return batch

@@ -1,0 +1,138 @@
+"""The second part of `accelkit.torch.fit`: one training step as the plan sets it up.
+
+Autocast in the plan's 16-bit dtype with the loss inside it, compiled together
+with the forward pass when asked; the gradient scaler; the optimizer step. The
+parts are closures over what they use, so the loop calls them without looking
+anything up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from accelkit.planning import Plan
+from accelkit.profiling.flop_count import FlopCount
+from accelkit.profiling.flops_torch import count_train_step_flops
+from accelkit.torch import precision
+from accelkit.torch.prepare import Prepared
+from accelkit.utils.imports import require
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """The parts of one training step.
+
+    Attributes:
+        forward_loss: ``forward_loss(batch) -> loss``: the forward pass and the loss
+            under autocast, compiled together when `compiled`.
+        optimizer_step: ``optimizer_step()``: unscale and clip the gradients when a
+            norm is given, step through the scaler, zero the gradients.
+        scaler: the `torch.amp.GradScaler`; it scales only for fp16 on CUDA and
+            passes calls through elsewhere.
+        count_flops: ``count_flops(batch) -> FlopCount``: one step counted on the
+            uncompiled module.
+        compiled: whether `forward_loss` went through ``torch.compile``.
+    """
+
+    forward_loss: Callable[[Any], Any]
+    optimizer_step: Callable[[], None]
+    scaler: Any
+    count_flops: Callable[[Any], FlopCount]
+    compiled: bool
+
+
+def make_step(run: Prepared, plan: Plan, loss_fn: Callable[..., Any] | None, optimizer: Any,
+              *, compile: bool | None, max_grad_norm: float | None) -> Step:
+    """The step for `run` in `plan`'s precision.
+
+    Args:
+        run: the prepared model (the step calls ``run.model``; FLOPs are counted on
+            ``run.module``).
+        plan: the plan in force (its 16-bit dtype, loss scaling, compile choice).
+        loss_fn: ``loss_fn(model(inputs), targets)``; None: the model returns the loss.
+        optimizer: the optimizer the step drives.
+        compile: ``torch.compile`` forward and loss together; None: the plan's choice.
+        max_grad_norm: clip gradients to this norm before each optimizer step.
+
+    Example:
+        >>> step = make_step(run, plan, nn.CrossEntropyLoss(), optimizer, compile=None,
+        ...                  max_grad_norm=None)
+        >>> loss = step.forward_loss(batch)
+    """
+    torch = require("torch")
+    device_type = run.device.type
+    # Loss scaling exists for fp16 on CUDA; elsewhere the scaler passes calls through.
+    scaler = (precision.grad_scaler(plan, device_type) if device_type == "cuda"
+              else torch.amp.GradScaler(device_type, enabled=False))
+    forward_loss = _forward_loss(torch, run.model, loss_fn, device_type,
+                                 precision.autocast_dtype(plan))
+    # Compiling forward and loss together lets the compiler fuse the loss into the
+    # output layer's epilogue.
+    compiled = plan.compile if compile is None else compile
+    autocast = functools.partial(precision.autocast, plan, device_type)
+    return Step(
+        forward_loss=torch.compile(forward_loss) if compiled else forward_loss,
+        optimizer_step=_optimizer_step(torch, run.model, optimizer, scaler, max_grad_norm),
+        scaler=scaler,
+        count_flops=functools.partial(_count, run.module, loss_fn, autocast),
+        compiled=compiled)
+
+
+def _forward_loss(torch: Any, model: Any, loss_fn: Callable[..., Any] | None,
+                  device_type: str, dtype: Any) -> Callable[[Any], Any]:
+    enabled = dtype is not None
+
+    def forward_loss(batch: Any) -> Any:
+        # The loss runs under autocast, where PyTorch computes softmax, log-softmax and
+        # the losses in float32 from 16-bit outputs inside the kernel: the float32 head
+        # without a separate cast pass (an explicit .float() of GPT-2's logits costs 8%
+        # of the step on an H200). torch.autocast itself, so torch.compile traces it.
+        with torch.autocast(device_type, dtype=dtype, enabled=enabled):
+            if loss_fn is None:
+                return _call(model, batch)
+            inputs, targets = _split(batch)
+            return loss_fn(_call(model, inputs), targets)
+
+    return forward_loss
+
+
+def _optimizer_step(torch: Any, model: Any, optimizer: Any, scaler: Any,
+                    max_grad_norm: float | None) -> Callable[[], None]:
+    clip = torch.nn.utils.clip_grad_norm_
+
+    def optimizer_step() -> None:
+        if max_grad_norm is not None:
+            scaler.unscale_(optimizer)
+            clip(model.parameters(), max_grad_norm)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+    return optimizer_step
+
+
+def _count(module: Any, loss_fn: Any, autocast: Any, batch: Any) -> FlopCount:
+    """FLOPs of one step on the uncompiled module (FlopCounterMode cannot see inside
+    compiled graphs); the module's state is restored afterwards."""
+    if loss_fn is None:
+        return count_train_step_flops(module, batch, None, None, autocast=autocast)
+    inputs, targets = _split(batch)
+    return count_train_step_flops(module, inputs, targets, loss_fn, autocast=autocast)
+
+
+def _split(batch: Any) -> tuple[Any, Any]:
+    if isinstance(batch, (list, tuple)) and len(batch) >= 2:
+        return batch[0], batch[1] if len(batch) == 2 else tuple(batch[1:])
+    raise ValueError("each batch must be (inputs, targets) when loss_fn is given; "
+                     f"got {type(batch).__name__}")
+
+
+def _call(model: Any, inputs: Any) -> Any:
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (list, tuple)):
+        return model(*inputs)
+    return model(inputs)
