@@ -63,3 +63,13 @@ def test_torch_tf32_is_switched_and_restored_on_the_installed_pytorch() -> None:
         torch.set_float32_matmul_precision("highest")
         if tf32.new_api:
             torch.backends.cuda.matmul.fp32_precision = "none"
+
+
+def test_the_datasheet_table_agrees_with_the_generations() -> None:
+    from accelkit import specs
+
+    for spec in specs.all_specs():
+        assert caps.architecture_for(spec.compute_capability) == spec.architecture, spec.key
+        # A datasheet bf16 or fp8 peak only where the generation has those tensor cores.
+        assert (spec.peak("bf16") is not None) <= caps.has_bf16(spec.compute_capability), spec.key
+        assert (spec.peak("fp8") is not None) <= caps.has_fp8(spec.compute_capability), spec.key
