@@ -20,9 +20,9 @@ from accelkit.hardware import detect, environment
 from accelkit.hardware.what_if import UnknownGPUError
 from accelkit.planning import Framework, Precision, Request, plan
 from accelkit.profiling.run_report import RunReport
-from accelkit.utils import versions
 from accelkit.report.assemble import with_advice
 from accelkit.report.render import describe_hardware, render_projections, table
+from accelkit.utils import versions
 
 EXIT_UNKNOWN_GPU = 1
 EXIT_USAGE = 2
