@@ -74,3 +74,14 @@ def fresh_process() -> Iterator[None]:
     if torch is not None:
         torch.backends.cuda.matmul.fp32_precision = "none"
         torch.backends.cudnn.benchmark = False
+
+
+@pytest.fixture(autouse=True)
+def _current_plan_kept() -> Iterator[None]:
+    """A test that applies a plan makes it current; the next test starts from the plan
+    that was current before."""
+    from accelkit import configure
+
+    before = configure.current_plan()
+    yield
+    configure.set_current_plan(before)

@@ -20,8 +20,17 @@ _current: Plan | None = None
 
 
 def current_plan() -> Plan | None:
-    """The plan the last `auto_configure` call returned in this process, if any."""
+    """The plan the last `auto_configure` or `apply` call returned in this process, if any."""
     return _current
+
+
+def set_current_plan(plan: Plan | None) -> None:
+    """Make `plan` the one the fits, meters and callbacks follow, without applying it
+    (None: no current plan, so the next fit plans for itself)."""
+    global _current
+    if plan is not None and not isinstance(plan, Plan):
+        raise TypeError(f"set_current_plan takes a Plan or None, not {type(plan).__name__}")
+    _current = plan
 
 
 def auto_configure(framework: str = "auto", precision: str = "auto", distribute: str = "auto",
@@ -73,7 +82,7 @@ def auto_configure(framework: str = "auto", precision: str = "auto", distribute:
                      else f"{DISABLE_ENV}={os.environ[DISABLE_ENV]}: nothing applied")
         result = result.with_settings(result.settings, notes)
     else:
-        result = apply(result)
+        result = _apply(result)
         result = result.with_settings(result.settings, notes)
     _current = result
     if verbose and environment.is_rank_zero():
@@ -94,12 +103,24 @@ def _request(framework: Any, precision: str, distribute: str, compile: bool) -> 
 
 
 def apply(plan: Plan) -> Plan:
-    """Apply `plan` (from `plan_for` or `accelkit.planning.plan`) to its framework.
+    """Apply `plan` (from `plan_for` or `accelkit.planning.plan`) to its framework and
+    make it the current plan, which the fits, meters and callbacks then follow.
 
     Never raises over a setting: each one records applied, kept user value,
     already set, not applicable, deferred to a helper, or could not apply (why).
     A missing framework raises ImportError with the install command.
+
+    Example:
+        >>> plan = accelkit.apply(accelkit.plan_for("Tesla T4", framework="tensorflow"))
+        >>> accelkit.current_plan() is plan
+        True
     """
+    global _current
+    _current = _apply(plan)
+    return _current
+
+
+def _apply(plan: Plan) -> Plan:
     try:
         return frameworks.apply(plan)
     except ImportError:

@@ -8,35 +8,47 @@ from typing import Any
 from accelkit.profiling.run_report import RunReport
 
 
-def fit(model: Any, data: Any = None, **kwargs: Any) -> RunReport:
-    """Train `model` on `data` through `accelkit.torch.fit` or `accelkit.keras.fit`.
+def fit(model: Any, *args: Any, **kwargs: Any) -> RunReport:
+    """Train `model` through `accelkit.torch.fit` or `accelkit.keras.fit`, with the
+    arguments that fit takes, positional or by name.
 
     The framework is told from the model's type, without importing a framework
     the script has not imported.
 
-    - PyTorch (`torch.nn.Module`): ``fit(model, loader, optimizer=..., loss_fn=..., epochs=...)``.
-    - Keras (`keras.Model`): ``fit(model, x, y=None, **model_fit_kwargs)``.
+    - PyTorch (`torch.nn.Module`): ``fit(model, loader, optimizer, loss_fn, epochs=...)``.
+    - Keras (`keras.Model`, or a function that builds one): ``fit(model, x, y, **model_fit_kwargs)``,
+      the arguments of ``model.fit``.
 
     Raises:
-        TypeError: the model is neither a `torch.nn.Module` nor a `keras.Model`.
+        TypeError: the model is neither a `torch.nn.Module` nor a `keras.Model`, or the
+            arguments do not fit that framework's fit (the message names them).
 
     Example:
-        >>> report = accelkit.fit(model, loader, optimizer=opt, loss_fn=loss, epochs=3)
+        >>> report = accelkit.fit(model, loader, optimizer, loss_fn, epochs=3)   # PyTorch
+        >>> history = accelkit.fit(model, x, y, epochs=3)                        # Keras
     """
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(model, torch.nn.Module):
         from accelkit.torch import fit as torch_fit
 
-        try:
-            optimizer = kwargs.pop("optimizer")
-            loss_fn = kwargs.pop("loss_fn")
-        except KeyError as missing:
-            raise TypeError(f"accelkit.fit on a PyTorch model needs {missing.args[0]}=") from None
-        return torch_fit(model, data, optimizer, loss_fn, **kwargs)
+        return _call(torch_fit, "accelkit.torch.fit", model, args, kwargs)
     keras = sys.modules.get("keras")
     if keras is not None and isinstance(model, keras.Model):
         from accelkit.keras import fit as keras_fit
 
-        return keras_fit(model, data, **kwargs)
+        return _call(keras_fit, "accelkit.keras.fit", model, args, kwargs)
     raise TypeError(f"accelkit.fit takes a torch.nn.Module or a keras.Model, "
                     f"not {type(model).__module__}.{type(model).__name__}")
+
+
+def _call(target: Any, name: str, model: Any, args: tuple[Any, ...],
+          kwargs: dict[str, Any]) -> RunReport:
+    """`target(model, *args, **kwargs)`, with a bad call named before any work starts."""
+    import inspect
+
+    try:
+        inspect.signature(target).bind(model, *args, **kwargs)
+    except TypeError as error:
+        raise TypeError(f"accelkit.fit dispatches this model to {name}{inspect.signature(target)}"
+                        f": {error}") from None
+    return target(model, *args, **kwargs)

@@ -166,7 +166,7 @@ def test_fit_calls_the_function_inside_the_plan_strategy_scope() -> None:
     report = accelkit.keras.fit(builder, x, y, batch_size=32, epochs=2, verbose=0,
                                 plan=CPU_PLAN)
     assert seen == [keras_strategy(CPU_PLAN)]
-    assert report.history.model.name == "linear" and report.world_size == 1
+    assert report.trained_model.name == "linear" and report.world_size == 1
     assert report.losses[-1] < report.losses[0]
 
 

@@ -42,7 +42,7 @@ def mirrored(out: Path) -> None:
     x, y = classification_data()
     report = accelkit.keras.fit(build, x, y, batch_size=BATCH, epochs=3, verbose=0, plan=plan,
                                 single_device_samples_per_second=1000.0)
-    model = report.history.model
+    model = report.trained_model
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         outside = accelkit.keras.fit(build(), x, y, batch_size=BATCH, epochs=1, verbose=0,
@@ -91,7 +91,7 @@ def worker(out: Path) -> None:
         "replicas": strategy.num_replicas_in_sync,
         "communication": str(strategy.extended._communication_options.implementation),
         "plan": plan.to_dict(),
-        "history": report.history.history,
+        "history": report.history,
         "report": report.to_dict(),
     }, default=str))
 

@@ -41,9 +41,10 @@ def mlp():
 def test_fit_learns_and_reports_consistent_figures() -> None:
     x, y = classification_data()
     report = accelkit.keras.fit(mlp(), x, y, batch_size=32, epochs=3, verbose=0, plan=CPU_PLAN)
-    assert report.history.history["loss"] == pytest.approx(report.losses)
+    # The report stands in for Keras' History (it was report.history.history before).
+    assert report.history["loss"] == pytest.approx(report.losses)
     assert report.losses[-1] < 0.6 * report.losses[0]
-    assert "accuracy" in report.history.history
+    assert "accuracy" in report.history
     assert report.steps == 3 * 32 and report.warmup_steps == 3 and report.epochs == 3
     # Same MLP and batch as the PyTorch test: forward 2·B·(16·64 + 64·4), backward
     # both kernel gradients and the second layer's input gradient.
@@ -142,3 +143,52 @@ def test_accelkit_fit_dispatches_on_the_model() -> None:
     assert report.framework == "tensorflow"
     with pytest.raises(TypeError, match="torch.nn.Module or a keras.Model"):
         accelkit.fit(object(), x)
+
+
+def test_accelkit_fit_takes_the_frameworks_positional_arguments() -> None:
+    x, y = classification_data()
+    report = accelkit.fit(mlp(), x, y, 64, 2, verbose=0, plan=CPU_PLAN)  # x, y, batch_size, epochs
+    assert report.epoch == [0, 1] and report.params["epochs"] == 2
+    with pytest.raises(TypeError, match="accelkit.keras.fit.*multiple values for argument 'y'"):
+        accelkit.fit(mlp(), x, y, y=y, plan=CPU_PLAN)
+
+
+def test_the_report_is_a_drop_in_for_history(tmp_path) -> None:
+    x, y = classification_data()
+    expected = mlp().fit(x, y, batch_size=32, epochs=2, verbose=0)  # the same calls on History
+    model = mlp()
+    history = accelkit.keras.fit(model, x, y, batch_size=32, epochs=2, verbose=0, plan=CPU_PLAN)
+    assert sorted(history.history) == sorted(expected.history)
+    assert history.epoch == expected.epoch == [0, 1]
+    assert history.params == expected.params
+    assert history.trained_model is model
+    history.save(tmp_path / "run.json")  # plain data: saved with the report
+    assert accelkit.RunReport.load(tmp_path / "run.json").history == history.history
+
+
+def test_apply_makes_the_plan_current_and_the_report_says_what_ran() -> None:
+    # A T4 plan applied on the CPU sets mixed_float16: the fits follow the applied plan
+    # (no re-planning for this machine, no policy reset) and report fp16.
+    applied = accelkit.apply(T4_PLAN)
+    assert accelkit.current_plan() is applied
+    assert keras.mixed_precision.global_policy().name == "mixed_float16"
+    x, y = classification_data()
+    report = accelkit.keras.fit(mlp(), x, y, batch_size=32, epochs=1, verbose=0)
+    assert report.precision == "fp16" and report.matmul_dtype == "fp16"
+    assert keras.mixed_precision.global_policy().name == "mixed_float16"
+    assert report.trained_model.output.dtype == "float32"  # the head was added
+    callback = accelkit.keras.ProfileCallback()  # the user's own model.fit
+    mlp().fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[callback])
+    assert callback.report.precision == "fp16"
+
+
+def test_the_report_says_what_ran_when_the_model_disagrees_with_the_plan() -> None:
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    model = mlp()  # built under mixed_float16
+    keras.mixed_precision.set_global_policy("float32")
+    x, y = classification_data()
+    callback = accelkit.keras.ProfileCallback(CPU_PLAN)
+    model.fit(x, y, batch_size=32, epochs=1, verbose=0, callbacks=[callback])
+    assert CPU_PLAN.precision.value == "fp32"
+    assert callback.report.precision == "fp16"
+    assert "layers computed in fp16" in callback.report.notes["precision"]

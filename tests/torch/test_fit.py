@@ -194,3 +194,19 @@ def test_fit_on_cuda_reports_gpu_figures_and_mfu() -> None:
     assert report.gpu_utilization is not None
     if report.peak_tflops is not None:
         assert 0 < report.mfu < 1
+
+
+def test_accelkit_fit_takes_torch_fits_arguments_positional_or_by_name() -> None:
+    model = mlp(16, 64, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = separable()
+    loss_fn = torch.nn.CrossEntropyLoss()
+    report = accelkit.fit(model, loader, optimizer, loss_fn, epochs=1, plan=CPU_PLAN,
+                          progress=False)
+    assert report.framework == "torch" and report.epochs == 1
+    report = accelkit.fit(model, loader, optimizer=optimizer, loss_fn=loss_fn, steps=4,
+                          plan=CPU_PLAN, progress=False)
+    assert report.steps == 4
+    with pytest.raises(TypeError, match=r"accelkit.torch.fit.*missing a required argument: "
+                                         r"'loss_fn'"):
+        accelkit.fit(model, loader, optimizer, plan=CPU_PLAN)

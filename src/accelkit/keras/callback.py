@@ -19,10 +19,10 @@ import tensorflow as tf
 
 import keras
 from accelkit.configure import current_plan
-from accelkit.hardware import detect
+from accelkit.hardware import capabilities, detect
 from accelkit.hardware.info import HardwareInfo
 from accelkit.keras import strategies
-from accelkit.planning import Plan, Request
+from accelkit.planning import Plan, Precision, Request
 from accelkit.planning import plan as make_plan
 from accelkit.profiling import world
 from accelkit.profiling.assemble import Measurements
@@ -249,7 +249,7 @@ class ProfileCallback(keras.callbacks.Callback):
                   else "GPU:0" if self._gpus else f"{replicas} x cpu" if replicas > 1 else "cpu")
         report = build_report(Measurements(
             framework="tensorflow", model=self.model.name, device=device, plan=plan,
-            hardware=hardware, clock=summary,
+            hardware=hardware, clock=summary, precision=precision_ran(self.model, plan),
             tf32_enabled=bool(self._gpus) and tf.config.experimental
             .tensor_float_32_execution_enabled(),
             devices=replicas, flops=self._flops,
@@ -344,6 +344,29 @@ def _number(value: Any) -> float:
 
 def _from_number(value: float) -> float | None:
     return None if math.isnan(value) else float(value)  # NaN stands for "not measured"
+
+
+def precision_ran(model: Any, plan: Plan) -> Precision | None:
+    """The precision the model's weighted layers computed in, which is what ran whatever
+    the plan says (a model built under another policy keeps it); None when unknown.
+
+    Example:
+        >>> precision_ran(model_built_under_mixed_float16, fp32_plan)
+        <Precision.FP16: 'fp16'>
+    """
+    try:
+        layers = model._flatten_layers(include_self=False, recursive=True)  # noqa: SLF001
+        dtypes = [str(layer.compute_dtype) for layer in layers if getattr(layer, "kernel", None)
+                  is not None]
+    except Exception:  # noqa: BLE001 - unknown: the plan's precision stands
+        return None
+    if not dtypes:
+        return None
+    most = max(set(dtypes), key=dtypes.count)
+    ran = Precision.parse(capabilities.precision_of_policy(most))
+    if ran is Precision.FP32 and not plan.mixed:
+        return plan.precision  # fp32 or tf32: the layers cannot tell them apart
+    return ran
 
 
 def renamed_single_device(single_device: Any, former: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 import warnings
 from contextlib import nullcontext
@@ -20,17 +21,18 @@ from accelkit.planning import Distribution, Plan
 from accelkit.profiling.run_report import RunReport
 
 
-def fit(model: Any, x: Any = None, y: Any = None, *, plan: Plan | None = None,
+def fit(model: Any, x: Any = None, y: Any = None, *fit_args: Any, plan: Plan | None = None,
         flops_per_step: float | None = None, tokens_per_sample: int | None = None,
         warmup: int = 3, window: int = 50, calibrate: bool = False, sample_gpu: bool = True,
         single_device: float | RunReport | str | None = None,
         single_device_samples_per_second: float | RunReport | str | None = None,
         **fit_kwargs: Any) -> RunReport:
-    """Run `model.fit(x, y, **fit_kwargs)` measured, and return its `RunReport`.
+    """Run `model.fit(x, y, *fit_args, **fit_kwargs)` measured, and return its `RunReport`.
 
-    Every `model.fit` argument passes through (`epochs`, `batch_size`,
-    `validation_data`, `callbacks`, ...); `report.history` holds Keras' History
-    (and `report.history.model` the model trained). Under a mixed policy, a model
+    Every `model.fit` argument passes through, positional or by name (`batch_size`,
+    `epochs`, `validation_data`, `callbacks`, ...). The report stands in for the `History` that
+    `model.fit` returns: `report.history["loss"]`, `report.epoch`, `report.params`;
+    `report.trained_model` is the model trained. Under a mixed policy, a model
     whose outputs are not float32 gets a float32 head (`float32_head`) and is
     compiled again with the same optimizer, loss and metrics: the report says so.
     A KeyboardInterrupt ends the fit early with a partial report
@@ -49,7 +51,7 @@ def fit(model: Any, x: Any = None, y: Any = None, *, plan: Plan | None = None,
     Args:
         model: a compiled Keras model, or a function without arguments that builds and
             compiles one (needed to train on several devices).
-        x, y: as for `model.fit`.
+        x, y, fit_args, fit_kwargs: as for `model.fit`.
         plan: the plan in force; defaults to the last `auto_configure()` plan, or calls
             `auto_configure(framework="tensorflow")` when there is none.
         flops_per_step, tokens_per_sample, warmup, window, calibrate, sample_gpu,
@@ -58,7 +60,8 @@ def fit(model: Any, x: Any = None, y: Any = None, *, plan: Plan | None = None,
 
     Raises:
         ValueError: the model (or the one the function returned) is not compiled.
-        TypeError: the function returned something other than a `keras.Model`.
+        TypeError: the function returned something other than a `keras.Model`, or the
+            arguments do not fit `model.fit`.
         RuntimeError: under TF_CONFIG, the workers did not all join within
             ``ACCELKIT_DIST_TIMEOUT`` seconds, or this worker's port is taken.
 
@@ -69,7 +72,7 @@ def fit(model: Any, x: Any = None, y: Any = None, *, plan: Plan | None = None,
         ...     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
         ...     return model
         >>> report = accelkit.keras.fit(build, dataset, epochs=3)   # on every GPU
-        >>> report.history.history["loss"], report.world_size
+        >>> report.history["loss"], report.world_size
     """
     plan = plan or current_plan() or auto_configure(framework="tensorflow", verbose=False)
     model, notes = _prepare(model, plan)
@@ -79,11 +82,23 @@ def fit(model: Any, x: Any = None, y: Any = None, *, plan: Plan | None = None,
                                single_device=renamed_single_device(
                                    single_device, single_device_samples_per_second))
     callback.facts["loader"] = input_facts(x)
-    history = _train(model, callback, x, y, fit_kwargs)
+    history = _train(model, callback, _fit_arguments(model, x, y, fit_args, fit_kwargs))
     report = callback.finish()
-    report.history = history if history is not None else model.history
+    _keep_history(report, history if history is not None else model.history, model)
     report.notes.update(notes)
     return report
+
+
+def _keep_history(report: RunReport, history: Any, model: Any) -> None:
+    """What `History` holds, as plain data in the report (an interrupted fit: what
+    Keras recorded so far)."""
+    report.trained_model = model
+    if history is None:
+        return
+    report.history = {name: [float(v) for v in values]
+                      for name, values in (getattr(history, "history", None) or {}).items()}
+    report.epoch = [int(e) for e in getattr(history, "epoch", None) or ()]
+    report.params = dict(getattr(history, "params", None) or {})
 
 
 def _prepare(model: Any, plan: Plan) -> tuple[Any, dict[str, str]]:
@@ -108,8 +123,18 @@ def _prepare(model: Any, plan: Plan) -> tuple[Any, dict[str, str]]:
     return model, notes
 
 
-def _train(model: Any, callback: ProfileCallback, x: Any, y: Any,
-           fit_kwargs: dict[str, Any]) -> Any:
+def _fit_arguments(model: Any, x: Any, y: Any, fit_args: tuple[Any, ...],
+                   fit_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`model.fit`'s arguments by name, as Keras would bind them."""
+    try:
+        bound = inspect.signature(model.fit).bind(x, y, *fit_args, **fit_kwargs)
+    except TypeError as error:
+        raise TypeError(f"accelkit.keras.fit passes these arguments to {model.name}.fit: "
+                        f"{error}") from None
+    return dict(bound.arguments)
+
+
+def _train(model: Any, callback: ProfileCallback, fit_kwargs: dict[str, Any]) -> Any:
     """`model.fit` measured by `callback`: its History, or None when interrupted.
 
     A KeyboardInterrupt marks the callback interrupted; any other error stops the GPU
@@ -120,7 +145,7 @@ def _train(model: Any, callback: ProfileCallback, x: Any, y: Any,
     multi_worker = strategies.is_multi_worker(model.distribute_strategy)
     try:
         with _multi_worker.multi_worker_fit(model) if multi_worker else nullcontext():
-            return model.fit(x, y, **{**fit_kwargs, "callbacks": callbacks})
+            return model.fit(**{**fit_kwargs, "callbacks": callbacks})
     except KeyboardInterrupt:
         callback.interrupted = True
         print("accelkit: interrupted; returning a partial report", file=sys.stderr)

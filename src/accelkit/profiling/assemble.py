@@ -10,7 +10,7 @@ from typing import Any
 
 from accelkit.hardware import capabilities
 from accelkit.hardware.info import HardwareInfo
-from accelkit.planning.types import Plan
+from accelkit.planning.types import Plan, Precision
 from accelkit.profiling import mfu, world
 from accelkit.profiling.clock import ClockSummary
 from accelkit.profiling.flop_count import FlopCount
@@ -30,6 +30,9 @@ class Measurements:
     hardware: HardwareInfo
     clock: ClockSummary
     tf32_enabled: bool = False
+    # The precision the model really computed in, when the meter could read it (Keras:
+    # its layers' compute dtype); None: the plan's.
+    precision: Precision | None = None
     devices: int = 1  # devices this process drives (MirroredStrategy replicas)
     gpu: int = 0  # index into hardware.gpus of the first device used
     flops: FlopCount | None = None
@@ -54,10 +57,11 @@ def _plain(data: dict[str, Any]) -> dict[str, Any]:
 def report_from(m: Measurements) -> RunReport:
     """The run's figures (throughput, FLOPs, MFU, device figures, ranks); no advice yet."""
     clock = m.clock
-    dtype = capabilities.matmul_dtype(m.plan.precision, m.tf32_enabled)
+    precision = m.precision or m.plan.precision
+    dtype = capabilities.matmul_dtype(precision, m.tf32_enabled)
     report = RunReport(
         framework=m.framework, model=m.model, device=m.device,
-        precision=m.plan.precision.value, matmul_dtype=dtype, epochs=m.epochs,
+        precision=precision.value, matmul_dtype=dtype, epochs=m.epochs,
         steps=clock.steps, warmup_steps=clock.warmup_steps, warmup_seconds=clock.warmup_s,
         steady_steps=clock.steady_steps, steady_seconds=clock.steady_s,
         step_time_s=clock.step_s, losses=[float(v) for v in m.losses],
@@ -66,6 +70,9 @@ def report_from(m: Measurements) -> RunReport:
         versions=versions(m.framework),
         notes=dict(m.notes), facts=_plain({**m.facts, "run_seconds": clock.total_s}),
     )
+    if precision is not m.plan.precision:
+        report.note("precision", f"the plan chose {m.plan.precision.value}; the model's layers "
+                                 f"computed in {precision.value}")
     _throughput(report, clock)
     _flops(report, m)
     _sampler(report, m.sampler)

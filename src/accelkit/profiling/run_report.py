@@ -47,6 +47,10 @@ class RunReport:
         advice: the advisor's verdicts (`Advice.to_dict()`), most important first.
         facts: what the meters noticed for the advisor (layer sizes, loader settings,
             loss scale...; `accelkit.advisor.context` lists them).
+        history, epoch, params: what Keras' `History` holds (`accelkit.keras.fit`), so
+            ``history = accelkit.keras.fit(...)`` works where ``model.fit``'s return did:
+            ``history.history["loss"]``, ``history.epoch``.
+        trained_model: the model that trained (`accelkit.keras.fit`; not saved).
     """
 
     framework: str
@@ -94,8 +98,14 @@ class RunReport:
     hardware: dict[str, Any] = dataclasses.field(default_factory=dict)
     plan: dict[str, Any] = dataclasses.field(default_factory=dict)
     versions: dict[str, str | None] = dataclasses.field(default_factory=dict)
-    # Keras' History object from accelkit.keras.fit; not serialised.
-    history: Any = dataclasses.field(default=None, repr=False, compare=False)
+    # What Keras' History holds, so the report stands in for it (accelkit.keras.fit):
+    # metric -> one value per epoch, the epoch numbers, and the fit's parameters.
+    history: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    epoch: list[int] = dataclasses.field(default_factory=list)
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # The model that trained (accelkit.keras.fit may have given it a float32 head);
+    # not serialised.
+    trained_model: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     def note(self, field: str, reason: str) -> None:
         """Record why `field` is missing (or how it was obtained)."""
@@ -103,7 +113,7 @@ class RunReport:
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name != "history"}
+                if f.name != "trained_model"}
         data["schema"] = SCHEMA
         return data
 
