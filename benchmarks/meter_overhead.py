@@ -2,8 +2,15 @@
 
 PyTorch: a hand-written loop (the plan's autocast, fused AdamW on CUDA) over a
 built-in model, run bare and inside `accelkit.torch.Meter`, alternating, each
-variant `--repeats` times in the same process. Keras: `model.fit` against
-`accelkit.keras.fit` on the same model and data.
+variant `--repeats` times in the same process. TensorFlow: `model.fit` against
+`accelkit.keras.fit` on the same model and data. Keras (`--framework keras`, on
+whichever backend `KERAS_BACKEND` names): `model.fit` bare against `model.fit`
+with `accelkit.keras.ProfileCallback`, under the Keras policy accelkit's
+TensorFlow plan chooses for this GPU (set by hand: the adapter that applies it
+needs TensorFlow); it also records the precision the callback says ran.
+
+    KERAS_BACKEND=jax PYTHONPATH=src python benchmarks/meter_overhead.py --framework keras \
+        --model mlp --steps 200 --repeats 5
 
     PYTHONPATH=src python benchmarks/meter_overhead.py --framework torch --model gpt2 \\
         --steps 60 --repeats 5 --out results/meter_overhead_torch.json
@@ -102,9 +109,54 @@ def keras_variants(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
     return bare, metered, info
 
 
+def keras_callback_variants(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
+    import keras
+
+    import accelkit
+    from accelkit.bench import keras_models
+    from accelkit.planning.keys import Key
+
+    plan = accelkit.plan_for(_gpu_name(), framework="tensorflow")
+    keras.mixed_precision.set_global_policy(plan.value(Key.KERAS_POLICY, "float32"))
+    model, x, y, batch_size = keras_models.build(args.model, args.batch_size, args.steps)
+    model.fit(x[: 3 * batch_size], y[: 3 * batch_size], batch_size=batch_size,
+              verbose=0)  # trace / jit the train step once
+    seen: dict[str, Any] = {}
+
+    def bare(steps: int) -> float:
+        start = time.perf_counter()
+        model.fit(x[: steps * batch_size], y[: steps * batch_size], batch_size=batch_size,
+                  verbose=0)
+        return (time.perf_counter() - start) / steps
+
+    def metered(steps: int) -> float:
+        callback = accelkit.keras.ProfileCallback(plan)
+        start = time.perf_counter()
+        model.fit(x[: steps * batch_size], y[: steps * batch_size], batch_size=batch_size,
+                  verbose=0, callbacks=[callback])
+        elapsed = (time.perf_counter() - start) / steps
+        report = callback.report
+        seen.update(precision_ran=report.precision, matmul_dtype=report.matmul_dtype,
+                    samples_per_second=report.samples_per_second,
+                    gpu_utilization=report.gpu_utilization, notes=report.notes)
+        return elapsed
+
+    info = {"device": _gpu_name() or platform.machine(), "keras": keras.__version__,
+            "backend": keras.config.backend(), "policy": keras.mixed_precision.global_policy().name,
+            "precision": plan.precision.value, "callback_report": seen}
+    return bare, metered, info
+
+
+def _gpu_name() -> str | None:
+    import accelkit
+
+    gpus = accelkit.detect().gpus
+    return gpus[0].name if gpus else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--framework", choices=("torch", "tensorflow"), default="torch")
+    parser.add_argument("--framework", choices=("torch", "tensorflow", "keras"), default="torch")
     parser.add_argument("--model", default="mlp")
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--steps", type=int, default=60)
@@ -112,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
 
-    build = torch_variants if args.framework == "torch" else keras_variants
+    build = {"torch": torch_variants, "tensorflow": keras_variants,
+             "keras": keras_callback_variants}[args.framework]
     bare, metered, info = build(args)
     times: dict[str, list[float]] = {"bare": [], "metered": []}
     for repeat in range(args.repeats):

@@ -6,6 +6,13 @@ the callback therefore replaces `model.train_function` with one that takes the
 batch from the iterator in Python (timed: that is the input wait), counts the
 first batch's FLOPs, and hands the batch to Keras' own compiled step through
 the path Keras uses for Python iterators. The step itself is unchanged.
+
+The timing, the NVML figures, the precision the layers ran in and the checks
+work on any Keras backend. What reads TensorFlow itself is measured on the
+TensorFlow backend only (on JAX or PyTorch backends the report says so under
+`notes`): the input wait (the TensorFlow trainer's train function), FLOP counting
+(TensorFlow's graph profiler), device memory, TF32, strategies and multi-worker
+figures, calibration.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import time
 import warnings
 from typing import Any
 
-import tensorflow as tf
+import numpy as np
 
 import keras
 from accelkit.configure import current_plan
@@ -95,7 +102,9 @@ class ProfileCallback(keras.callbacks.Callback):
     def on_train_begin(self, logs: Any = None) -> None:
         self.plan = self.plan or current_plan() or make_plan(detect(), Request(
             framework="tensorflow"))
-        self._gpus = tf.config.list_physical_devices("GPU")
+        self._tf = _tensorflow()
+        self._gpus = (self._tf.config.list_physical_devices("GPU") if self._tf is not None
+                      else list(self.plan.hardware.gpus))
         self._flops: FlopCount | None = None
         self._count_first = self.flops_per_step is None
         self._batch: tuple[int | None, int] = (None, 0)  # (samples, tokens) of the last batch
@@ -109,8 +118,8 @@ class ProfileCallback(keras.callbacks.Callback):
         self.clock = StepClock(self._sync, warmup=self.warmup, window=self.window)
         nvml = [g.index for g in self.plan.hardware.gpus[:len(self._gpus)]]
         self._sampler = NvmlSampler(nvml if self.sample_gpu and self._gpus else [])
-        if self._gpus:
-            tf.config.experimental.reset_memory_stats("GPU:0")
+        if self._gpus and self._tf is not None:
+            self._tf.config.experimental.reset_memory_stats("GPU:0")
         self._wrap_train_function()
         self._sampler.start()
 
@@ -135,7 +144,7 @@ class ProfileCallback(keras.callbacks.Callback):
                 scale = getattr(optimizer, "initial_scale", None)
             else:
                 variable = getattr(optimizer, "dynamic_scale", None)
-                scale = None if variable is None else variable.numpy()
+                scale = None if variable is None else np.asarray(variable)
             if scale is not None:
                 self._scales.append([step, float(scale)])
         except Exception:  # noqa: BLE001 - a fact for the advisor, never a failure
@@ -161,7 +170,12 @@ class ProfileCallback(keras.callbacks.Callback):
 
     def _wrap_train_function(self) -> None:
         model = self.model
+        self._original = None
+        if self._tf is None:
+            self._wrap_other_backend()
+            return
         self._original = model.train_function
+        tf = self._tf
         if model.steps_per_execution != 1 or getattr(model, "run_eagerly", False):
             why = (f"steps_per_execution={model.steps_per_execution}" if
                    model.steps_per_execution != 1 else "run_eagerly=True")
@@ -187,6 +201,27 @@ class ProfileCallback(keras.callbacks.Callback):
 
         model.train_function = timed
 
+    def _wrap_other_backend(self) -> None:
+        """Keras' JAX and PyTorch trainers hand each step its batch (the last argument of
+        their train function): read its size there. The batch arrives already fetched,
+        so no input wait is seen, and FLOPs need TensorFlow's graph profiler."""
+        backend = keras.config.backend()
+        self._notes["input_wait_share"] = (f"measured on the TensorFlow backend only "
+                                           f"(Keras runs on {backend})")
+        if self._count_first:
+            self._notes["flops_per_step"] = (f"counted on the TensorFlow backend only "
+                                             f"(Keras runs on {backend}): pass flops_per_step=")
+            self._count_first = False
+        if self.model.steps_per_execution != 1:
+            return  # several batches per call: the per-step sizes are not one batch's
+        original = self._original = self.model.train_function
+
+        def sized(*args: Any, **kwargs: Any) -> Any:
+            self._batch = self._sizes(args[-1])
+            return original(*args, **kwargs)
+
+        self.model.train_function = sized
+
     def _restore_train_function(self) -> None:
         if getattr(self, "_original", None) is not None:
             self.model.train_function = self._original
@@ -196,14 +231,14 @@ class ProfileCallback(keras.callbacks.Callback):
         """(samples, tokens) of this process's batch: every local replica's share summed
         (under a strategy Keras hands out the global batch split into PerReplica values)."""
         x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
-        first = next(iter(tf.nest.flatten(x)), None)
+        first = next(iter(keras.tree.flatten(x)), None)
         shapes = [v.shape for v in _local_values(first)] if first is not None else []
         if not shapes or any(not shape or shape[0] is None for shape in shapes):
             return None, 0
         samples = sum(int(shape[0]) for shape in shapes)
         if self.tokens_per_sample:
             return samples, samples * self.tokens_per_sample
-        if len(shapes[0]) == 2 and _local_values(first)[0].dtype.is_integer:
+        if len(shapes[0]) == 2 and _is_integer(_local_values(first)[0]):
             return samples, samples * int(shapes[0][1])
         return samples, 0
 
@@ -220,15 +255,15 @@ class ProfileCallback(keras.callbacks.Callback):
 
     def _replicas(self) -> int:
         """Replicas this process drives (under MultiWorkerMirroredStrategy, this worker's)."""
+        if self._tf is None:
+            return 1
         return strategies.local_replicas(self.model.distribute_strategy)
 
     def _sync(self) -> None:
         """Wait for queued device work: reading a loss value does."""
         logs = self._last_logs
         if logs:
-            value = next(iter(logs.values()))
-            if hasattr(value, "numpy"):
-                value.numpy()
+            np.asarray(next(iter(logs.values())))
 
     # -- report ------------------------------------------------------------------------
 
@@ -250,21 +285,21 @@ class ProfileCallback(keras.callbacks.Callback):
         report = build_report(Measurements(
             framework="tensorflow", model=self.model.name, device=device, plan=plan,
             hardware=hardware, clock=summary, precision=precision_ran(self.model, plan),
-            tf32_enabled=bool(self._gpus) and tf.config.experimental
-            .tensor_float_32_execution_enabled(),
+            tf32_enabled=self._tf32_enabled(),
             devices=replicas, flops=self._flops,
             flops_per_step=self.flops_per_step,
             sampler=self._sampler.summary(self.clock.warmup_end, None),
-            peak_memory_bytes=(tf.config.experimental.get_memory_info("GPU:0")["peak"]
-                               if self._gpus else None),
+            peak_memory_bytes=self._peak_memory(),
             calibration=self._calibrate() if self.calibrate else None,
             epochs=self._epochs, losses=self._losses, interrupted=self.interrupted, notes=notes,
             facts=facts, single_device_samples_per_second=self.single_device_samples_per_second,
         ))
         if not self._gpus:
             report.note("peak_memory_bytes", "CPU run: device memory is not tracked")
-        strategy = self.model.distribute_strategy
-        if strategies.is_multi_worker(strategy):
+        elif self._tf is None:
+            report.note("peak_memory_bytes", "read on the TensorFlow backend only")
+        strategy = getattr(self.model, "distribute_strategy", None)
+        if self._tf is not None and strategies.is_multi_worker(strategy):
             self._gather_world(report, strategy, summary.steady_samples, replicas, hardware)
         return report
 
@@ -280,6 +315,7 @@ class ProfileCallback(keras.callbacks.Callback):
             return
         figures = world.rank_figures(report, strategies.worker_rank(strategy), samples,
                                      replicas)
+        tf = self._tf
         row = tf.constant([[_number(figures[name]) for name in _WORLD_FIELDS]], tf.float64)
         try:
             values = strategy.experimental_distribute_values_from_function(lambda _: row)
@@ -309,7 +345,8 @@ class ProfileCallback(keras.callbacks.Callback):
 
         facts = model_facts(self.model)
         facts.update(devices_used=replicas, visible_gpus=len(self._gpus),
-                     distributed=int(self.model.distribute_strategy.num_replicas_in_sync) > 1)
+                     distributed=replicas > 1 or (self._tf is not None and int(
+                         self.model.distribute_strategy.num_replicas_in_sync) > 1))
         if self._first_batch_size:
             facts["batch_size"] = self._first_batch_size
         if self.params and self.params.get("steps"):
@@ -319,17 +356,42 @@ class ProfileCallback(keras.callbacks.Callback):
         facts.update(self.facts)  # the caller's facts win
         return facts
 
+    def _tf32_enabled(self) -> bool:
+        return (bool(self._gpus) and self._tf is not None
+                and self._tf.config.experimental.tensor_float_32_execution_enabled())
+
+    def _peak_memory(self) -> int | None:
+        if not self._gpus or self._tf is None:
+            return None
+        return int(self._tf.config.experimental.get_memory_info("GPU:0")["peak"])
+
     def _calibrate(self) -> Any:
+        if self._tf is None:
+            self._notes["calibrated_tflops"] = "calibrated on the TensorFlow backend only"
+            return None
         try:
             from accelkit.hardware.capabilities import matmul_dtype
             from accelkit.profiling.calibrate import matmul_tflops_tensorflow
 
-            tf32 = bool(self._gpus) and tf.config.experimental.tensor_float_32_execution_enabled()
-            return matmul_tflops_tensorflow(matmul_dtype(self.plan.precision, tf32))
+            return matmul_tflops_tensorflow(matmul_dtype(self.plan.precision,
+                                                         self._tf32_enabled()))
         except Exception as error:  # noqa: BLE001 - a failed calibration leaves the figure out
             warnings.warn(f"accelkit: calibration failed: {error}", stacklevel=2)
             self._notes["calibrated_tflops"] = f"calibration failed: {error}"
             return None
+
+
+def _tensorflow() -> Any:
+    """TensorFlow when Keras runs on it, else None (imported only then)."""
+    if keras.config.backend() != "tensorflow":
+        return None
+    import tensorflow
+
+    return tensorflow
+
+
+def _is_integer(value: Any) -> bool:
+    return "int" in keras.backend.standardize_dtype(value.dtype)
 
 
 def _local_values(value: Any) -> tuple[Any, ...]:
@@ -355,7 +417,7 @@ def precision_ran(model: Any, plan: Plan) -> Precision | None:
         <Precision.FP16: 'fp16'>
     """
     try:
-        layers = model._flatten_layers(include_self=False, recursive=True)  # noqa: SLF001
+        layers = model._flatten_layers(include_self=False, recursive=True)
         dtypes = [str(layer.compute_dtype) for layer in layers if getattr(layer, "kernel", None)
                   is not None]
     except Exception:  # noqa: BLE001 - unknown: the plan's precision stands
@@ -387,4 +449,4 @@ def _first_replica(data: Any) -> Any:
         values = getattr(value, "values", None)
         return values[0] if isinstance(values, tuple) else value
 
-    return tf.nest.map_structure(first, data)
+    return keras.tree.map_structure(first, data)
