@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from accelkit import frameworks
@@ -13,10 +14,11 @@ from accelkit.hardware import detect, environment
 from accelkit.hardware.environment import DISABLE_ENV, PRECISION_ENV
 from accelkit.hardware.info import HardwareInfo
 from accelkit.hardware.what_if import what_if
-from accelkit.planning import Plan, Precision, Request, Status, plan
+from accelkit.planning import Framework, Plan, Precision, Request, Status, plan
 from accelkit.utils.imports import is_available
 
 _current: Plan | None = None
+_log = logging.getLogger("accelkit")
 
 
 def current_plan() -> Plan | None:
@@ -42,8 +44,20 @@ def auto_configure(framework: str = "auto", precision: str = "auto", distribute:
     user set (environment variables, framework flags, a Keras policy) are kept;
     calling it twice changes nothing the second time.
 
+    With ``framework="auto"`` the framework is the one the script uses, and a
+    framework the script does not use is never imported: one it has imported
+    already; else the one its ``__main__`` file (or ``python -c`` code) imports,
+    read without running it (``import keras`` counts as the framework Keras runs
+    on: ``KERAS_BACKEND``, else ``keras.json``, else TensorFlow); else the one
+    ``KERAS_BACKEND`` names. When that leaves both frameworks, or neither (a
+    notebook, code from stdin), nothing is applied yet: each framework's plan is
+    applied right after the script imports it, before TensorFlow initialises its
+    GPUs, and becomes `current_plan()`. The plan's notes say what was decided and why.
+    Keras on the ``torch`` backend gets the PyTorch plan (its settings are the ones
+    Keras's kernels see); on ``jax`` or ``numpy``, a plan to read, applied to nothing.
+
     Args:
-        framework: ``"auto"`` (the one imported or installed), ``"torch"`` or ``"tensorflow"``.
+        framework: ``"auto"`` (the one the script uses), ``"torch"`` or ``"tensorflow"``.
         precision: ``"auto"``, ``"bf16"``, ``"fp16"``, ``"tf32"`` or ``"fp32"``.
             ``ACCELKIT_PRECISION`` takes the place of ``"auto"``.
         distribute: ``"auto"`` or ``"none"``.
@@ -53,7 +67,8 @@ def auto_configure(framework: str = "auto", precision: str = "auto", distribute:
         hardware: plan for this snapshot instead of detecting.
 
     Returns:
-        The `Plan`, each setting with what happened to it.
+        The `Plan`, each setting with what happened to it ("planned" when the
+        framework is decided at import: `current_plan()` holds the applied plan then).
 
     Raises:
         ValueError: a bad argument or ``ACCELKIT_PRECISION`` value (the message names
@@ -66,28 +81,51 @@ def auto_configure(framework: str = "auto", precision: str = "auto", distribute:
         ...     loss = loss_fn(model(x), y)
     """
     global _current
-    chosen, framework_reason = frameworks.resolve(framework)
-    request = _request(chosen, precision, distribute, compile)
+    decision = frameworks.resolve(framework)
     hardware = hardware if hardware is not None else detect()
-    result = plan(hardware, request)
-    notes = [f"framework: {framework_reason}"]
-    if request.precision is not Precision.AUTO and precision == "auto":
+    requests = {chosen: _request(chosen, precision, distribute, compile)
+                for chosen in (decision.framework, *decision.at_import)}
+    plans = {chosen: plan(hardware, request) for chosen, request in requests.items()}
+    result = plans[decision.framework]
+    notes = [f"framework: {decision.reason}"]
+    if requests[decision.framework].precision is not Precision.AUTO and precision == "auto":
         notes.append(f"precision from {PRECISION_ENV}={os.environ[PRECISION_ENV]!r}")
-    if not is_available(chosen.value):
-        notes.append(f"{chosen.value} is not installed: nothing applied "
-                     f"(pip install 'accelkit[{chosen.value}]')")
-        result = result.with_settings(result.settings, notes)
+    frameworks.stop_at_import()  # this call replaces what an earlier one left waiting
+    deferred = False
+    if not is_available(decision.framework.value):
+        notes.append(f"{decision.framework.value} is not installed: nothing applied "
+                     f"(pip install 'accelkit[{decision.framework.value}]')")
     elif dry_run or environment.flag(DISABLE_ENV):
         notes.append("dry run: nothing applied" if dry_run
                      else f"{DISABLE_ENV}={os.environ[DISABLE_ENV]}: nothing applied")
-        result = result.with_settings(result.settings, notes)
-    else:
+    elif decision.at_import:
+        frameworks.at_import(decision.at_import, _applier_at_import(plans, notes[1:], verbose))
+        deferred = True
+    elif decision.applies:
         result = _apply(result)
-        result = result.with_settings(result.settings, notes)
+    result = result.with_settings(result.settings, notes)
     _current = result
     if verbose and environment.is_rank_zero():
-        print(result, file=sys.stderr)
+        print(f"accelkit: {notes[0]}" if deferred else result, file=sys.stderr)
     return result
+
+
+def _applier_at_import(plans: Mapping[Framework, Plan], notes: list[str],
+                       verbose: bool) -> Callable[[Framework, str], None]:
+    """What the import hook calls once the script has imported a framework: apply its
+    plan and make it the current one."""
+
+    def apply_at_import(framework: Framework, module: str) -> None:
+        applied = _apply(plans[framework])
+        applied = applied.with_settings(applied.settings, [
+            f"framework: decided at import: the script imported {module}", *notes])
+        set_current_plan(applied)
+        _log.info("accelkit applied the %s plan when the script imported %s",
+                  framework.value, module)
+        if verbose and environment.is_rank_zero():
+            print(applied, file=sys.stderr)
+
+    return apply_at_import
 
 
 def _request(framework: Any, precision: str, distribute: str, compile: bool) -> Request:

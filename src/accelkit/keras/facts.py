@@ -42,7 +42,7 @@ def model_facts(model: Any) -> dict[str, Any]:
         policy = keras.mixed_precision.global_policy()
         facts["keras_policy"] = policy.name
         outputs = _output_layers(model)
-        matmul = [layer for layer in layers if type(layer).__name__ in _MATMUL]
+        matmul = _matmul_layers(model)
         facts["keras_matmul_layers"] = len(matmul)
         facts["keras_layers_off_policy"] = [
             {"name": layer.name, "type": type(layer).__name__,
@@ -60,6 +60,31 @@ def _flat_layers(model: Any) -> list[Any]:
         return list(model._flatten_layers(include_self=False, recursive=True))
     except Exception:  # noqa: BLE001 - private API; the top level is still useful
         return list(getattr(model, "layers", ()))
+
+
+def _matmul_layers(model: Any) -> list[Any]:
+    """Matmul layers, a composite one once: a `MultiHeadAttention` is one layer, judged by
+    its own policy, its query/key/value/output `EinsumDense` sublayers not counted again."""
+    found: list[Any] = []
+    seen: set[int] = set()
+    stack = list(reversed(_children(model)))
+    while stack and len(found) < _MAX_LAYERS:
+        layer = stack.pop()
+        if id(layer) in seen:  # a shared layer
+            continue
+        seen.add(id(layer))
+        if type(layer).__name__ in _MATMUL:
+            found.append(layer)
+        else:
+            stack.extend(reversed(_children(layer)))
+    return found
+
+
+def _children(layer: Any) -> list[Any]:
+    try:
+        return list(layer._flatten_layers(include_self=False, recursive=False))
+    except Exception:  # noqa: BLE001 - private API; the listed layers are still useful
+        return list(getattr(layer, "layers", ()))
 
 
 def _output_layers(model: Any) -> set[int]:
