@@ -21,9 +21,16 @@ _current: Plan | None = None
 _log = logging.getLogger("accelkit")
 
 
-def current_plan() -> Plan | None:
-    """The plan the last `auto_configure` or `apply` call returned in this process, if any."""
-    return _current
+def current_plan(framework: str | Framework | None = None) -> Plan | None:
+    """The plan the last `auto_configure` or `apply` call returned in this process, if any.
+
+    Args:
+        framework: only a plan for this framework (a script using both can hold
+            either framework's plan): ``"torch"`` or ``"tensorflow"``; None: any.
+    """
+    if framework is None or _current is None:
+        return _current
+    return _current if _current.framework is Framework.parse(framework) else None
 
 
 def set_current_plan(plan: Plan | None) -> None:
@@ -49,10 +56,11 @@ def auto_configure(framework: str = "auto", precision: str = "auto", distribute:
     already; else the one its ``__main__`` file (or ``python -c`` code) imports,
     read without running it (``import keras`` counts as the framework Keras runs
     on: ``KERAS_BACKEND``, else ``keras.json``, else TensorFlow); else the one
-    ``KERAS_BACKEND`` names. When that leaves both frameworks, or neither (a
-    notebook, code from stdin), nothing is applied yet: each framework's plan is
-    applied right after the script imports it, before TensorFlow initialises its
-    GPUs, and becomes `current_plan()`. The plan's notes say what was decided and why.
+    ``KERAS_BACKEND`` names. When that leaves both frameworks (each is configured)
+    or neither (a notebook, code from stdin: the first one imported is), nothing
+    is applied yet: the framework's plan is applied right after the script imports
+    it, before TensorFlow initialises its GPUs, and becomes `current_plan()`. The
+    plan's notes say what was decided and why.
     Keras on the ``torch`` backend gets the PyTorch plan (its settings are the ones
     Keras's kernels see); on ``jax`` or ``numpy``, a plan to read, applied to nothing.
 
@@ -99,7 +107,7 @@ def auto_configure(framework: str = "auto", precision: str = "auto", distribute:
         notes.append("dry run: nothing applied" if dry_run
                      else f"{DISABLE_ENV}={os.environ[DISABLE_ENV]}: nothing applied")
     elif decision.at_import:
-        frameworks.at_import(decision.at_import, _applier_at_import(plans, notes[1:], verbose))
+        frameworks.at_import(decision, _applier_at_import(plans, notes[1:], verbose))
         deferred = True
     elif decision.applies:
         result = _apply(result)

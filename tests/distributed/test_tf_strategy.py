@@ -217,11 +217,12 @@ class _Split:
 
 
 def test_samples_count_every_local_replica_even_when_uneven() -> None:
-    callback = accelkit.keras.ProfileCallback(CPU_PLAN)
+    from accelkit.keras import batches  # the callback's batch sizes, in their own module
+
     x = _Split(tf.zeros((26, 16)), tf.zeros((25, 16)))  # a last batch of 51 over two replicas
-    assert callback._sizes((x, _Split(tf.zeros(26), tf.zeros(25)))) == (51, 0)
+    assert batches.sizes((x, _Split(tf.zeros(26), tf.zeros(25)))) == (51, 0)
     tokens = _Split(tf.zeros((8, 128), tf.int32), tf.zeros((8, 128), tf.int32))
-    assert callback._sizes((tokens,)) == (16, 16 * 128)
+    assert batches.sizes((tokens,)) == (16, 16 * 128)
 
 
 def test_a_lost_worker_error_keeps_its_type_and_says_what_to_do() -> None:

@@ -26,8 +26,11 @@ class Decision:
     Attributes:
         framework: the framework of the plan `auto_configure` returns.
         reason: one line for the plan's notes.
-        at_import: when not empty, nothing is applied now: each of these frameworks
-            gets its plan when the script imports it (`at_import`).
+        at_import: when not empty, nothing is applied now: these frameworks get
+            their plan when the script imports them (`at_import`).
+        first_decides: True when the script named neither framework: the first one
+            it imports is the one it uses, and the other is not waited for. False
+            when it named both: each is configured at its import.
         applies: False when the plan is only for reading (Keras on a backend
             accelkit does not configure).
     """
@@ -35,6 +38,7 @@ class Decision:
     framework: Framework
     reason: str
     at_import: tuple[Framework, ...] = ()
+    first_decides: bool = False
     applies: bool = True
 
 
@@ -61,8 +65,9 @@ def resolve(framework: str | Framework) -> Decision:
     does not use; on ``jax`` or ``numpy`` accelkit configures nothing and the
     Keras plan is returned to read.
 
-    When it still cannot tell (both frameworks, or neither), the decision is made
-    at import: each installed framework is configured when the script imports it.
+    When it still cannot tell, the decision is made at import: when the script
+    names both, each is configured when the script imports it; when it names
+    neither, the first installed framework it imports is the one it uses.
     """
     chosen = Framework.parse(framework, name="framework")
     if chosen is not Framework.AUTO:
@@ -101,7 +106,7 @@ def decide(imported: Mapping[str, bool], source: Script, keras_backend: tuple[st
     if found:  # both imported already: the script's own imports break the tie, else torch
         ours = [f for f in named if f in found]
         only = ours[0] if len(ours) == 1 else Framework.TORCH
-        why = f"{source.name} imports {only.value}" if len(ours) == 1 else "torch first"
+        why = f"{source.name} imports {only.value}" if len(ours) == 1 else "planned for torch"
         return Decision(only, f"the script imported both torch and tensorflow; {why} "
                         "(auto_configure(framework=...) configures the other)")
     if imported.get("keras"):
@@ -128,10 +133,14 @@ def decide(imported: Mapping[str, bool], source: Script, keras_backend: tuple[st
         first = next(f for f, u in named.items() if u is uses[0])
     else:
         why, first = _silent(source), candidates[0]
-    each = (f"{candidates[0].value} is" if len(candidates) == 1
-            else " and ".join(f.value for f in candidates) + " are each")
-    return Decision(first, f"decided at import: {why}; {each} configured when the script "
-                    "imports it", at_import=candidates)
+    if len(candidates) == 1:
+        waits = f"{candidates[0].value} is configured when the script imports it"
+    elif named:
+        waits = "torch and tensorflow are each configured when the script imports them"
+    else:
+        waits = "the first of torch and tensorflow the script imports is configured"
+    return Decision(first, f"decided at import: {why}; {waits}", at_import=candidates,
+                    first_decides=not named)
 
 
 def _silent(source: Script) -> str:
@@ -145,12 +154,14 @@ def _imported() -> dict[str, bool]:
     return {name: is_imported(name) for name in ("torch", "tensorflow", "keras")}
 
 
-def at_import(plans: Iterable[Framework], on_import: Callable[[Framework, str], None]) -> None:
+def at_import(decision: Decision, on_import: Callable[[Framework, str], None]) -> None:
     """Call ``on_import(framework, module)`` right after the script imports each of
-    `plans`' frameworks (``module``: the import that finished, e.g. ``"keras"``).
+    the decision's `at_import` frameworks, or only the first it imports when
+    `first_decides` (``module``: the import that finished, e.g. ``"keras"``).
     Replaces what an earlier call left waiting; see `accelkit.frameworks.import_hook`."""
-    import_hook.watch({f.value: MODULES[f] for f in plans},
-                      lambda group, trigger: on_import(Framework(group), trigger))
+    import_hook.watch({f.value: MODULES[f] for f in decision.at_import},
+                      lambda group, trigger: on_import(Framework(group), trigger),
+                      first_only=decision.first_decides)
 
 
 def stop_at_import() -> None:

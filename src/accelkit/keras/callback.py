@@ -17,7 +17,6 @@ figures, calibration.
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from typing import Any
@@ -26,10 +25,10 @@ import numpy as np
 
 import keras
 from accelkit.configure import current_plan
-from accelkit.hardware import capabilities, detect
+from accelkit.hardware import detect
 from accelkit.hardware.info import HardwareInfo
-from accelkit.keras import strategies
-from accelkit.planning import Plan, Precision, Request
+from accelkit.keras import batches, head, strategies
+from accelkit.planning import Plan, Request
 from accelkit.planning import plan as make_plan
 from accelkit.profiling import world
 from accelkit.profiling.assemble import Measurements
@@ -38,10 +37,6 @@ from accelkit.profiling.flop_count import FlopCount
 from accelkit.profiling.run_report import RunReport
 from accelkit.profiling.sampler import NvmlSampler
 from accelkit.report.assemble import build_report, with_advice
-
-# What each worker sends the others at the end of a multi-worker fit, in this order.
-_WORLD_FIELDS = ("rank", "devices", "steady_samples", "steady_seconds", "steady_steps",
-                 "samples_per_second", "step_time_s", "input_wait_share")
 
 
 class ProfileCallback(keras.callbacks.Callback):
@@ -100,7 +95,7 @@ class ProfileCallback(keras.callbacks.Callback):
     # -- Keras hooks -----------------------------------------------------------------
 
     def on_train_begin(self, logs: Any = None) -> None:
-        self.plan = self.plan or current_plan() or make_plan(detect(), Request(
+        self.plan = self.plan or current_plan("tensorflow") or make_plan(detect(), Request(
             framework="tensorflow"))
         self._tf = _tensorflow()
         self._gpus = (self._tf.config.list_physical_devices("GPU") if self._tf is not None
@@ -193,7 +188,7 @@ class ProfileCallback(keras.callbacks.Callback):
             except (StopIteration, tf.errors.OutOfRangeError):
                 raise StopIteration from None
             self.clock.fetched(time.perf_counter() - start)
-            self._batch = self._sizes(data)
+            self._batch = batches.sizes(data, self.tokens_per_sample)
             if self._count_first:
                 self._count_first = False
                 self._flops = self._count(data)
@@ -217,7 +212,7 @@ class ProfileCallback(keras.callbacks.Callback):
         original = self._original = self.model.train_function
 
         def sized(*args: Any, **kwargs: Any) -> Any:
-            self._batch = self._sizes(args[-1])
+            self._batch = batches.sizes(args[-1], self.tokens_per_sample)
             return original(*args, **kwargs)
 
         self.model.train_function = sized
@@ -227,25 +222,10 @@ class ProfileCallback(keras.callbacks.Callback):
             self.model.train_function = self._original
             self._original = None
 
-    def _sizes(self, data: Any) -> tuple[int | None, int]:
-        """(samples, tokens) of this process's batch: every local replica's share summed
-        (under a strategy Keras hands out the global batch split into PerReplica values)."""
-        x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
-        first = next(iter(keras.tree.flatten(x)), None)
-        shapes = [v.shape for v in _local_values(first)] if first is not None else []
-        if not shapes or any(not shape or shape[0] is None for shape in shapes):
-            return None, 0
-        samples = sum(int(shape[0]) for shape in shapes)
-        if self.tokens_per_sample:
-            return samples, samples * self.tokens_per_sample
-        if len(shapes[0]) == 2 and _is_integer(_local_values(first)[0]):
-            return samples, samples * int(shapes[0][1])
-        return samples, 0
-
     def _count(self, data: Any) -> FlopCount:
         from accelkit.profiling.flops_tensorflow import count_train_step_flops
 
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(_first_replica(data))
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(batches.first_replica(data))
         count = count_train_step_flops(self.model, x, y, sample_weight=sample_weight)
         replicas = self._replicas()
         if count.total is None or replicas == 1:
@@ -284,7 +264,7 @@ class ProfileCallback(keras.callbacks.Callback):
                   else "GPU:0" if self._gpus else f"{replicas} x cpu" if replicas > 1 else "cpu")
         report = build_report(Measurements(
             framework="tensorflow", model=self.model.name, device=device, plan=plan,
-            hardware=hardware, clock=summary, precision=precision_ran(self.model, plan),
+            hardware=hardware, clock=summary, precision=head.precision_ran(self.model, plan),
             tf32_enabled=self._tf32_enabled(),
             devices=replicas, flops=self._flops,
             flops_per_step=self.flops_per_step,
@@ -315,29 +295,13 @@ class ProfileCallback(keras.callbacks.Callback):
             return
         figures = world.rank_figures(report, strategies.worker_rank(strategy), samples,
                                      replicas)
-        tf = self._tf
-        row = tf.constant([[_number(figures[name]) for name in _WORLD_FIELDS]], tf.float64)
         try:
-            values = strategy.experimental_distribute_values_from_function(lambda _: row)
-            gathered = strategy.gather(values, axis=0).numpy()
+            ranks = strategies.gather_figures(strategy, figures)
         except Exception as error:  # noqa: BLE001 - the local figures still stand
             report.note("ranks", f"other workers' figures could not be gathered: "
                                  f"{type(error).__name__}: {str(error).strip()[:200]}")
             return
-        ranks: dict[int, dict[str, Any]] = {}
-        for row_values in gathered:
-            entry = {name: _from_number(value)
-                     for name, value in zip(_WORLD_FIELDS, row_values, strict=True)}
-            rank = int(entry["rank"])
-            if rank in ranks:  # one row per replica: a worker with several devices sent several
-                continue
-            entry.update(rank=rank, devices=int(entry["devices"] or 1),
-                         steady_samples=int(entry["steady_samples"] or 0),
-                         steady_steps=int(entry["steady_steps"] or 0),
-                         device=figures["device"] if rank == figures["rank"] else None)
-            ranks[rank] = entry
-        world.aggregate(report, [ranks[r] for r in sorted(ranks)],
-                        self.single_device_samples_per_second)
+        world.aggregate(report, ranks, self.single_device_samples_per_second)
         with_advice(report, hardware, self.plan)
 
     def _facts(self, replicas: int) -> dict[str, Any]:
@@ -390,47 +354,6 @@ def _tensorflow() -> Any:
     return tensorflow
 
 
-def _is_integer(value: Any) -> bool:
-    return "int" in keras.backend.standardize_dtype(value.dtype)
-
-
-def _local_values(value: Any) -> tuple[Any, ...]:
-    """Each local replica's part of a value (one part when it is not distributed)."""
-    values = getattr(value, "values", None)
-    return values if isinstance(values, tuple) else (value,)
-
-
-def _number(value: Any) -> float:
-    return float("nan") if value is None else float(value)
-
-
-def _from_number(value: float) -> float | None:
-    return None if math.isnan(value) else float(value)  # NaN stands for "not measured"
-
-
-def precision_ran(model: Any, plan: Plan) -> Precision | None:
-    """The precision the model's weighted layers computed in, which is what ran whatever
-    the plan says (a model built under another policy keeps it); None when unknown.
-
-    Example:
-        >>> precision_ran(model_built_under_mixed_float16, fp32_plan)
-        <Precision.FP16: 'fp16'>
-    """
-    try:
-        layers = model._flatten_layers(include_self=False, recursive=True)
-        dtypes = [str(layer.compute_dtype) for layer in layers if getattr(layer, "kernel", None)
-                  is not None]
-    except Exception:  # noqa: BLE001 - unknown: the plan's precision stands
-        return None
-    if not dtypes:
-        return None
-    most = max(set(dtypes), key=dtypes.count)
-    ran = Precision.parse(capabilities.precision_of_policy(most))
-    if ran is Precision.FP32 and not plan.mixed:
-        return plan.precision  # fp32 or tf32: the layers cannot tell them apart
-    return ran
-
-
 def renamed_single_device(single_device: Any, former: Any) -> Any:
     """`single_device`, or its former Keras name's value with a DeprecationWarning."""
     if former is None:
@@ -441,12 +364,3 @@ def renamed_single_device(single_device: Any, former: Any) -> Any:
     warnings.warn("single_device_samples_per_second= is now single_device=, as in "
                   "accelkit.torch.fit", DeprecationWarning, stacklevel=3)
     return former
-
-
-def _first_replica(data: Any) -> Any:
-    """A batch as one replica sees it (MirroredStrategy hands out PerReplica values)."""
-    def first(value: Any) -> Any:
-        values = getattr(value, "values", None)
-        return values[0] if isinstance(values, tuple) else value
-
-    return keras.tree.map_structure(first, data)

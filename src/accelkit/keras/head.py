@@ -1,9 +1,12 @@
-"""Float32 outputs under a mixed Keras policy: `float32_head(model)`."""
+"""A Keras model's dtypes: float32 outputs under a mixed policy (`float32_head`), and
+the precision its layers really compute in (`precision_ran`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from accelkit.hardware import capabilities
+from accelkit.planning import Plan, Precision
 from accelkit.utils.imports import require
 
 
@@ -73,3 +76,26 @@ def _float32_head_class() -> type:
 
 def _Float32Head(model: Any) -> Any:
     return _float32_head_class()(model)
+
+
+def precision_ran(model: Any, plan: Plan) -> Precision | None:
+    """The precision the model's weighted layers computed in, which is what ran whatever
+    the plan says (a model built under another policy keeps it); None when unknown.
+
+    Example:
+        >>> precision_ran(model_built_under_mixed_float16, fp32_plan)
+        <Precision.FP16: 'fp16'>
+    """
+    try:
+        layers = model._flatten_layers(include_self=False, recursive=True)
+        dtypes = [str(layer.compute_dtype) for layer in layers if getattr(layer, "kernel", None)
+                  is not None]
+    except Exception:  # noqa: BLE001 - unknown: the plan's precision stands
+        return None
+    if not dtypes:
+        return None
+    most = max(set(dtypes), key=dtypes.count)
+    ran = Precision.parse(capabilities.precision_of_policy(most))
+    if ran is Precision.FP32 and not plan.mixed:
+        return plan.precision  # fp32 or tf32: the layers cannot tell them apart
+    return ran

@@ -8,6 +8,7 @@ workers (``ACCELKIT_DIST_TIMEOUT``), once per process and kind.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
@@ -51,7 +52,7 @@ def strategy(plan: Plan | None = None) -> Any:
         >>> with accelkit.keras.strategy(plan).scope():
         ...     model = build_and_compile_model()
     """
-    plan = plan if plan is not None else current_plan()
+    plan = plan if plan is not None else current_plan("tensorflow")
     if plan is None or plan.framework is not Framework.TENSORFLOW:
         return _tf().distribute.get_strategy()
     key = (plan.distribution.value, str(plan.value(Key.TF_STRATEGY, "")))
@@ -230,3 +231,42 @@ def worker_rank(strategy: Any) -> int:
     if resolver.task_type == "chief":
         return 0
     return int(resolver.task_id) + (1 if "chief" in jobs else 0)
+
+
+# What each worker sends the others at the end of a multi-worker fit, in this order.
+_FIGURES = ("rank", "devices", "steady_samples", "steady_seconds", "steady_steps",
+            "samples_per_second", "step_time_s", "input_wait_share")
+
+
+def gather_figures(strategy: Any, figures: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every worker's `figures` (`accelkit.profiling.world.rank_figures`), by rank.
+
+    An all-gather of one fixed-size float64 vector per replica; every worker of the
+    cluster runs it at the end of its fit, as it ran every step together. Raises what
+    the collective raises.
+    """
+    tf = _tf()
+    row = tf.constant([[_number(figures[name]) for name in _FIGURES]], tf.float64)
+    values = strategy.experimental_distribute_values_from_function(lambda _: row)
+    gathered = strategy.gather(values, axis=0).numpy()
+    ranks: dict[int, dict[str, Any]] = {}
+    for row_values in gathered:
+        entry = {name: _from_number(value)
+                 for name, value in zip(_FIGURES, row_values, strict=True)}
+        rank = int(entry["rank"])
+        if rank in ranks:  # one row per replica: a worker with several devices sent several
+            continue
+        entry.update(rank=rank, devices=int(entry["devices"] or 1),
+                     steady_samples=int(entry["steady_samples"] or 0),
+                     steady_steps=int(entry["steady_steps"] or 0),
+                     device=figures["device"] if rank == figures["rank"] else None)
+        ranks[rank] = entry
+    return [ranks[r] for r in sorted(ranks)]
+
+
+def _number(value: Any) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def _from_number(value: float) -> float | None:
+    return None if math.isnan(value) else float(value)  # NaN stands for "not measured"

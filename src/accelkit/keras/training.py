@@ -74,7 +74,8 @@ def fit(model: Any, x: Any = None, y: Any = None, *fit_args: Any, plan: Plan | N
         >>> report = accelkit.keras.fit(build, dataset, epochs=3)   # on every GPU
         >>> report.history["loss"], report.world_size
     """
-    plan = plan or current_plan() or auto_configure(framework="tensorflow", verbose=False)
+    plan = (plan or current_plan("tensorflow")
+            or auto_configure(framework="tensorflow", verbose=False))
     model, notes = _prepare(model, plan)
     callback = ProfileCallback(plan, flops_per_step=flops_per_step,
                                tokens_per_sample=tokens_per_sample, warmup=warmup,

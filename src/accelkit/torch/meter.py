@@ -103,7 +103,8 @@ class Meter:
         self.single_device = world.single_device_rate(single_device)
         self.gather = gather
         self.model = model
-        self.plan = plan or current_plan() or make_plan(detect(), Request(framework="torch"))
+        self.plan = (plan or current_plan("torch")
+                     or make_plan(detect(), Request(framework="torch")))
         self.flops_per_step = flops_per_step
         self.tokens_per_sample = tokens_per_sample
         self.calibrate = calibrate

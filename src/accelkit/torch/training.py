@@ -102,7 +102,7 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
     if warmup < 0 or window < 1:
         raise ValueError(f"warmup={warmup!r} must be >= 0 and window={window!r} >= 1")
     single = world.single_device_rate(single_device)
-    plan = plan or current_plan() or auto_configure(framework="torch", verbose=False)
+    plan = plan or current_plan("torch") or auto_configure(framework="torch", verbose=False)
     group = parallel.world() if distributed else None
     rank_zero = group.is_zero if group is not None else (
         not distributed or parallel.is_rank_zero())
