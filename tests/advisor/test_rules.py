@@ -257,6 +257,7 @@ def test_keras_layers_off_policy_warn_with_a_datasheet_gain() -> None:
     found = keras_policy.keras_policy(ctx(A100, framework="tensorflow", mfu=0.3, facts=facts))
     assert found.severity is Severity.WARNING and "wide (Dense, float32)" in found.title
     assert found.speedup == pytest.approx(amdahl(0.3, 312 / 156))
+    assert found.action.startswith("rebuild the model after accelkit.auto_configure(")
     assert keras_policy.keras_policy(ctx(A100, facts={**facts, "keras_policy": "float32"})) is None
     assert keras_policy.keras_policy(ctx(A100, facts={**facts,
                                                       "keras_layers_off_policy": []})) is None

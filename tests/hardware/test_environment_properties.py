@@ -25,7 +25,7 @@ def test_flag_is_off_exactly_for_the_off_spellings(text) -> None:
 
 def _non_negative_integer(text: str) -> int | None:
     try:
-        value = int(text)
+        value = int(text.strip())  # surrounding whitespace (str.strip's) is ignored
     except ValueError:
         return None
     return value if value >= 0 else None
@@ -43,7 +43,7 @@ def test_world_size_is_at_least_one(text) -> None:
     size = environment.world_size({"WORLD_SIZE": text})
     assert size >= 1
     try:
-        parsed = int(text)
+        parsed = int(text.strip())
     except ValueError:
         parsed = None
     assert size == (parsed if parsed and parsed > 1 else 1)
@@ -54,7 +54,7 @@ def test_dist_timeout_never_raises_and_says_when_it_ignored_a_value(text) -> Non
     seconds, note, explicit = environment.dist_timeout({"ACCELKIT_DIST_TIMEOUT": text})
     assert seconds > 0 and math.isfinite(seconds)
     try:
-        wanted = float(text)
+        wanted = float(text.strip())
     except ValueError:
         wanted = math.nan
     valid = wanted > 0 and math.isfinite(wanted)

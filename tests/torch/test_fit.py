@@ -210,3 +210,21 @@ def test_accelkit_fit_takes_torch_fits_arguments_positional_or_by_name() -> None
     with pytest.raises(TypeError, match=r"accelkit.torch.fit.*missing a required argument: "
                                          r"'loss_fn'"):
         accelkit.fit(model, loader, optimizer, plan=CPU_PLAN)
+
+
+def test_meter_reports_token_ids_rounded_by_a_16_bit_batch() -> None:
+    # Ids cast with the batch, {k: v.to(device, torch.bfloat16)}: bfloat16 holds whole
+    # numbers exactly only to 256, so 12345 arrives as 12352: a critical verdict.
+    embedding = torch.nn.Embedding(20000, 8)
+    ids = torch.randint(0, 20000, (8, 16))
+    ids[0, 0] = 12345
+    meter = accelkit.torch.Meter(embedding, plan=CPU_PLAN, flops_per_step=1.0, warmup=0)
+    with meter:
+        for _ in range(3):
+            batch = ids.to(torch.bfloat16)
+            with meter.step(batch):
+                embedding(batch.long()).sum().backward()
+    report = meter.report()
+    found = report.facts["half_integer_inputs"][0]
+    assert found["dtype"] == "bfloat16" and found["exact_up_to"] == 256
+    assert {a["id"]: a["severity"] for a in report.advice}.get("half_ids") == "critical"

@@ -20,6 +20,15 @@ fact                       what it is
 ``compiled``               torch.compile / XLA ``jit_compile`` was on
 ``keras_policy``           the global Keras dtype policy
 ``keras_layers_off_policy``  matmul layers whose compute dtype is not the policy's
+``keras_matmul_layers``    matmul layers counted (a ``MultiHeadAttention`` once)
+``float_id_inputs``        Keras integer lookups fed float ids through a casting layer:
+                           ``[{"layer", "embedding", "input_dim", "input", "input_dtype",
+                           "input_shape", "cast_by", "cast_dtype"}]``
+``ids_over_float16``       the first batch's whole numbers past a 16-bit float's exact
+                           range on such an input: ``{"input", "max_id", "changed", ...}``
+``float16_outputs``        Keras outputs computed in float16/bfloat16 (no float32 head)
+``half_integer_inputs``    PyTorch batch tensors in float16/bfloat16 holding only whole
+                           numbers past the dtype's exact range: ``[{"input", "dtype", "max"}]``
 ``loss_scale``             ``{"initial": float, "history": [[step, scale], ...]}`` (fp16)
 ``first_nonfinite_loss_step``  the first window boundary where the loss was NaN/inf
 ``run_seconds``            wall time of the whole run
@@ -149,7 +158,7 @@ class Context:
     @property
     def batch_size(self) -> int | None:
         value = self.fact("batch_size", self.get("batch_size"))
-        return None if not value else int(round(value))
+        return None if not value else round(float(value))
 
     def pick(self, torch: str, tensorflow: str) -> str:
         """The text for the run's framework."""

@@ -27,7 +27,7 @@ import keras
 from accelkit.configure import current_plan
 from accelkit.hardware import detect
 from accelkit.hardware.info import HardwareInfo
-from accelkit.keras import batches, head, strategies
+from accelkit.keras import batches, checks, head, strategies
 from accelkit.planning import Plan, Request
 from accelkit.planning import plan as make_plan
 from accelkit.profiling import world
@@ -53,6 +53,10 @@ class ProfileCallback(keras.callbacks.Callback):
         single_device: the same training on one device, for `report.scaling_efficiency`:
             samples/s, a `RunReport` or the path of a saved one
             (``single_device_samples_per_second=`` is its former name).
+        allow_float_ids: True (the default): token ids rounded by a 16-bit float are a
+            critical verdict in the report; False: the fit stops with
+            `accelkit.keras.checks.UnsafeMixedPrecision` at the first batch that shows them
+            (`accelkit.keras.fit` passes False unless told otherwise).
 
     Under a distribution strategy the figures are this process's: its replicas'
     samples (MirroredStrategy: all of them). Under MultiWorkerMirroredStrategy each
@@ -75,8 +79,8 @@ class ProfileCallback(keras.callbacks.Callback):
                  tokens_per_sample: int | None = None, warmup: int = 3, window: int = 50,
                  sample_gpu: bool = True, calibrate: bool = False,
                  single_device: float | RunReport | str | None = None,
-                 single_device_samples_per_second: float | RunReport | str | None = None
-                 ) -> None:
+                 single_device_samples_per_second: float | RunReport | str | None = None,
+                 allow_float_ids: bool = True) -> None:
         super().__init__()
         if warmup < 0 or window < 1:
             raise ValueError(f"warmup={warmup} must be >= 0 and window={window} >= 1")
@@ -87,6 +91,7 @@ class ProfileCallback(keras.callbacks.Callback):
         self.tokens_per_sample = tokens_per_sample
         self.warmup, self.window = warmup, window
         self.sample_gpu, self.calibrate = sample_gpu, calibrate
+        self.allow_float_ids = allow_float_ids
         self.report: RunReport | None = None
         self.interrupted = False
         self._notes: dict[str, str] = {}
@@ -97,6 +102,9 @@ class ProfileCallback(keras.callbacks.Callback):
     def on_train_begin(self, logs: Any = None) -> None:
         self.plan = self.plan or current_plan("tensorflow") or make_plan(detect(), Request(
             framework="tensorflow"))
+        # Token ids through a 16-bit float, 16-bit outputs: critical verdicts in the report.
+        self.facts.update(checks.mixed_precision_facts(self.model))
+        self._batch_checked = False
         self._tf = _tensorflow()
         self._gpus = (self._tf.config.list_physical_devices("GPU") if self._tf is not None
                       else list(self.plan.hardware.gpus))
@@ -157,8 +165,11 @@ class ProfileCallback(keras.callbacks.Callback):
         return self.report
 
     def stop_sampler(self) -> None:
-        """For a fit that raised: stop measuring, build nothing."""
-        self._sampler.stop()
+        """For a fit that raised: stop measuring, build nothing (a fit that raised before
+        it began has nothing to stop)."""
+        sampler = getattr(self, "_sampler", None)
+        if sampler is not None:
+            sampler.stop()
         self._restore_train_function()
 
     # -- the train function ------------------------------------------------------------
@@ -189,6 +200,8 @@ class ProfileCallback(keras.callbacks.Callback):
                 raise StopIteration from None
             self.clock.fetched(time.perf_counter() - start)
             self._batch = batches.sizes(data, self.tokens_per_sample)
+            if not self._batch_checked:
+                self._check_first_batch(data)
             if self._count_first:
                 self._count_first = False
                 self._flops = self._count(data)
@@ -213,9 +226,20 @@ class ProfileCallback(keras.callbacks.Callback):
 
         def sized(*args: Any, **kwargs: Any) -> Any:
             self._batch = batches.sizes(args[-1], self.tokens_per_sample)
+            if not self._batch_checked:
+                self._check_first_batch(args[-1])
             return original(*args, **kwargs)
 
         self.model.train_function = sized
+
+    def _check_first_batch(self, data: Any) -> None:
+        """Integer data above what float16 holds, fed to a float input: a fact, or an
+        `UnsafeMixedPrecision` error when the callback may not let it train."""
+        self._batch_checked = True
+        x, _, _ = keras.utils.unpack_x_y_sample_weight(batches.first_replica(data))
+        found = checks.check_first_batch(x, self.model, allow_float_ids=self.allow_float_ids)
+        if found:
+            self.facts["ids_over_float16"] = found
 
     def _restore_train_function(self) -> None:
         if getattr(self, "_original", None) is not None:

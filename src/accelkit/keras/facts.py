@@ -89,12 +89,10 @@ def _children(layer: Any) -> list[Any]:
 
 def _output_layers(model: Any) -> set[int]:
     """The layers producing the model's outputs: meant to stay float32 under a mixed policy."""
-    found: set[int] = set()
     try:
-        for tensor in model.outputs or ():
-            found.add(id(tensor._keras_history.operation))
+        found = {id(tensor._keras_history.operation) for tensor in model.outputs or ()}
     except Exception:  # noqa: BLE001 - subclassed models have no symbolic outputs
-        pass
+        found = set()
     layers = getattr(model, "layers", None)
     if not found and layers:
         found.add(id(layers[-1]))

@@ -13,7 +13,7 @@ import tensorflow as tf
 import keras
 from accelkit.configure import auto_configure, current_plan
 from accelkit.hardware.environment import dist_timeout
-from accelkit.keras import _multi_worker, strategies
+from accelkit.keras import _multi_worker, checks, strategies
 from accelkit.keras.callback import ProfileCallback, renamed_single_device
 from accelkit.keras.facts import input_facts
 from accelkit.keras.head import float32_head, outputs_float32
@@ -26,7 +26,7 @@ def fit(model: Any, x: Any = None, y: Any = None, *fit_args: Any, plan: Plan | N
         warmup: int = 3, window: int = 50, calibrate: bool = False, sample_gpu: bool = True,
         single_device: float | RunReport | str | None = None,
         single_device_samples_per_second: float | RunReport | str | None = None,
-        **fit_kwargs: Any) -> RunReport:
+        allow_float_ids: bool = False, **fit_kwargs: Any) -> RunReport:
     """Run `model.fit(x, y, *fit_args, **fit_kwargs)` measured, and return its `RunReport`.
 
     Every `model.fit` argument passes through, positional or by name (`batch_size`,
@@ -57,9 +57,15 @@ def fit(model: Any, x: Any = None, y: Any = None, *fit_args: Any, plan: Plan | N
         flops_per_step, tokens_per_sample, warmup, window, calibrate, sample_gpu,
             single_device: see `ProfileCallback` (``single_device_samples_per_second=`` is
             its former name).
+        allow_float_ids: train a model whose token ids pass through a 16-bit float
+            (reported as a critical verdict instead of refused).
 
     Raises:
         ValueError: the model (or the one the function returned) is not compiled.
+        accelkit.keras.checks.UnsafeMixedPrecision: (a ValueError) token ids reach an
+            `Embedding` through a 16-bit float, which rounds them (float16 holds integers
+            exactly only up to 2048): declare the input ``dtype="int32"``, or pass
+            ``allow_float_ids=True`` to train anyway.
         TypeError: the function returned something other than a `keras.Model`, or the
             arguments do not fit `model.fit`.
         RuntimeError: under TF_CONFIG, the workers did not all join within
@@ -77,11 +83,14 @@ def fit(model: Any, x: Any = None, y: Any = None, *fit_args: Any, plan: Plan | N
     plan = (plan or current_plan("tensorflow")
             or auto_configure(framework="tensorflow", verbose=False))
     model, notes = _prepare(model, plan)
+    # Token ids rounded by a 16-bit policy train a wrong model without an error: refuse.
+    checks.check_before_training(model, allow_float_ids=allow_float_ids)
     callback = ProfileCallback(plan, flops_per_step=flops_per_step,
                                tokens_per_sample=tokens_per_sample, warmup=warmup,
                                window=window, sample_gpu=sample_gpu, calibrate=calibrate,
                                single_device=renamed_single_device(
-                                   single_device, single_device_samples_per_second))
+                                   single_device, single_device_samples_per_second),
+                               allow_float_ids=allow_float_ids)
     callback.facts["loader"] = input_facts(x)
     history = _train(model, callback, _fit_arguments(model, x, y, fit_args, fit_kwargs))
     report = callback.finish()

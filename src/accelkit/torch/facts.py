@@ -7,7 +7,10 @@ gives fewer facts, not an error.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+from accelkit.hardware import float_formats
 
 _MAX_LAYERS = 2000
 
@@ -105,3 +108,59 @@ def steps_per_epoch(loader: Any) -> int | None:
         return len(loader)
     except Exception:  # noqa: BLE001 - iterables without a length are fine
         return None
+
+
+def half_integer_inputs(batch: Any) -> list[dict[str, Any]]:
+    """Tensors of a (first) batch in float16/bfloat16 that hold only whole numbers, some of
+    them small, some past what the dtype holds exactly (fp16: 2048, bf16: 256).
+
+    Token ids (or counts, years) cast to a 16-bit float with the batch, e.g.
+    ``{k: v.to(device, torch.bfloat16) for k, v in batch.items()}``, arrive rounded:
+    in bfloat16, 12345 -> 12352. Above half the limit every value of the dtype is whole,
+    so a tensor counts only when it also holds a nonzero whole number below that, where
+    real-valued data would show fractions. One pass over the batch's half tensors.
+
+    Returns:
+        ``[{"input", "dtype", "shape", "max", "exact_up_to"}]``; ``input`` is the dict key
+        or ``batch[i]``.
+
+    Example:
+        >>> half_integer_inputs({"input_ids": torch.tensor([[5, 12345]]).bfloat16()})[0]["max"]
+        12352.0
+    """
+    try:
+        import torch
+
+        found = []
+        for name, tensor in _named_tensors(batch, "batch"):
+            if tensor.dtype not in (torch.float16, torch.bfloat16) or tensor.numel() < 2:
+                continue
+            dtype = str(tensor.dtype).replace("torch.", "")
+            limit = float_formats.exact_limit(dtype) or 0
+            values = tensor.detach()
+            top = float(values.max())
+            if top <= limit or float(values.min()) < 0 or not bool(
+                    (values == values.round()).all()):
+                continue
+            if not bool(((values > 0) & (values < limit / 2)).any()):
+                continue  # only large values: whole because the dtype holds nothing finer
+            found.append({"input": name, "dtype": dtype, "shape": list(tensor.shape),
+                          "max": top, "exact_up_to": limit})
+        return found
+    except Exception:  # noqa: BLE001 - facts are optional: no finding
+        return []
+
+
+def _named_tensors(batch: Any, name: str, depth: int = 0) -> list[tuple[str, Any]]:
+    """(name, tensor) for the tensors of a batch: a tensor, a dict, a list or tuple."""
+    if hasattr(batch, "dtype") and hasattr(batch, "numel"):
+        return [(name, batch)]
+    if depth > 2:
+        return []
+    if isinstance(batch, Mapping):
+        items = [(str(key), value) for key, value in batch.items()]
+    elif isinstance(batch, (list, tuple)):
+        items = [(f"{name}[{i}]", value) for i, value in enumerate(batch)]
+    else:
+        return []
+    return [found for key, value in items for found in _named_tensors(value, key, depth + 1)]

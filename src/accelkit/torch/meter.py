@@ -128,6 +128,7 @@ class Meter:
         self._scales: list[list[float]] = []
         self._first_batch_size: int | None = None
         self._notes: dict[str, str] = {}
+        self._batch_facts: dict[str, Any] = {}  # what the meter saw in the batches
         self._started = False
         self._report: RunReport | None = None
 
@@ -185,8 +186,18 @@ class Meter:
         self.last_batch_size = count
         if self._first_batch_size is None:
             self._first_batch_size = count
+            self._check_first_batch(batch)
         tokens = self._tokens(batch, count)
         self.clock.step_done(samples=count or 0, tokens=tokens)
+
+    def _check_first_batch(self, batch: Any) -> None:
+        """Whole numbers in a 16-bit float tensor past what it holds exactly (token ids cast
+        with the batch): a fact for the advisor's critical verdict. Once per run."""
+        from accelkit.torch.facts import half_integer_inputs
+
+        found = half_integer_inputs(batch)
+        if found:
+            self._batch_facts["half_integer_inputs"] = found
 
     def _flop_counter(self) -> Any:
         try:
@@ -322,6 +333,7 @@ class Meter:
             facts["batch_size"] = self._first_batch_size
         if self._scales:
             facts["loss_scale"] = {"initial": self._scales[0][1], "history": self._scales[1:]}
+        facts.update(self._batch_facts)
         facts.update(self.facts)  # the caller's facts win
         return facts
 

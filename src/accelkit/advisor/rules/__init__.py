@@ -12,7 +12,6 @@ low-MFU rule speaks only when nothing else explains the gap).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Union
 
 from accelkit.advisor.context import Context
 from accelkit.advisor.rules import (
@@ -21,6 +20,7 @@ from accelkit.advisor.rules import (
     input_wait,
     keras_policy,
     memory,
+    mixed_precision,
     precision,
     reliability,
     scaling,
@@ -29,12 +29,15 @@ from accelkit.advisor.rules import (
 )
 from accelkit.advisor.types import Advice
 
-Found = Union[Advice, list[Advice], None]
+Found = Advice | list[Advice] | None
 Rule = Callable[[Context], Found]
 FallbackRule = Callable[[Context, list[Advice]], Found]
 
 # Order breaks ties in the ranking (same severity, no gain estimate).
 RULES: list[Rule] = [
+    mixed_precision.float_ids,
+    mixed_precision.half_ids,
+    mixed_precision.float16_outputs,
     stability.nonfinite_loss,
     stability.loss_scale,
     input_wait.input_bound,

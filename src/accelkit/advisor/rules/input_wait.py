@@ -95,8 +95,8 @@ def _tf_action(loader: Mapping[str, Any]) -> str:
                          ".cache(path) when it does not fit in memory)")
         if not loader.get("prefetch"):
             steps.append(".prefetch(tf.data.AUTOTUNE) as the last step")
-        steps = steps or [".interleave(..., num_parallel_calls=tf.data.AUTOTUNE) for file "
-                          "reading, and move per-sample Python (tf.py_function) into TF ops"]
+        steps = steps or [(".interleave(..., num_parallel_calls=tf.data.AUTOTUNE) for file "
+                           "reading, and move per-sample Python (tf.py_function) into TF ops")]
         return "tf.data: dataset" + "".join(f"\n  {s}" for s in steps)
     if kind == "PyDataset":
         return ("keras.utils.PyDataset(workers=8, use_multiprocessing=True, max_queue_size=16), "

@@ -5,7 +5,12 @@ Keras fixes a layer's dtype policy when the layer is created, so
 built changes nothing: the matmuls stay float32 while the report says mixed.
 The meter lists the matmul layers (Dense, Conv, EinsumDense, attention) whose
 compute dtype differs from the global policy, leaving out the output layers
-that are meant to stay float32.
+that are meant to stay float32; a composite layer (`MultiHeadAttention`) counts
+once, by its own policy, not again for its `EinsumDense` sublayers.
+
+The action fits the plan: for the run's own plan, rebuild the model after
+`auto_configure()`; for a what-if plan (hardware the run was not measured on),
+what to do on that hardware, with that plan's policy.
 """
 
 from __future__ import annotations
@@ -30,6 +35,10 @@ def keras_policy(ctx: Context) -> Advice | None:
     off = ctx.fact("keras_layers_off_policy") or []
     if not policy or not policy.startswith("mixed") or not off:
         return None
+    what_if = ctx.plan is not None and not ctx.measured_here
+    target = capabilities.keras_policy(ctx.plan.precision) if what_if else policy
+    if what_if and not capabilities.is_mixed(ctx.plan.precision):
+        return None  # float32 there: the layers computing in float32 is what the plan wants
     names = [f"{layer.get('name')} ({layer.get('type')}, {layer.get('compute_dtype')})"
              for layer in off]
     total = ctx.fact("keras_matmul_layers")
@@ -45,11 +54,23 @@ def keras_policy(ctx: Context) -> Advice | None:
                f"float32 under the global policy {policy}: the model was built before the "
                f"policy was set ({shown})"),
         evidence=evidence,
-        action=("call accelkit.auto_configure(framework='tensorflow') (or "
-                f"keras.mixed_precision.set_global_policy('{policy}')) before building the "
-                "model, then build and compile it again"),
-        **_gain(ctx, policy),
+        action=_action(ctx, target, what_if),
+        **_gain(ctx, target),
     )
+
+
+def _action(ctx: Context, policy: str, what_if: bool) -> str:
+    if what_if:
+        where = ctx.gpu.name if ctx.gpu is not None else "the planned hardware"
+        return (f"on {where}: call accelkit.auto_configure(framework='tensorflow') first "
+                f"(it sets {policy}), then build and compile the model: Keras fixes a "
+                "layer's dtype when the layer is created, so every matmul layer computes "
+                f"in {capabilities.torch_dtype_name(capabilities.precision_of_policy(policy))}"
+                " only when built after it")
+    return ("rebuild the model after accelkit.auto_configure(framework='tensorflow') (or "
+            f"keras.mixed_precision.set_global_policy('{policy}')), then compile it again: "
+            "Keras fixes a layer's dtype when the layer is created, so the policy must be set "
+            "before building the model")
 
 
 def _gain(ctx: Context, policy: str) -> dict[str, object]:
