@@ -16,8 +16,8 @@ def fit(model: Any, *args: Any, **kwargs: Any) -> RunReport:
     the script has not imported.
 
     - PyTorch (`torch.nn.Module`): ``fit(model, loader, optimizer, loss_fn, epochs=...)``.
-    - Keras (`keras.Model`, or a function that builds one): ``fit(model, x, y, **model_fit_kwargs)``,
-      the arguments of ``model.fit``.
+    - Keras (`keras.Model`, or a function that builds one): ``fit(model, x, y, ...)``, the
+      arguments of ``model.fit``.
 
     Raises:
         TypeError: the model is neither a `torch.nn.Module` nor a `keras.Model`, or the

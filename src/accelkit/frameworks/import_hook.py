@@ -13,7 +13,8 @@ Rules the hook keeps:
   tensorflow, and ``import tensorflow`` imports keras, inside it; the callback runs
   once both are whole;
 - each group fires once (with ``first_only``, only those the first import made
-  due); the callback never re-enters (imports it makes are not watched), and the hook takes itself off `sys.meta_path` once every group fired;
+  due); the callback never re-enters (imports it makes are not watched), and the
+  hook takes itself off `sys.meta_path` once every group fired;
 - it never breaks an import: an error inside the hook or the callback is logged and
   the module is returned unchanged; an error of the import itself passes through;
 - `watch` replaces what an earlier call left waiting, so calling it again is harmless.

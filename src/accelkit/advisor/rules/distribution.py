@@ -57,7 +57,8 @@ def idle_gpus(ctx: Context) -> Advice | None:
     action = ctx.pick(
         torch=(f"torchrun --nproc-per-node {visible} train.py: accelkit.torch.fit then trains "
                "with DistributedDataParallel, one process per GPU"),
-        tensorflow=("strategy = accelkit.keras.strategy(accelkit.auto_configure(framework='tensorflow'))  "
+        tensorflow=("plan = accelkit.auto_configure(framework='tensorflow')\n"
+                    "strategy = accelkit.keras.strategy(plan)  "
                     f"# MirroredStrategy over the {visible} GPUs\n"
                     "with strategy.scope():\n    model = build_model(); model.compile(...)"))
     return Advice(

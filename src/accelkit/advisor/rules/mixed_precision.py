@@ -17,10 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from accelkit.hardware import float_formats
 from accelkit.advisor.context import Context
 from accelkit.advisor.types import Advice, Severity
-from accelkit.hardware import capabilities
+from accelkit.hardware import capabilities, float_formats
 
 _NO_GAIN = "no speed-up: a correctness fix"
 
