@@ -7,6 +7,7 @@ processes, started together so the suite pays for TensorFlow's import about once
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -349,6 +350,11 @@ RUNS = {  # name: (arguments, stdin, extra environment)
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Every script of RUNS started at once; name -> the JSON it printed."""
+    missing = [name for name in ("torch", "tensorflow", "keras")
+               if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.skip(f"the scripts import torch, tensorflow and keras; {', '.join(missing)} "
+                    "not installed")
     home = tmp_path_factory.mktemp("keras_home")  # no user keras.json decides here
     started = {}
     for name, (args, stdin, extra) in RUNS.items():

@@ -175,13 +175,16 @@ class ProfileCallback(keras.callbacks.Callback):
     # -- the train function ------------------------------------------------------------
 
     def _wrap_train_function(self) -> None:
+        """Take each step's batch where Keras hands it to its train function: the last
+        argument, an iterator of batches on the TensorFlow and JAX trainers (fetched here,
+        timed: the input wait), the batch itself on the PyTorch trainer (already fetched)."""
         model = self.model
         self._original = None
-        if self._tf is None:
-            self._wrap_other_backend()
-            return
-        self._original = model.train_function
-        tf = self._tf
+        backend = keras.config.backend()
+        if self._tf is None and self._count_first:
+            self._notes["flops_per_step"] = (f"counted on the TensorFlow backend only "
+                                             f"(Keras runs on {backend}): pass flops_per_step=")
+            self._count_first = False
         if model.steps_per_execution != 1 or getattr(model, "run_eagerly", False):
             why = (f"steps_per_execution={model.steps_per_execution}" if
                    model.steps_per_execution != 1 else "run_eagerly=True")
@@ -190,47 +193,34 @@ class ProfileCallback(keras.callbacks.Callback):
                 self._notes["flops_per_step"] = f"not counted with {why}: pass flops_per_step="
                 self._count_first = False
             return
-        original = self._original
+        if backend == "torch":
+            self._notes["input_wait_share"] = ("not measured on Keras' PyTorch backend: its "
+                                               "trainer fetches the batch before the step")
+        stop = (StopIteration,) if self._tf is None else (StopIteration,
+                                                          self._tf.errors.OutOfRangeError)
+        original = self._original = model.train_function
 
-        def timed(iterator: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                data = next(iterator)
-            except (StopIteration, tf.errors.OutOfRangeError):
-                raise StopIteration from None
-            self.clock.fetched(time.perf_counter() - start)
+        def timed(*args: Any) -> Any:
+            *head, source = args
+            if hasattr(source, "__next__"):
+                start = time.perf_counter()
+                try:
+                    data = next(source)
+                except stop:
+                    raise StopIteration from None
+                self.clock.fetched(time.perf_counter() - start)
+                source = iter((data,))  # Keras' path for Python iterators: one step
+            else:
+                data = source
             self._batch = batches.sizes(data, self.tokens_per_sample)
             if not self._batch_checked:
                 self._check_first_batch(data)
             if self._count_first:
                 self._count_first = False
                 self._flops = self._count(data)
-            return original(iter((data,)))  # Keras' path for Python iterators: one step
+            return original(*head, source)
 
         model.train_function = timed
-
-    def _wrap_other_backend(self) -> None:
-        """Keras' JAX and PyTorch trainers hand each step its batch (the last argument of
-        their train function): read its size there. The batch arrives already fetched,
-        so no input wait is seen, and FLOPs need TensorFlow's graph profiler."""
-        backend = keras.config.backend()
-        self._notes["input_wait_share"] = (f"measured on the TensorFlow backend only "
-                                           f"(Keras runs on {backend})")
-        if self._count_first:
-            self._notes["flops_per_step"] = (f"counted on the TensorFlow backend only "
-                                             f"(Keras runs on {backend}): pass flops_per_step=")
-            self._count_first = False
-        if self.model.steps_per_execution != 1:
-            return  # several batches per call: the per-step sizes are not one batch's
-        original = self._original = self.model.train_function
-
-        def sized(*args: Any, **kwargs: Any) -> Any:
-            self._batch = batches.sizes(args[-1], self.tokens_per_sample)
-            if not self._batch_checked:
-                self._check_first_batch(args[-1])
-            return original(*args, **kwargs)
-
-        self.model.train_function = sized
 
     def _check_first_batch(self, data: Any) -> None:
         """Integer data above what float16 holds, fed to a float input: a fact, or an
