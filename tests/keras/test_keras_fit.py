@@ -193,3 +193,12 @@ def test_the_report_says_what_ran_when_the_model_disagrees_with_the_plan() -> No
     assert CPU_PLAN.precision.value == "fp32"
     assert callback.report.precision == "fp16"
     assert "layers computed in fp16" in callback.report.notes["precision"]
+
+
+def test_the_callback_leaves_keras_async_dispatch_alone() -> None:
+    # A callback with a per-batch hook makes Keras turn every step's logs into Python
+    # numbers, waiting for the device each step (keras.callbacks.CallbackList); the
+    # callback counts steps in the train function instead, and has no such hook.
+    for hook in ("on_batch_end", "on_train_batch_end", "on_train_batch_begin"):
+        assert getattr(accelkit.keras.ProfileCallback, hook) is getattr(
+            keras.callbacks.Callback, hook)

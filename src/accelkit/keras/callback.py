@@ -126,13 +126,6 @@ class ProfileCallback(keras.callbacks.Callback):
         self._wrap_train_function()
         self._sampler.start()
 
-    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        self._last_logs = logs
-        samples, tokens = self._batch
-        if self._first_batch_size is None:
-            self._first_batch_size = samples
-        self.clock.step_done(samples=samples or 0, tokens=tokens)
-
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         self._epochs = epoch + 1
         if logs and "loss" in logs:
@@ -174,31 +167,29 @@ class ProfileCallback(keras.callbacks.Callback):
 
     # -- the train function ------------------------------------------------------------
 
+    # No per-batch hook: Keras (JAX) then keeps its async dispatch instead of waiting for
+    # each step's logs. Steps are counted where Keras calls its train function.
+
     def _wrap_train_function(self) -> None:
         """Take each step's batch where Keras hands it to its train function: the last
         argument, an iterator of batches on the TensorFlow and JAX trainers (fetched here,
         timed: the input wait), the batch itself on the PyTorch trainer (already fetched)."""
         model = self.model
-        self._original = None
         backend = keras.config.backend()
         if self._tf is None and self._count_first:
             self._notes["flops_per_step"] = (f"counted on the TensorFlow backend only "
                                              f"(Keras runs on {backend}): pass flops_per_step=")
             self._count_first = False
+        original = self._original = model.train_function
         if model.steps_per_execution != 1 or getattr(model, "run_eagerly", False):
-            why = (f"steps_per_execution={model.steps_per_execution}" if
-                   model.steps_per_execution != 1 else "run_eagerly=True")
-            self._notes["input_wait_share"] = f"not measured with {why}"
-            if self._count_first:
-                self._notes["flops_per_step"] = f"not counted with {why}: pass flops_per_step="
-                self._count_first = False
+            self._wrap_counting_only(original)
             return
         if backend == "torch":
             self._notes["input_wait_share"] = ("not measured on Keras' PyTorch backend: its "
                                                "trainer fetches the batch before the step")
         stop = (StopIteration,) if self._tf is None else (StopIteration,
                                                           self._tf.errors.OutOfRangeError)
-        original = self._original = model.train_function
+        clock, tokens_per_sample = self.clock, self.tokens_per_sample
 
         def timed(*args: Any) -> Any:
             *head, source = args
@@ -208,23 +199,50 @@ class ProfileCallback(keras.callbacks.Callback):
                     data = next(source)
                 except stop:
                     raise StopIteration from None
-                self.clock.fetched(time.perf_counter() - start)
+                clock.fetched(time.perf_counter() - start)
                 source = iter((data,))  # Keras' path for Python iterators: one step
             else:
                 data = source
-            self._batch = batches.sizes(data, self.tokens_per_sample)
+            samples, tokens = batches.sizes(data, tokens_per_sample)
             if not self._batch_checked:
-                self._check_first_batch(data)
-            if self._count_first:
-                self._count_first = False
-                self._flops = self._count(data)
-            return original(*head, source)
+                self._first_batch(data, samples)
+            result = original(*head, source)
+            self._last_logs = result
+            clock.step_done(samples=samples or 0, tokens=tokens)
+            return result
 
         model.train_function = timed
 
+    def _wrap_counting_only(self, original: Any) -> None:
+        """Several steps per call (`steps_per_execution`) or eager steps: count calls."""
+        model = self.model
+        why = (f"steps_per_execution={model.steps_per_execution}" if
+               model.steps_per_execution != 1 else "run_eagerly=True")
+        self._notes["input_wait_share"] = f"not measured with {why}"
+        self._notes["samples_per_second"] = f"batch sizes not seen with {why}"
+        if self._count_first:
+            self._notes["flops_per_step"] = f"not counted with {why}: pass flops_per_step="
+            self._count_first = False
+        per_call = int(model.steps_per_execution)
+
+        def counted(*args: Any) -> Any:
+            result = self._last_logs = original(*args)
+            for _ in range(per_call):
+                self.clock.step_done(samples=0, tokens=0)
+            return result
+
+        model.train_function = counted
+
+    def _first_batch(self, data: Any, samples: int | None) -> None:
+        """Once per fit: its batch size, the 16-bit checks, the FLOP count."""
+        self._first_batch_size = samples
+        self._check_first_batch(data)
+        if self._count_first:
+            self._count_first = False
+            self._flops = self._count(data)
+
     def _check_first_batch(self, data: Any) -> None:
-        """Integer data above what float16 holds, fed to a float input: a fact, or an
-        `UnsafeMixedPrecision` error when the callback may not let it train."""
+        """Integers past float16's exact range fed to a float input: a fact, or an error."""
         self._batch_checked = True
         x, _, _ = keras.utils.unpack_x_y_sample_weight(batches.first_replica(data))
         found = checks.check_first_batch(x, self.model, allow_float_ids=self.allow_float_ids)
@@ -254,8 +272,10 @@ class ProfileCallback(keras.callbacks.Callback):
         return strategies.local_replicas(self.model.distribute_strategy)
 
     def _sync(self) -> None:
-        """Wait for queued device work: reading a loss value does."""
+        """Wait for queued device work: reading a loss value of the last step does."""
         logs = self._last_logs
+        if isinstance(logs, tuple):  # the JAX trainer returns (logs, state)
+            logs = logs[0]
         if logs:
             np.asarray(next(iter(logs.values())))
 
