@@ -103,3 +103,25 @@ def test_an_unknown_fit_argument_is_the_users_error_not_ours() -> None:
     model = _compiled(keras.Model(inputs, keras.layers.Dense(4, activation="softmax")(inputs)))
     with pytest.raises(TypeError, match="epochz"):
         accelkit.keras.fit(model, x, y, epochz=3, plan=T4_PLAN)
+
+
+def test_a_keras_io_cnn_trains_in_fp16_with_a_float32_head_and_no_critical_verdict() -> None:
+    # keras-io's "Simple MNIST convnet", small, under an applied T4 plan (mixed_float16).
+    accelkit.apply(T4_PLAN)
+    model = keras.Sequential([
+        keras.Input(shape=(28, 28, 1)),
+        keras.layers.Conv2D(8, kernel_size=(3, 3), activation="relu"),
+        keras.layers.MaxPooling2D(pool_size=(2, 2)),
+        keras.layers.Flatten(),
+        keras.layers.Dropout(0.5),
+        keras.layers.Dense(10, activation="softmax"),
+    ])
+    model.compile(loss="sparse_categorical_crossentropy", optimizer="adam")
+    rng = np.random.default_rng(0)
+    x = rng.random((64, 28, 28, 1), dtype=np.float32)
+    y = rng.integers(0, 10, size=64)
+    with pytest.warns(UserWarning, match="float32-head"):
+        report = accelkit.keras.fit(model, x, y, batch_size=16, epochs=1, verbose=0)
+    assert report.framework == "tensorflow" and report.precision == "fp16"
+    assert report.trained_model.output.dtype == "float32"
+    assert "critical" not in {a["severity"] for a in report.advice}
