@@ -47,3 +47,14 @@ def test_report_of_a_file_that_is_not_a_report(tmp_path) -> None:
     path.write_text('{"hello": 1}')
     done = accelkit("report", str(path))
     assert done.returncode == 2 and "not an accelkit run report" in done.stderr
+
+
+def test_bench_save_to_a_missing_folder_fails_before_the_run(tmp_path, capsys) -> None:
+    from accelkit.cli import main
+
+    missing = tmp_path / "no" / "such" / "dir" / "run.json"
+    assert main(["bench", "--model", "mlp", "--framework", "torch", "--steps", "4",
+                 "--save", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and str(missing.parent) in err
+    assert not missing.parent.exists()

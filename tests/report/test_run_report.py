@@ -57,3 +57,38 @@ def test_only_the_process_that_speaks_for_the_run_saves(tmp_path, monkeypatch, r
     assert _report().save(tmp_path / "run.json") is writes
     assert (tmp_path / "run.json").exists() is writes
     assert _report().save(tmp_path / "every.json", every_rank=True) is True
+
+
+def test_a_save_is_whole_or_nothing_and_leaves_no_temporary_file(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "run.json"
+    _report(steps=1).save(path)
+    before = path.read_text()
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("accelkit.profiling.run_report.os.replace", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        _report(steps=2).save(path)
+    assert path.read_text() == before and RunReport.load(path).steps == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+
+
+def test_numpy_values_and_non_finite_figures_save_as_strict_json(tmp_path) -> None:
+    np = pytest.importorskip("numpy")
+    report = _report(samples_per_second=float("nan"), step_time_s=np.float32(0.5),
+                     facts={np.int64(3): np.int64(7), "scale": [np.float64("inf"), 2.0]})
+    report.save(tmp_path / "run.json")
+    text = (tmp_path / "run.json").read_text()
+    data = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
+    assert data["samples_per_second"] is None and data["step_time_s"] == 0.5
+    assert data["facts"] == {"3": 7, "scale": [None, 2.0]}
+    assert "samples_per_second" in data["notes"]["saved"]
+    assert "facts.scale[0]" in data["notes"]["saved"]
+
+
+def test_a_skipped_save_says_so(tmp_path, monkeypatch, caplog) -> None:
+    monkeypatch.setenv("RANK", "1")
+    with caplog.at_level("INFO", logger="accelkit"):
+        assert _report().save(tmp_path / "run.json") is False
+    assert "not saved" in caplog.text and "rank 1" in caplog.text

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 from collections.abc import Sequence
@@ -218,19 +219,34 @@ def cmd_specs(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from accelkit import bench
 
+    if args.save:
+        _check_writable(args.save)  # before the run, not after it
     result = bench.run(args.model, args.framework, steps=args.steps, batch_size=args.batch_size,
                        precision=args.precision, compile=args.compile,
                        calibrate=args.calibrate, progress=not args.json,
                        compare_single=args.compare_single,
                        single_device=_rate_or_path(args.single_device))
-    if args.save:
-        result.save(args.save)
     if environment.is_rank_zero():  # every rank holds the whole run's report; one prints it
         if args.json:
             _emit_json(result.to_dict())
         else:
             print(result)
+    if args.save:
+        try:
+            result.save(args.save)
+        except OSError as error:  # the result is printed: the run is not lost
+            print(f"accelkit: could not save the report to {args.save}: {error}",
+                  file=sys.stderr)
+            return 1
     return 0
+
+
+def _check_writable(path: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"--save {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"--save {path}: the folder {folder} is not writable")
 
 
 def _rate_or_path(text: str | None) -> float | str | None:

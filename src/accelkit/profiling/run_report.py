@@ -7,13 +7,19 @@ draws it; the record itself calls none of them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging
+import math
 import os
+import tempfile
 from collections.abc import Mapping
 from typing import Any
 
 from accelkit.hardware import environment
+
+logger = logging.getLogger("accelkit")
 
 SCHEMA = "accelkit.run_report/1"
 
@@ -120,16 +126,40 @@ class RunReport:
     def save(self, path: str | os.PathLike[str], *, every_rank: bool = False) -> bool:
         """Write the report as JSON (render it later with `accelkit report PATH`).
 
+        The file is written whole or not at all: to a temporary file beside it, then
+        renamed over it, so an error (a full disk, an unwritable folder) leaves any
+        earlier report at `path` as it was. Values are made JSON-safe: numpy scalars
+        become numbers, NaN and infinity become null with a note naming the field.
+
         Under torchrun every rank holds the whole run's report, so only rank 0
-        writes (ranks writing one path would overwrite each other mid-write);
-        ``every_rank=True`` writes on every rank, e.g. to a path with the rank in it.
-        Returns True when this process wrote the file.
+        writes (ranks writing one path would overwrite each other mid-write), and the
+        other ranks log that they did not; ``every_rank=True`` writes on every rank,
+        e.g. to a path with the rank in it. Returns True when this process wrote the file.
+
+        Raises:
+            OSError: the file could not be written (the earlier file is untouched).
         """
         if not every_rank and not environment.is_rank_zero():
+            logger.info("report not saved to %s on rank %d: rank 0 saves the whole run's "
+                        "report (save(path, every_rank=True) writes on every rank)",
+                        path, environment.rank())
             return False
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(self.to_dict(), handle, indent=2, default=str)
-            handle.write("\n")
+        data, replaced = _json_safe(self.to_dict())
+        if replaced:
+            data["notes"] = {**data.get("notes", {}),
+                             "saved": "not finite, saved as null: " + ", ".join(replaced)}
+        text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+        target = os.fspath(path)
+        handle, temporary = tempfile.mkstemp(prefix=".accelkit-", suffix=".json",
+                                             dir=os.path.dirname(os.path.abspath(target)))
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                out.write(text)
+            os.replace(temporary, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
         return True
 
     @classmethod
@@ -151,3 +181,32 @@ class RunReport:
         from accelkit.report.render import render_run
 
         return render_run(self)
+
+
+def _json_safe(value: Any, where: str = "") -> tuple[Any, list[str]]:
+    """`value` with numpy scalars as numbers, tuples as lists, keys as strings, and NaN or
+    infinity as None; and the fields (dotted paths) that were not finite."""
+    replaced: list[str] = []
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            out[str(key)], more = _json_safe(item, f"{where}.{key}" if where else str(key))
+            replaced += more
+        return out, replaced
+    if isinstance(value, (list, tuple)):
+        out_list = []
+        for index, item in enumerate(value):
+            safe, more = _json_safe(item, f"{where}[{index}]")
+            out_list.append(safe)
+            replaced += more
+        return out_list, replaced
+    if hasattr(value, "item") and callable(value.item) and not isinstance(value, (str, bytes)):
+        try:
+            value = value.item()  # a numpy (or framework) scalar
+        except (TypeError, ValueError):
+            return str(value), replaced
+    if isinstance(value, float) and not math.isfinite(value):
+        return None, [where]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value, replaced
+    return str(value), replaced
