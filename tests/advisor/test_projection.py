@@ -189,6 +189,9 @@ def test_cli_report_ranks_projections(saved_run) -> None:
     (("--project", "Tesla T4", "--price", "1.5"), 2, "NAME=USD_PER_HOUR"),
     (("--project", "Tesla T4:0"), 2, "whole number"),
     (("--price", "L4=1"), 2, "go with --project"),
+    (("--project", "L4", "--price", "L4=nan"), 2, "is not a price"),
+    (("--project", "L4", "--price", "L4=inf"), 2, "is not a price"),
+    (("--project", "L4", "--price", "L4=-1"), 2, "is not a price"),
 ])
 def test_cli_projection_errors(saved_run, args, code, message) -> None:
     _, path = saved_run

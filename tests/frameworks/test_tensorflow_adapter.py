@@ -125,6 +125,17 @@ def test_start_up_variable_after_tensorflow_started_says_too_late(keras_state) -
     assert result.get("keras.mixed_precision.global_policy").status is Status.APPLIED
 
 
+def test_a_variable_too_late_to_take_effect_is_not_left_behind(keras_state) -> None:
+    # Left in os.environ it would read "already set" next time, and children inherit it.
+    import tensorflow as tf
+
+    tf.constant(1.0)
+    for _ in range(2):
+        result = accelkit.apply(plan(T4, Request(framework="tensorflow")))
+        assert result.get("TF_GPU_THREAD_MODE").status is Status.FAILED
+        assert "TF_GPU_THREAD_MODE" not in os.environ
+
+
 def test_strategy_is_default_for_one_device(keras_state) -> None:
     import tensorflow as tf
 

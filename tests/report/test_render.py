@@ -24,3 +24,11 @@ def test_a_run_table_shows_the_figures_and_why_one_is_missing() -> None:
     text = render_run(report)
     assert str(report) == text
     assert "TinyNet" in text and "1,234.5" in text
+
+
+def test_only_a_true_interrupted_flag_reads_as_interrupted() -> None:
+    # A report edited by hand ("no" is truthy) must not print INTERRUPTED.
+    for flag, shown in ((True, True), (False, False), ("no", False), (None, False)):
+        report = RunReport(framework="torch", model="m", device="cpu", precision="fp32",
+                           matmul_dtype="fp32", interrupted=flag)
+        assert ("INTERRUPTED" in render_run(report)) is shown

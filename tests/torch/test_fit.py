@@ -228,3 +228,33 @@ def test_meter_reports_token_ids_rounded_by_a_16_bit_batch() -> None:
     found = report.facts["half_integer_inputs"][0]
     assert found["dtype"] == "bfloat16" and found["exact_up_to"] == 256
     assert {a["id"]: a["severity"] for a in report.advice}.get("half_ids") == "critical"
+
+
+_BAD = {  # argument: values that must be refused (issue 13: -1 clipped into gradient ascent)
+    "epochs": [0, -1, 1.5, True, "2", float("nan")],
+    "steps": [0, -3, 2.5, True, "4"],
+    "accumulation_steps": [0, 1.5, True, "2", -1],
+    "warmup": [-1, 0.5, True, "3"],
+    "window": [0, 2.5, False, "10"],
+    "max_grad_norm": [-1, 0, float("nan"), float("inf"), True, "1"],
+    "flops_per_step": [-1.0, 0, float("nan"), float("inf"), True],
+    "tokens_per_sample": [0, -1, 1.5, True],
+}
+
+
+@pytest.mark.parametrize(("name", "value"),
+                         [(name, value) for name, values in _BAD.items() for value in values])
+def test_every_numeric_argument_is_checked_before_training(name, value) -> None:
+    model = mlp(16, 64, 4)
+    with pytest.raises(ValueError, match=f"{name}={value!r} must be"):
+        accelkit.torch.fit(model, separable(), torch.optim.SGD(model.parameters(), lr=0.1),
+                           torch.nn.CrossEntropyLoss(), plan=CPU_PLAN, progress=False,
+                           **{name: value})
+
+
+@pytest.mark.parametrize(("name", "value"), [("warmup", -1), ("window", 0),
+                                             ("flops_per_step", float("nan")),
+                                             ("tokens_per_sample", True)])
+def test_meter_checks_its_numeric_arguments(name, value) -> None:
+    with pytest.raises(ValueError, match=f"{name}={value!r} must be"):
+        accelkit.torch.Meter(mlp(16, 4), plan=CPU_PLAN, **{name: value})

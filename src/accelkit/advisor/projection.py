@@ -18,6 +18,7 @@ measured devices / N steps. Every projection lists these assumptions.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -108,10 +109,11 @@ def project(report: Mapping[str, Any] | Any, gpu: str, count: int = 1,
     data = report.to_dict() if hasattr(report, "to_dict") else dict(report)
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise ValueError(f"count={count!r} is not valid; use a whole number >= 1")
-    if mfu is not None and not 0 < mfu <= 1:
+    if mfu is not None and not 0 < mfu <= 1:  # NaN fails this too
         raise ValueError(f"mfu={mfu!r} must be in (0, 1]")
-    if price_per_hour is not None and price_per_hour < 0:
-        raise ValueError(f"price_per_hour={price_per_hour!r} must be >= 0")
+    if price_per_hour is not None and not (math.isfinite(price_per_hour)
+                                           and price_per_hour >= 0):
+        raise ValueError(f"price_per_hour={price_per_hour!r} must be a finite number >= 0")
     flops = data.get("flops_per_step")
     if not flops:
         raise ValueError("projection needs the run's FLOPs per step, which this report lacks "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import sys
@@ -296,6 +297,8 @@ def _projections(report: RunReport, targets: Sequence[str], prices: Sequence[str
             raise UnknownGPUError(f"--price {item!r}: {specs.unknown_message(name)}")
         try:
             by_key[spec.key] = float(value)
+            if not math.isfinite(by_key[spec.key]) or by_key[spec.key] < 0:
+                raise ValueError(value)
         except ValueError:
             raise ValueError(f"--price {item!r}: {value!r} is not a price in USD per hour") \
                 from None

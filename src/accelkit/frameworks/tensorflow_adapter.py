@@ -81,6 +81,8 @@ def apply_memory_growth(setting: Setting) -> Outcome:
 def apply_thread_mode(setting: Setting) -> Outcome:
     status, detail = apply_env(setting.key.value, str(setting.value))
     if status is Status.APPLIED and _gpus_initialised():
+        # Too late for this process: leave no variable behind for the next call or children.
+        os.environ.pop(setting.key.value, None)
         return Status.FAILED, ("TensorFlow has already started and read its variables; "
                                "export it in the shell to take effect")
     return status, detail

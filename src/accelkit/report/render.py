@@ -83,7 +83,7 @@ def render_run(report: RunReport) -> str:
     head = (f"accelkit run: {r.framework}, {r.model} on {r.device}, precision {r.precision} "
             f"(matmuls {r.matmul_dtype}), {r.steps} steps ({r.warmup_steps} warm-up"
             f"{f', {r.warmup_seconds:.2f} s' if r.warmup_seconds else ''})"
-            f"{' -- INTERRUPTED' if r.interrupted else ''}")
+            f"{' -- INTERRUPTED' if r.interrupted is True else ''}")
     mfu = "-" if r.mfu is None else f"{r.mfu:.1%} of {r.peak_tflops:,.1f} TFLOP/s ({r.peak_source})"
     rows = [
         ("throughput", f"{_num(r.samples_per_second)} samples/s"

@@ -20,6 +20,7 @@ from accelkit.torch import distributed as parallel
 from accelkit.torch.meter import Meter
 from accelkit.torch.prepare import Prepared, to_device
 from accelkit.torch.step import Step
+from accelkit.utils import arguments
 from accelkit.utils.imports import require
 
 
@@ -43,14 +44,9 @@ class Schedule:
     accumulation_steps: int = 1
 
     def __post_init__(self) -> None:
-        epochs, steps = self.epochs, self.steps
-        if not isinstance(epochs, int) or epochs < 1:
-            raise ValueError(f"epochs={epochs!r} must be a whole number >= 1")
-        if steps is not None and (not isinstance(steps, int) or steps < 1):
-            raise ValueError(f"steps={steps!r} must be a whole number >= 1, or None for "
-                             "whole epochs")
-        if self.accumulation_steps < 1:
-            raise ValueError(f"accumulation_steps={self.accumulation_steps!r} must be >= 1")
+        arguments.whole("epochs", self.epochs, 1)
+        arguments.whole("steps", self.steps, 1, none="whole epochs")
+        arguments.whole("accumulation_steps", self.accumulation_steps, 1)
 
 
 def train(run: Prepared, step: Step, meter: Meter, schedule: Schedule, *,

@@ -38,6 +38,7 @@ from accelkit.profiling.flop_count import FlopCount
 from accelkit.profiling.run_report import RunReport
 from accelkit.profiling.sampler import NvmlSampler
 from accelkit.report.assemble import build_report, with_advice
+from accelkit.utils import arguments
 from accelkit.utils.imports import require
 
 if TYPE_CHECKING:
@@ -98,8 +99,10 @@ class Meter:
                  grad_scaler: Any = None, gather: bool | None = None,
                  single_device: Any = None) -> None:
         self._torch = require("torch")
-        if tokens_per_sample is not None and tokens_per_sample < 1:
-            raise ValueError(f"tokens_per_sample={tokens_per_sample} must be >= 1")
+        arguments.whole("tokens_per_sample", tokens_per_sample, 1, none="finding them")
+        arguments.whole("warmup", warmup, 0)
+        arguments.whole("window", window, 1)
+        arguments.positive("flops_per_step", flops_per_step, none="counting them")
         self.single_device = world.single_device_rate(single_device)
         self.gather = gather
         self.model = model

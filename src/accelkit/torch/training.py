@@ -23,6 +23,7 @@ from accelkit.torch.loop import Schedule
 from accelkit.torch.meter import Meter
 from accelkit.torch.prepare import prepare
 from accelkit.torch.step import make_step
+from accelkit.utils import arguments
 from accelkit.utils.imports import require
 
 
@@ -99,8 +100,11 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
     """
     require("torch")  # the install hint comes before any argument error
     schedule = Schedule(epochs=epochs, steps=steps, accumulation_steps=accumulation_steps)
-    if warmup < 0 or window < 1:
-        raise ValueError(f"warmup={warmup!r} must be >= 0 and window={window!r} >= 1")
+    arguments.whole("warmup", warmup, 0)
+    arguments.whole("window", window, 1)
+    arguments.positive("max_grad_norm", max_grad_norm, none="no clipping")
+    arguments.positive("flops_per_step", flops_per_step, none="counting them")
+    arguments.whole("tokens_per_sample", tokens_per_sample, 1, none="finding them")
     single = world.single_device_rate(single_device)
     plan = plan or current_plan("torch") or auto_configure(framework="torch", verbose=False)
     group = parallel.world() if distributed else None
