@@ -258,3 +258,13 @@ def test_every_numeric_argument_is_checked_before_training(name, value) -> None:
 def test_meter_checks_its_numeric_arguments(name, value) -> None:
     with pytest.raises(ValueError, match=f"{name}={value!r} must be"):
         accelkit.torch.Meter(mlp(16, 4), plan=CPU_PLAN, **{name: value})
+
+
+def test_a_cpu_run_reports_this_hosts_cpus_not_a_guess() -> None:
+    # The input-wait advice sizes num_workers from the CPU count: a CPU run keeps the
+    # detected host's count (it used to drop it, and the rule assumed 8 cores).
+    from accelkit.hardware import environment
+
+    report = train(epochs=1)
+    assert report.hardware["cpu_count"] == environment.cpu_count()
+    assert report.hardware["gpus"] == []

@@ -21,7 +21,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from accelkit.hardware.info import GpuInfo, LauncherEnv
+from accelkit.hardware.info import GpuInfo, HardwareInfo, LauncherEnv
 
 _TORCHRUN_INTEGERS = {
     "RANK": "rank",
@@ -327,3 +327,10 @@ def has_infiniband(path: str | os.PathLike[str] = "/sys/class/infiniband") -> bo
         return any(Path(path).iterdir())
     except OSError:
         return False
+
+
+def cpu_host(launcher: LauncherEnv) -> HardwareInfo:
+    """A snapshot of this host without GPUs, for a run measured on the CPU: its CPU count
+    and memory as detected, the launcher as given (never a figure made up)."""
+    return HardwareInfo(launcher=launcher, source="cpu", cpu_count=cpu_count(),
+                        host_memory_bytes=host_memory_bytes())

@@ -25,7 +25,7 @@ import numpy as np
 
 import keras
 from accelkit.configure import current_plan
-from accelkit.hardware import detect
+from accelkit.hardware import detect, environment
 from accelkit.hardware.info import HardwareInfo
 from accelkit.keras import batches, checks, head, strategies
 from accelkit.planning import Plan, Request
@@ -284,8 +284,8 @@ class ProfileCallback(keras.callbacks.Callback):
     def _build(self) -> RunReport:
         summary = self.clock.finish()
         plan = self.plan
-        hardware = plan.hardware if self._gpus else HardwareInfo(
-            launcher=plan.hardware.launcher, source="cpu")
+        hardware = (plan.hardware if self._gpus
+                    else environment.cpu_host(plan.hardware.launcher))
         notes = dict(self._notes)
         if self._sampler.notes:
             notes["gpu_utilization"] = "; ".join(self._sampler.notes)

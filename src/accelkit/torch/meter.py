@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from accelkit.configure import current_plan
-from accelkit.hardware import detect
+from accelkit.hardware import detect, environment
 from accelkit.hardware.capabilities import TorchTF32
 from accelkit.hardware.info import HardwareInfo
 from accelkit.planning import Plan, Request
@@ -271,8 +271,8 @@ class Meter:
 
     def _build(self) -> RunReport:
         summary = self.clock.finish()
-        hardware: HardwareInfo = self.plan.hardware if self._cuda else HardwareInfo(
-            launcher=self.plan.hardware.launcher, source="cpu")
+        hardware: HardwareInfo = (self.plan.hardware if self._cuda
+                                  else environment.cpu_host(self.plan.hardware.launcher))
         calibration = None
         if self.calibrate:
             calibration = self._calibrate()

@@ -51,9 +51,11 @@ def input_bound(ctx: Context) -> Advice | None:
 
 
 def _torch_action(ctx: Context, loader: Mapping[str, Any]) -> str:
-    cpus = ctx.hardware.cpu_count or 8
-    # One worker per CPU core left over after one per GPU process.
-    suggested = min(max(cpus // max(ctx.hardware.gpu_count, 1) - 1, 2), 16)
+    cpus = ctx.hardware.cpu_count
+    # One worker per CPU core left over after one per GPU process; 2 when the count is
+    # unknown (a what-if or older report), said as such rather than a made-up core count.
+    suggested = (min(max(cpus // max(ctx.hardware.gpu_count, 1) - 1, 2), 16) if cpus
+                 else 2)
     pin = bool(ctx.hardware.gpus)  # page-locked buffers only help host-to-GPU copies
     if loader.get("type") not in (None, "DataLoader"):
         return (f"DataLoader(dataset, batch_size=..., num_workers={suggested}"
@@ -67,7 +69,7 @@ def _torch_action(ctx: Context, loader: Mapping[str, Any]) -> str:
     if workers < suggested:
         args.append(f"num_workers={suggested}")
         why.append(f"num_workers is {workers}: about one worker per free CPU core "
-                   f"({cpus} cores here)")
+                   + (f"({cpus} cores here)" if cpus else "(CPU count unknown: start at 2)"))
     else:
         args.append(f"num_workers={workers}")
         why.append(f"{workers} workers already: make __getitem__ cheaper (decode once and "
