@@ -89,6 +89,9 @@ def auto_configure(framework: str = "auto", precision: str = "auto", distribute:
         ...     loss = loss_fn(model(x), y)
     """
     global _current
+    if hardware is not None and not isinstance(hardware, HardwareInfo):
+        raise ValueError(f"hardware={hardware!r:.80} is not valid; give a HardwareInfo "
+                         "(accelkit.detect(), accelkit.what_if(...)) or None to detect")
     decision = frameworks.resolve(framework)
     hardware = hardware if hardware is not None else detect()
     requests = {chosen: _request(chosen, precision, distribute, compile)

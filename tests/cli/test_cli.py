@@ -117,3 +117,31 @@ def test_version() -> None:
 
     done = accelkit("--version")
     assert done.returncode == 0 and __version__ in done.stdout
+
+
+def test_an_empty_gpu_name_is_an_error_not_this_machine(capsys) -> None:
+    from accelkit.cli import main
+
+    assert main(["plan", "--gpu", " "]) == 2
+    assert "--gpu names no GPU" in capsys.readouterr().err
+
+
+def test_a_huge_unknown_name_is_not_echoed_back_whole(capsys) -> None:
+    from accelkit.cli import main
+
+    assert main(["specs", "--gpu", "X" * 100_000]) == 1
+    assert len(capsys.readouterr().err) < 2000
+
+
+def test_a_closed_pipe_is_not_a_traceback() -> None:
+    done = subprocess.run(f"{sys.executable} -m accelkit specs --json | head -1", shell=True,
+                          capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, "PYTHONPATH": SRC})
+    assert done.stdout.strip() and "Traceback" not in done.stderr, done.stderr
+
+
+def test_auto_configure_refuses_hardware_that_is_not_a_snapshot() -> None:
+    import accelkit
+
+    with pytest.raises(ValueError, match="hardware='garbage' is not valid"):
+        accelkit.auto_configure(hardware="garbage", verbose=False)

@@ -35,6 +35,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.command(args) or 0)
+    except BrokenPipeError:  # `accelkit specs | head -1`: the reader left, nothing is wrong
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush is quiet
+        return 0
     except UnknownGPUError as error:
         print(f"accelkit: {error}", file=sys.stderr)
         return EXIT_UNKNOWN_GPU
@@ -180,6 +184,9 @@ def _spec_or_none(gpu: Any) -> dict[str, Any] | None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     request = {"precision": args.precision, "compile": args.compile}
+    if args.gpu is not None and not args.gpu.strip():
+        raise ValueError("--gpu names no GPU; give a name from `accelkit specs`, or leave "
+                         "--gpu out to plan for this machine")
     if args.gpu:
         result = plan_for(args.gpu, args.count, framework=args.framework, **request)
     else:

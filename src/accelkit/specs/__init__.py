@@ -163,6 +163,8 @@ def lookup(
         >>> lookup("NVIDIA A1000") is None
         True
     """
+    if len(name) > 80:  # a name pasted by mistake is not echoed back whole
+        name = name[:77] + "..."
     rows = _candidates(name)
     if len(rows) > 1:
         # Every given property must fit: a 94 GB part at 700 W is not an H100 NVL.
@@ -218,6 +220,8 @@ def unknown_message(name: str) -> str:
         >>> print(unknown_message("NVIDIA H2000"))  # doctest: +ELLIPSIS
         No datasheet row for 'NVIDIA H2000'; nearest known: NVIDIA H200 SXM 141GB, ...
     """
+    if len(name) > 80:  # a name pasted by mistake is not echoed back whole
+        name = name[:77] + "..."
     rows = _candidates(name)
     if len(rows) > 1:
         listed = ", ".join(row.spec.name for row in rows)
