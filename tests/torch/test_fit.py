@@ -268,3 +268,16 @@ def test_a_cpu_run_reports_this_hosts_cpus_not_a_guess() -> None:
     report = train(epochs=1)
     assert report.hardware["cpu_count"] == environment.cpu_count()
     assert report.hardware["gpus"] == []
+
+
+def test_meter_steps_without_a_batch_give_no_throughput_rather_than_zero() -> None:
+    model = mlp(16, 4)
+    meter = accelkit.torch.Meter(model, plan=CPU_PLAN, flops_per_step=1.0, warmup=1)
+    with meter:
+        for _ in range(4):
+            with meter.step():
+                model(torch.zeros(2, 16)).sum().backward()
+    report = meter.report()
+    assert report.samples_per_second is None and report.batch_size is None
+    assert "no batch sizes seen" in report.notes["samples_per_second"]
+    assert report.step_time_s is not None and report.steady_steps == 3

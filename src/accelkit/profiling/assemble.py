@@ -89,8 +89,12 @@ def _throughput(report: RunReport, clock: ClockSummary) -> None:
         for field in ("samples_per_second", "step_time_s", "input_wait_share"):
             report.note(field, why)
         return
-    report.batch_size = clock.steady_samples / clock.steady_steps
-    report.samples_per_second = clock.steady_samples / clock.steady_s
+    if clock.steady_samples:
+        report.batch_size = clock.steady_samples / clock.steady_steps
+        report.samples_per_second = clock.steady_samples / clock.steady_s
+    else:  # steps without a batch to count (meter.step() alone): unknown, not zero
+        report.note("samples_per_second", "no batch sizes seen: give meter.step(batch) or "
+                                          "meter.step(samples=N)")
     if clock.steady_tokens:
         report.tokens_per_second = clock.steady_tokens / clock.steady_s
     else:
