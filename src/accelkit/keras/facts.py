@@ -55,10 +55,11 @@ def model_facts(model: Any) -> dict[str, Any]:
     return facts
 
 
-def _flat_layers(model: Any) -> list[Any]:
+def _flat_layers(model: Any, *, recursive: bool = True) -> list[Any]:
+    """The layers inside `model` (all of them, or its direct children)."""
     try:
-        return list(model._flatten_layers(include_self=False, recursive=True))
-    except Exception:  # noqa: BLE001 - private API; the top level is still useful
+        return list(model._flatten_layers(include_self=False, recursive=recursive))
+    except Exception:  # noqa: BLE001 - private API; the listed layers are still useful
         return list(getattr(model, "layers", ()))
 
 
@@ -67,7 +68,7 @@ def _matmul_layers(model: Any) -> list[Any]:
     its own policy, its query/key/value/output `EinsumDense` sublayers not counted again."""
     found: list[Any] = []
     seen: set[int] = set()
-    stack = list(reversed(_children(model)))
+    stack = list(reversed(_flat_layers(model, recursive=False)))
     while stack and len(found) < _MAX_LAYERS:
         layer = stack.pop()
         if id(layer) in seen:  # a shared layer
@@ -76,15 +77,8 @@ def _matmul_layers(model: Any) -> list[Any]:
         if type(layer).__name__ in _MATMUL:
             found.append(layer)
         else:
-            stack.extend(reversed(_children(layer)))
+            stack.extend(reversed(_flat_layers(layer, recursive=False)))
     return found
-
-
-def _children(layer: Any) -> list[Any]:
-    try:
-        return list(layer._flatten_layers(include_self=False, recursive=False))
-    except Exception:  # noqa: BLE001 - private API; the listed layers are still useful
-        return list(getattr(layer, "layers", ()))
 
 
 def _output_layers(model: Any) -> set[int]:
