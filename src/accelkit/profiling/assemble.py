@@ -97,6 +97,12 @@ def _throughput(report: RunReport, clock: ClockSummary) -> None:
                                           "meter.step(samples=N)")
     if clock.steady_tokens:
         report.tokens_per_second = clock.steady_tokens / clock.steady_s
+        if clock.steady_real_tokens is not None:
+            report.real_tokens_per_second = clock.steady_real_tokens / clock.steady_s
+        else:
+            report.note("real_tokens_per_second", "no attention_mask with the token ids (in "
+                                                  "every batch): padding is not told from real "
+                                                  "tokens; tokens_per_second counts every position")
     else:
         report.note("tokens_per_second", "no sequence dimension found and no tokens_per_sample")
     report.input_wait_share = clock.input_wait_share

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from typing import Any
 
 _now = time.perf_counter
 
@@ -36,6 +37,9 @@ class ClockSummary:
     input_wait_s: float
     total_s: float
     window_step_s: list[float]
+    # Tokens that are not padding, when every steady step that had tokens said how
+    # many (from an attention mask); else None.
+    steady_real_tokens: int | None = None
 
     @property
     def step_s(self) -> float | None:
@@ -82,6 +86,8 @@ class StepClock:
         self._last_boundary_step = 0
         self._samples = 0
         self._tokens = 0
+        self._real_tokens: Any = 0  # an int, or a count still on the device
+        self._real_seen = self._real_missing = False
         self._input_wait = 0.0
         self._window_step_s: list[float] = []
         self._last_step_end: float | None = None
@@ -102,11 +108,24 @@ class StepClock:
         if self._steady():
             self._input_wait += wait_s
 
-    def step_done(self, samples: int = 0, tokens: int = 0) -> None:
+    def step_done(self, samples: int = 0, tokens: int = 0, real_tokens: Any = None) -> None:
+        """Count one step: its samples, its tokens (padding included) and, when known,
+        its real tokens (padding excluded).
+
+        `real_tokens` may be an int or a count still on the device (a 0-d tensor such
+        as ``mask.sum()``): it is added where it lives, with no synchronisation, and
+        read once, in `finish`, after the device has finished anyway. None: not known
+        for this step, so the run has no real-token figure.
+        """
         self.steps += 1
         if self._steady_start is not None:
             self._samples += samples
             self._tokens += tokens
+            if real_tokens is not None:
+                self._real_tokens = self._real_tokens + real_tokens
+                self._real_seen = True
+            elif tokens:
+                self._real_missing = True
         if self.steps == self.warmup:
             self._boundary()
             self._steady_start = self._window_start
@@ -156,4 +175,7 @@ class StepClock:
             input_wait_s=self._input_wait,
             total_s=end - self._start,
             window_step_s=self._window_step_s,
+            # After the boundary's synchronisation: reading a device count costs no wait.
+            steady_real_tokens=(int(self._real_tokens)
+                                if self._real_seen and not self._real_missing else None),
         )

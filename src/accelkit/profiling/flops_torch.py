@@ -33,6 +33,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from accelkit.profiling import torch_batches
 from accelkit.profiling.flop_count import FlopCount
 
 _METHOD = (
@@ -78,12 +79,15 @@ def count_train_step_flops(
             counted through the module it wraps: same FLOPs, no compilation and
             no collective on one rank.
         batch_inputs: what the model takes: a tensor (`model(x)`), a tuple or
-            list (`model(*x)`) or a mapping (`model(**x)`), already on the device.
+            list (`model(*x)`) or a mapping (`model(**x)`, e.g. a transformers
+            batch with its `labels`), already on the device.
         targets: passed to `loss_fn(output, targets)`; ignored without `loss_fn`.
         loss_fn: `loss_fn(output, targets)`, or `loss_fn(output)` when
-            `targets` is None. Without it, a scalar loss returned by the model
-            (a 0-d tensor, a `"loss"` entry, or a 0-d tensor in a returned
-            tuple) is used, else the sum of the outputs; `notes` says which.
+            `targets` is None; `output` is what the model returned, as it returned
+            it. Without it, the loss the model returned is used (a 0-d tensor, a
+            `"loss"` entry or `.loss` such as a transformers `ModelOutput`'s, or a
+            0-d tensor in a returned tuple: `accelkit.profiling.torch_batches`),
+            else the sum of the outputs; `notes` says which.
         autocast: a context manager, or a factory of one such as
             `plan.autocast`, entered around forward and loss so the counted
             ops are the ones training runs.
@@ -112,7 +116,7 @@ def count_train_step_flops(
             counter = FlopCounterMode(display=False, custom_mapping=_extra_formulas(torch))
             with counter:
                 with _autocast_context(autocast):
-                    output = _call(model, batch_inputs)
+                    output = torch_batches.call(model, batch_inputs)
                     loss = _loss(output, targets, loss_fn, torch, notes)
                 forward = counter.get_total_flops()
                 if not loss.requires_grad:
@@ -185,25 +189,20 @@ def _autocast_context(autocast: Any) -> contextlib.AbstractContextManager[Any]:
     return autocast()
 
 
-def _call(model: Callable[..., Any], batch_inputs: Any) -> Any:
-    if isinstance(batch_inputs, Mapping):
-        return model(**batch_inputs)
-    if isinstance(batch_inputs, (tuple, list)):
-        return model(*batch_inputs)
-    return model(batch_inputs)
-
-
 def _loss(
     output: Any, targets: Any, loss_fn: Callable[..., Any] | None, torch: Any, notes: list[str]
 ) -> Any:
     if loss_fn is not None:
-        return loss_fn(output) if targets is None else loss_fn(output, targets)
+        result = loss_fn(output) if targets is None else loss_fn(output, targets)
+        return torch_batches.loss_of(result, source=torch_batches.LOSS_FN)
     if targets is not None:
         notes.append("targets given without loss_fn: ignored")
-    scalar = _scalar_loss(output, torch)
-    if scalar is not None:
+    try:
+        loss = torch_batches.loss_of(output)
         notes.append("loss: the scalar loss the model returned")
-        return scalar
+        return loss
+    except ValueError:  # a model without a loss still has FLOPs to count
+        pass
     tensors = [t for t in _tensors(output, torch) if t.is_floating_point()]
     if not tensors:
         kind = type(output).__name__
@@ -213,21 +212,6 @@ def _loss(
         " (its FLOPs are not counted)"
     )
     return sum(t.float().sum() for t in tensors)
-
-
-def _scalar_loss(output: Any, torch: Any) -> Any:
-    def is_scalar(value: Any) -> bool:
-        return isinstance(value, torch.Tensor) and value.dim() == 0 and value.is_floating_point()
-
-    if is_scalar(output):
-        return output
-    if isinstance(output, Mapping) and is_scalar(output.get("loss")):
-        return output["loss"]
-    if is_scalar(getattr(output, "loss", None)):
-        return output.loss
-    if isinstance(output, (tuple, list)):
-        return next((item for item in output if is_scalar(item)), None)
-    return None
 
 
 def _tensors(value: Any, torch: Any) -> Iterator[Any]:

@@ -33,7 +33,11 @@ class RunReport:
 
     Attributes:
         samples_per_second: steady-state training throughput of this process.
-        tokens_per_second: samples/s x tokens per sample, when known.
+        tokens_per_second: token positions the model processed per second, padding
+            included (the (batch, sequence) shape of the token ids, or samples/s x
+            `tokens_per_sample`), when known.
+        real_tokens_per_second: the same without the padding: the ones of the batches'
+            `attention_mask`. None, with a note, when the token ids came without one.
         flops_per_step: FLOPs of one training step (forward + backward), counted
             (`flops_method` says how) or given by the user.
         achieved_tflops: flops_per_step x steady steps / steady seconds / 1e12.
@@ -74,6 +78,7 @@ class RunReport:
     batch_size: float | None = None
     samples_per_second: float | None = None
     tokens_per_second: float | None = None
+    real_tokens_per_second: float | None = None
     flops_per_step: float | None = None
     flops_method: str | None = None
     achieved_tflops: float | None = None

@@ -89,6 +89,8 @@ def render_run(report: RunReport) -> str:
         ("throughput", f"{_num(r.samples_per_second)} samples/s"
                        + (f", {_num(r.tokens_per_second, '{:,.0f}')} tokens/s"
                           if r.tokens_per_second else "")
+                       + (f" ({_num(r.real_tokens_per_second, '{:,.0f}')} real, without padding)"
+                          if r.real_tokens_per_second is not None else "")
                        + f", step {_num(r.step_time_s and r.step_time_s * 1e3, '{:.2f}')} ms"),
         ("FLOPs/step", f"{_num(r.flops_per_step, '{:.3e}')}"
                        + (f" ({r.flops_method})" if r.flops_method else "")),

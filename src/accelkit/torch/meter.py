@@ -31,7 +31,7 @@ from accelkit.hardware.capabilities import TorchTF32
 from accelkit.hardware.info import HardwareInfo
 from accelkit.planning import Plan, Request
 from accelkit.planning import plan as make_plan
-from accelkit.profiling import world
+from accelkit.profiling import torch_batches, world
 from accelkit.profiling.assemble import Measurements
 from accelkit.profiling.clock import StepClock
 from accelkit.profiling.flop_count import FlopCount
@@ -57,7 +57,9 @@ class Meter:
         flops_per_step: FLOPs of one step, if you know them; otherwise the first
             step is counted with `torch.utils.flop_counter.FlopCounterMode`.
         tokens_per_sample: tokens in one sample, for tokens/s (found automatically
-            when the batch's first tensor holds integer token ids of shape (B, T)).
+            from integer token ids of shape (B, T): a dict batch's ``input_ids``, else
+            the batch's first tensor). A dict batch's ``attention_mask`` gives the real
+            (unpadded) tokens too (`RunReport.real_tokens_per_second`).
         warmup: steps left out of steady-state figures (at least 1 when counting FLOPs,
             since the counted step runs slower).
         window: steps between device synchronisations.
@@ -173,7 +175,19 @@ class Meter:
 
     @contextlib.contextmanager
     def step(self, batch: Any = None, *, samples: int | None = None) -> Iterator[None]:
-        """Measure one training step; `batch` gives the sample (and token) count."""
+        """Measure one training step; `batch` gives the sample (and token) count.
+
+        Args:
+            batch: the step's batch as the model library has it: a tensor, a tuple or
+                list ``(inputs, targets)``, or a dict such as a transformers batch
+                (``input_ids``, ``attention_mask``, ``labels``); samples are the first
+                dimension of its token ids or of its first tensor.
+            samples: the sample count, when the batch does not tell it.
+
+        Example:
+            >>> with meter.step({"input_ids": ids, "attention_mask": mask, "labels": ids}):
+            ...     model(**batch).loss.backward()
+        """
         self.start()
         self.clock.step_begin()
         counter = self._flop_counter() if self._count_first else None
@@ -185,13 +199,13 @@ class Meter:
                 yield
             self._flops = FlopCount(total=int(counter.get_total_flops()), forward=None,
                                     method="torch FlopCounterMode on the first step")
-        count = samples if samples is not None else batch_size(batch)
+        count = samples if samples is not None else torch_batches.batch_size(batch)
         self.last_batch_size = count
         if self._first_batch_size is None:
             self._first_batch_size = count
             self._check_first_batch(batch)
-        tokens = self._tokens(batch, count)
-        self.clock.step_done(samples=count or 0, tokens=tokens)
+        tokens, real = self._tokens(batch, count)
+        self.clock.step_done(samples=count or 0, tokens=tokens, real_tokens=real)
 
     def _check_first_batch(self, batch: Any) -> None:
         """Whole numbers in a 16-bit float tensor past what it holds exactly (token ids cast
@@ -211,16 +225,20 @@ class Meter:
             self._notes["flops_per_step"] = f"FLOP counting unavailable: {error}"
             return None
 
-    def _tokens(self, batch: Any, samples: int | None) -> int:
+    def _tokens(self, batch: Any, samples: int | None) -> tuple[int, Any]:
+        """(token positions, real tokens) of one batch; real is None without a mask.
+
+        The real count is ``mask.sum()`` left on the mask's device: one small reduction
+        queued with the step's kernels and summed there by the clock, which reads it once
+        at the end of the run; an ``int()`` here would wait for the device every step.
+        """
         if not samples:
-            return 0
-        if self.tokens_per_sample is not None:
-            return samples * self.tokens_per_sample
-        first = first_tensor(batch)
-        torch = self._torch
-        if first is not None and first.dim() == 2 and not torch.is_floating_point(first):
-            return int(first.shape[0] * first.shape[1])
-        return 0
+            return 0, None
+        ids = torch_batches.token_ids(batch)
+        tokens = (samples * self.tokens_per_sample if self.tokens_per_sample is not None
+                  else int(ids.numel()) if ids is not None else 0)
+        mask = torch_batches.attention_mask(batch, ids) if tokens else None
+        return tokens, None if mask is None else mask.sum()
 
     def set_flops(self, count: FlopCount) -> None:
         """Use `count` (e.g. from `count_train_step_flops`) instead of counting inline."""
@@ -358,27 +376,3 @@ def _enabled(scaler: Any) -> bool:
         return bool(scaler.is_enabled())
     except Exception:  # noqa: BLE001 - not a GradScaler: nothing to read
         return False
-
-
-def first_tensor(batch: Any) -> Any:
-    """The first tensor in a batch (tensor, tuple/list, or dict), or None."""
-    if hasattr(batch, "shape") and hasattr(batch, "dim"):
-        return batch
-    if isinstance(batch, (list, tuple)):
-        for item in batch:
-            found = first_tensor(item)
-            if found is not None:
-                return found
-    if isinstance(batch, dict):
-        for item in batch.values():
-            found = first_tensor(item)
-            if found is not None:
-                return found
-    return None
-
-
-def batch_size(batch: Any) -> int | None:
-    first = first_tensor(batch)
-    if first is None or first.dim() == 0:
-        return None
-    return int(first.shape[0])

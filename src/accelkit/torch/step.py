@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from accelkit.planning import Plan
+from accelkit.profiling import torch_batches
 from accelkit.profiling.flop_count import FlopCount
 from accelkit.profiling.flops_torch import count_train_step_flops
 from accelkit.torch import precision
@@ -27,7 +28,9 @@ class Step:
 
     Attributes:
         forward_loss: ``forward_loss(batch) -> loss``: the forward pass and the loss
-            under autocast, compiled together when `compiled`.
+            under autocast, compiled together when `compiled`; always a 0-d tensor
+            (`accelkit.profiling.torch_batches.forward_loss` reads it from the batch
+            and the output, or raises a `ValueError` saying what it got).
         optimizer_step: ``optimizer_step()``: unscale and clip the gradients when a
             norm is given, step through the scaler, zero the gradients.
         scaler: the `torch.amp.GradScaler`; it scales only for fp16 on CUDA and
@@ -52,7 +55,11 @@ def make_step(run: Prepared, plan: Plan, loss_fn: Callable[..., Any] | None, opt
         run: the prepared model (the step calls ``run.model``; FLOPs are counted on
             ``run.module``).
         plan: the plan in force (its 16-bit dtype, loss scaling, compile choice).
-        loss_fn: ``loss_fn(model(inputs), targets)``; None: the model returns the loss.
+        loss_fn: ``loss_fn(output, targets)``, `output` exactly as the model returned
+            it (a tensor, a transformers `ModelOutput`...); targets are a tuple batch's
+            second item or a dict batch's ``"labels"``. None: the model is called on the
+            whole batch and returns the loss (a 0-d tensor, ``.loss``, ``["loss"]``, or
+            a tuple's 0-d tensor). The convention: `accelkit.profiling.torch_batches`.
         optimizer: the optimizer the step drives.
         compile: ``torch.compile`` forward and loss together; None: the plan's choice.
         max_grad_norm: clip gradients to this norm before each optimizer step.
@@ -91,10 +98,7 @@ def _forward_loss(torch: Any, model: Any, loss_fn: Callable[..., Any] | None,
         # without a separate cast pass (an explicit .float() of GPT-2's logits costs 8%
         # of the step on an H200). torch.autocast itself, so torch.compile traces it.
         with torch.autocast(device_type, dtype=dtype, enabled=enabled):
-            if loss_fn is None:
-                return _call(model, batch)
-            inputs, targets = _split(batch)
-            return loss_fn(_call(model, inputs), targets)
+            return torch_batches.forward_loss(model, batch, loss_fn)
 
     return forward_loss
 
@@ -119,20 +123,5 @@ def _count(module: Any, loss_fn: Any, autocast: Any, batch: Any) -> FlopCount:
     compiled graphs); the module's state is restored afterwards."""
     if loss_fn is None:
         return count_train_step_flops(module, batch, None, None, autocast=autocast)
-    inputs, targets = _split(batch)
+    inputs, targets = torch_batches.split(batch)  # a batch without targets: ValueError
     return count_train_step_flops(module, inputs, targets, loss_fn, autocast=autocast)
-
-
-def _split(batch: Any) -> tuple[Any, Any]:
-    if isinstance(batch, (list, tuple)) and len(batch) >= 2:
-        return batch[0], batch[1] if len(batch) == 2 else tuple(batch[1:])
-    raise ValueError("each batch must be (inputs, targets) when loss_fn is given; "
-                     f"got {type(batch).__name__}")
-
-
-def _call(model: Any, inputs: Any) -> Any:
-    if isinstance(inputs, dict):
-        return model(**inputs)
-    if isinstance(inputs, (list, tuple)):
-        return model(*inputs)
-    return model(inputs)

@@ -1,0 +1,269 @@
+"""How a PyTorch batch reaches the model and how the loss comes back: the convention of
+the model libraries people train (Hugging Face transformers, timm, torchvision), in one
+place for `accelkit.torch.fit`, `accelkit.torch.Meter` and the FLOP counter.
+
+Batches:
+
+- a dict (any mapping, transformers' `BatchEncoding` too) holds keyword arguments:
+  ``model(**batch)``;
+- a tuple or list is ``(inputs, targets)`` when there is a `loss_fn`, otherwise the
+  model's positional arguments: ``model(*batch)``;
+- anything else (a tensor) is the model's one argument: ``model(batch)``.
+
+With a `loss_fn` the loss is ``loss_fn(output, targets)``, where `output` is what the
+model returned, exactly as it returned it (a tensor, a transformers `ModelOutput`, a
+tuple...):
+
+- ``(inputs, targets)``: ``loss_fn(model(inputs), targets)``; inputs are called as
+  above (a dict as keywords, a tuple as positions); more than two items: the targets
+  are ``tuple(batch[1:])``;
+- a dict: its ``"labels"`` entry is the targets and the other entries the model's
+  keyword arguments, ``loss_fn(model(**rest), batch["labels"])``, as the Hugging Face
+  Trainer does with a `compute_loss_func`. A dict without ``"labels"`` is refused
+  (the loss would have no targets).
+
+With ``loss_fn=None`` the whole batch goes to the model and the loss is read from what
+it returned (DESIGN.md): the output itself when a 0-d tensor; its ``["loss"]`` (a dict,
+or a `ModelOutput`); its ``.loss``; or, in a tuple or list, its first 0-d tensor
+(transformers' ``return_dict=False`` puts the loss first, nanoGPT's ``(logits, loss)``
+last). A `loss_fn` that returns one of these containers is read the same way.
+
+Anything else raises a `ValueError` naming what was received and what is accepted.
+Only accelkit's reading of batches and outputs raises here: whatever the model or the
+loss function raise themselves passes through unchanged.
+
+Tokens: a dict's ``input_ids``, else the batch's first tensor, when it holds integer
+ids of shape (batch, sequence); its ``attention_mask`` (same shape) tells the real
+tokens from the padding.
+
+The module duck-types tensors (``shape``, ``dim()``, ``is_floating_point()``) rather
+than importing torch, so the profiling stage can use it and ``import accelkit`` stays
+framework-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+MODEL = "the model"
+LOSS_FN = "loss_fn"
+LABELS = "labels"
+TOKEN_IDS = "input_ids"
+ATTENTION_MASK = "attention_mask"
+
+_BATCHES = ("a dict of the model's keyword arguments with the targets under 'labels', "
+            "or a tuple/list (inputs, targets)")
+_OUTPUTS = ("a 0-d tensor, a dict or transformers ModelOutput with a 'loss', an object "
+            "with a .loss, or a tuple/list holding a 0-d tensor")
+
+
+def is_tensor(value: Any) -> bool:
+    """Whether `value` is a tensor (duck-typed: a shape, ``dim()`` and a dtype test)."""
+    return (hasattr(value, "shape") and callable(getattr(value, "dim", None))
+            and callable(getattr(value, "is_floating_point", None)))
+
+
+def split(batch: Any) -> tuple[Any, Any]:
+    """``(inputs, targets)`` of a batch for ``loss_fn(model(inputs), targets)``.
+
+    Args:
+        batch: a tuple/list ``(inputs, targets, ...)`` or a mapping with ``"labels"``.
+
+    Raises:
+        ValueError: the batch holds no targets (a tensor, a one-item tuple, a dict
+            without ``"labels"``); the message names what was received.
+
+    Example:
+        >>> split({"input_ids": ids, "labels": labels})
+        ({'input_ids': ids}, labels)
+    """
+    if isinstance(batch, Mapping):
+        if LABELS in batch:
+            return {k: v for k, v in batch.items() if k != LABELS}, batch[LABELS]
+    elif isinstance(batch, (list, tuple)) and len(batch) >= 2:
+        return batch[0], batch[1] if len(batch) == 2 else tuple(batch[1:])
+    raise ValueError(f"with a loss_fn each batch must be {_BATCHES}; got {describe(batch)}. "
+                     "For a model that computes its own loss, pass loss_fn=None")
+
+
+def call(model: Callable[..., Any], inputs: Any) -> Any:
+    """The model called on `inputs`: a mapping as keywords, a tuple/list as positions,
+    anything else as the one argument.
+
+    Example:
+        >>> call(model, {"input_ids": ids, "labels": ids}).loss
+        tensor(6.9...)
+    """
+    if isinstance(inputs, Mapping):
+        return model(**inputs)
+    if isinstance(inputs, (list, tuple)):
+        return model(*inputs)
+    return model(inputs)
+
+
+def loss_of(output: Any, *, source: str = MODEL) -> Any:
+    """The scalar loss in `output`, what `source` returned.
+
+    Args:
+        output: a 0-d tensor; a mapping with ``"loss"`` (a dict, a `ModelOutput`); an
+            object with ``.loss``; a tuple/list, whose first 0-d tensor is the loss.
+        source: who returned it: `MODEL` (``loss_fn=None``) or `LOSS_FN`.
+
+    Raises:
+        ValueError: no 0-d floating-point loss in `output` (a missing or None loss, a
+            tensor of another shape); the message names what was received and what
+            is accepted.
+
+    Example:
+        >>> loss_of({"loss": torch.tensor(0.5), "logits": logits})
+        tensor(0.5000)
+    """
+    if _is_loss(output):
+        return output
+    where, loss = f"{source} returned", output
+    if not is_tensor(output):
+        if isinstance(output, Mapping) and "loss" in output:
+            where, loss = f"{source}'s output['loss'] is", output["loss"]
+        elif getattr(output, "loss", None) is not None:
+            where, loss = f"{source}'s output.loss is", output.loss
+        elif isinstance(output, (list, tuple)):
+            loss = next((item for item in output if _is_loss(item)), output)
+        if _is_loss(loss):
+            return loss
+    accepted = (f"with loss_fn=None the model's output must be {_OUTPUTS}" if source == MODEL
+                else f"loss_fn must return {_OUTPUTS}")
+    raise ValueError(f"{where} {describe(loss)}, which holds no loss: {accepted}; "
+                     f"{_hint(loss, source)}")
+
+
+def _is_loss(value: Any) -> bool:
+    return is_tensor(value) and value.dim() == 0 and value.is_floating_point()
+
+
+def _hint(value: Any, source: str) -> str:
+    if is_tensor(value) and value.dim() and value.is_floating_point():
+        reduce = "reduce the loss to one number (e.g. .mean(), or reduction='mean')"
+        return reduce if source != MODEL else f"give a loss_fn for these outputs, or {reduce}"
+    if getattr(value, "loss", _MISSING) is None or value is None:
+        return ("the model computes no loss without labels: put them in the batch (a "
+                "dict's 'labels'), or give a loss_fn")
+    if source == MODEL:
+        return "give a loss_fn, or return the loss from the model"
+    return "return the loss as a 0-d tensor"
+
+
+_MISSING = object()
+
+
+def forward_loss(model: Callable[..., Any], batch: Any,
+                 loss_fn: Callable[..., Any] | None) -> Any:
+    """The scalar loss of one batch: the model called and its loss read by the convention
+    above (``loss_fn=None``: from the output; else ``loss_fn(output, targets)``).
+
+    Example:
+        >>> forward_loss(gpt2, {"input_ids": ids, "labels": ids}, None).dim()
+        0
+    """
+    if loss_fn is None:
+        return loss_of(call(model, batch))
+    inputs, targets = split(batch)
+    return loss_of(loss_fn(call(model, inputs), targets), source=LOSS_FN)
+
+
+# -- counting: samples and tokens ----------------------------------------------------
+
+
+def first_tensor(batch: Any) -> Any:
+    """The first tensor with a batch dimension (not 0-d) in a tensor, tuple/list or
+    mapping, searched depth-first; None when there is none.
+
+    Example:
+        >>> first_tensor({"mask": None, "x": torch.zeros(8, 3)}).shape
+        torch.Size([8, 3])
+    """
+    if is_tensor(batch):
+        return batch if batch.dim() else None
+    items = (batch.values() if isinstance(batch, Mapping)
+             else batch if isinstance(batch, (list, tuple)) else ())
+    for item in items:
+        found = first_tensor(item)
+        if found is not None:
+            return found
+    return None
+
+
+def batch_size(batch: Any) -> int | None:
+    """Samples in a batch: the first dimension of its token ids, else of its first tensor.
+
+    Example:
+        >>> batch_size((torch.zeros(32, 10), torch.zeros(32)))
+        32
+    """
+    found = token_ids(batch)
+    if found is None:
+        found = first_tensor(batch)
+    return None if found is None else int(found.shape[0])
+
+
+def token_ids(batch: Any) -> Any:
+    """The batch's token ids, an integer tensor of shape (batch, sequence), or None: a
+    mapping's ``input_ids``, else the batch's first tensor when it has that form.
+
+    Example:
+        >>> token_ids({"pixel_values": images, "input_ids": ids}) is ids
+        True
+    """
+    found = batch.get(TOKEN_IDS) if isinstance(batch, Mapping) else None
+    if found is None:
+        found = first_tensor(batch)
+    if found is not None and found.dim() == 2 and not found.is_floating_point():
+        return found
+    return None
+
+
+def attention_mask(batch: Any, ids: Any) -> Any:
+    """A mapping's ``attention_mask`` when it has the shape of `ids` (ones for real
+    tokens, zeros for padding), else None.
+
+    Example:
+        >>> attention_mask({"input_ids": ids, "attention_mask": mask}, ids) is mask
+        True
+    """
+    if ids is None or not isinstance(batch, Mapping):
+        return None
+    mask = batch.get(ATTENTION_MASK)
+    if is_tensor(mask) and tuple(mask.shape) == tuple(ids.shape):
+        return mask
+    return None
+
+
+# -- messages ------------------------------------------------------------------------
+
+
+def describe(value: Any, depth: int = 0) -> str:
+    """What `value` is, for an error message: a tensor's shape and dtype, a mapping's
+    keys, a tuple's items.
+
+    Example:
+        >>> describe((torch.zeros(8, 16), None))
+        'tuple of 2: (Tensor of shape (8, 16) torch.float32, None)'
+    """
+    kind = type(value).__name__
+    if is_tensor(value):
+        return f"{kind} of shape {tuple(value.shape)} {getattr(value, 'dtype', '')}".rstrip()
+    if isinstance(value, Mapping):
+        keys = [str(k) for k in value]
+        loss = getattr(value, "loss", _MISSING)
+        shown = ", loss=None" if loss is None else ""
+        return f"{kind} with keys {keys}{shown}"
+    if isinstance(value, (list, tuple)):
+        if depth:
+            return f"{kind} of {len(value)}"
+        items = ", ".join(describe(item, depth + 1) for item in value[:4])
+        more = ", ..." if len(value) > 4 else ""
+        return f"{kind} of {len(value)}: ({items}{more})"
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(value)
+    loss = getattr(value, "loss", _MISSING)
+    return f"{kind} with loss={describe(loss, depth + 1)}" if loss is not _MISSING else kind
