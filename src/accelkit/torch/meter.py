@@ -136,6 +136,8 @@ class Meter:
         self._batch_facts: dict[str, Any] = {}  # what the meter saw in the batches
         self._started = False
         self._report: RunReport | None = None
+        # What accelkit.torch.fit's tuner measured (TuneResult.to_dict()), for the report.
+        self.tuning: dict[str, Any] | None = None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -312,7 +314,7 @@ class Meter:
                                if self._cuda else None),
             calibration=calibration, epochs=self.epochs, losses=self.losses,
             interrupted=self.interrupted, notes=notes, facts=facts,
-            single_device_samples_per_second=self.single_device,
+            single_device_samples_per_second=self.single_device, tuning=self.tuning,
         )
         report = build_report(measurements)
         if not self._cuda:
@@ -328,7 +330,8 @@ class Meter:
         if group is None:
             return
         figures = world.rank_figures(report, group.rank, samples)
-        figures.update(tokens_per_second=report.tokens_per_second, mfu=report.mfu,
+        figures.update(tokens_per_second=report.tokens_per_second,
+                       real_tokens_per_second=report.real_tokens_per_second, mfu=report.mfu,
                        achieved_tflops=report.achieved_tflops)
         try:
             ranks = distributed.gather(figures, self._device)
