@@ -47,6 +47,7 @@ class Measurements:
     # What the advisor reads besides the figures (accelkit.advisor.context lists them).
     facts: dict[str, Any] = dataclasses.field(default_factory=dict)
     single_device_samples_per_second: float | None = None
+    tuning: dict[str, Any] | None = None  # accelkit.torch.trials.TuneResult.to_dict()
 
 
 def _plain(data: dict[str, Any]) -> dict[str, Any]:
@@ -69,6 +70,7 @@ def report_from(m: Measurements) -> RunReport:
         hardware=_plain(m.hardware.to_dict()), plan=_plain(m.plan.to_dict()),
         versions=versions(m.framework),
         notes=dict(m.notes), facts=_plain({**m.facts, "run_seconds": clock.total_s}),
+        tuning=_plain(m.tuning) if m.tuning is not None else None,
     )
     if precision is not m.plan.precision:
         report.note("precision", f"the plan chose {m.plan.precision.value}; the model's layers "

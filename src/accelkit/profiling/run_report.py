@@ -61,6 +61,10 @@ class RunReport:
             ``history = accelkit.keras.fit(...)`` works where ``model.fit``'s return did:
             ``history.history["loss"]``, ``history.epoch``.
         trained_model: the model that trained (`accelkit.keras.fit`; not saved).
+        tuning: what `accelkit.torch.fit(tune=...)` measured and kept (see
+            `accelkit.torch.trials.TuneResult.to_dict`: decision, chosen, speedup, seconds,
+            candidates with their median step time, spread, compile seconds and status);
+            None when the run was not tuned.
     """
 
     framework: str
@@ -114,6 +118,7 @@ class RunReport:
     history: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     epoch: list[int] = dataclasses.field(default_factory=list)
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    tuning: dict[str, Any] | None = None
     # The model that trained (accelkit.keras.fit may have given it a float32 head);
     # not serialised.
     trained_model: Any = dataclasses.field(default=None, repr=False, compare=False)

@@ -20,6 +20,7 @@ from accelkit.torch import distributed as parallel
 from accelkit.torch.meter import Meter
 from accelkit.torch.prepare import Prepared, to_device
 from accelkit.torch.step import Step
+from accelkit.torch.tuner import Tuner
 from accelkit.utils import arguments
 from accelkit.utils.imports import require
 
@@ -50,11 +51,13 @@ class Schedule:
 
 
 def train(run: Prepared, step: Step, meter: Meter, schedule: Schedule, *,
-          count_flops: bool, progress: bool) -> None:
+          count_flops: bool, progress: bool, tuner: Tuner | None = None) -> Step:
     """Train `run` through `step` for `schedule`, each step measured by `meter`.
 
     The caller enters `meter` around this call. One loss per epoch goes to
     ``meter.record_loss``; a KeyboardInterrupt ends the run early (``meter.interrupted``).
+    With a `tuner`, the first batches of the first epoch train through its trials and
+    the rest of the run through the step it keeps; the trials are the meter's warm-up.
 
     Args:
         run, step: from `prepare` and `make_step`.
@@ -62,6 +65,10 @@ def train(run: Prepared, step: Step, meter: Meter, schedule: Schedule, *,
         schedule: epochs, step limit, accumulation.
         count_flops: count the first step's FLOPs (with ``step.count_flops``).
         progress: print live throughput to stderr every window.
+        tuner: tries the options on the first batches (`accelkit.torch.tune`).
+
+    Returns:
+        The step the run ended with (the tuner's choice, when it tuned).
 
     Raises:
         ValueError: the loader yielded no batch.
@@ -73,56 +80,69 @@ def train(run: Prepared, step: Step, meter: Meter, schedule: Schedule, *,
     torch = require("torch")
     model, loader, device, layout = run.model, run.loader, run.device, run.layout
     ddp = run.group is not None
-    forward_loss, optimizer_step, scaler = step.forward_loss, step.optimizer_step, step.scaler
     steps, accumulation_steps = schedule.steps, schedule.accumulation_steps
     measure = meter.step
-    done = 0
+    done = epoch_steps = 0
     running = torch.zeros((), device=device)
     meter.on_window = _watch_loss(meter, running,
                                   _progress_printer(meter, steps) if progress else None)
+
+    def train_one(batch: Any, step: Step) -> Any:
+        nonlocal done, epoch_steps
+        if done == 0 and count_flops:
+            meter.set_flops(step.count_flops(batch))
+        stepping = (done + 1) % accumulation_steps == 0
+        with measure(batch):
+            # Micro-steps that do not step the optimizer skip DDP's all-reduce;
+            # the gradients are summed locally and reduced on the stepping one.
+            with _no_sync(model, ddp and not stepping):
+                loss = step.forward_loss(batch)
+                step.scaler.scale(loss / accumulation_steps).backward()
+            if stepping:
+                step.optimizer_step()
+            running.add_(loss.detach().float())
+        done += 1  # after the step: a trial step that failed is trained again
+        epoch_steps += 1
+        return loss
+
+    def limit_reached() -> bool:
+        return steps is not None and done >= steps
+
     try:
         for epoch in range(schedule.epochs):
             epoch_steps = 0
             running.zero_()
             if ddp:
                 parallel.set_epoch(loader, epoch)
-            for batch in loader:
-                batch = to_device(batch, device, layout)
-                if done == 0 and count_flops:
-                    meter.set_flops(step.count_flops(batch))
-                with measure(batch):
-                    done += 1
-                    epoch_steps += 1
-                    stepping = done % accumulation_steps == 0
-                    # Micro-steps that do not step the optimizer skip DDP's all-reduce;
-                    # the gradients are summed locally and reduced on the stepping one.
-                    with _no_sync(model, ddp and not stepping):
-                        loss = forward_loss(batch)
-                        scaler.scale(loss / accumulation_steps).backward()
-                    if stepping:
-                        optimizer_step()
-                    running += loss.detach().float()
-                if steps is not None and done >= steps:
-                    break
-            else:
-                meter.facts.setdefault("steps_per_epoch", epoch_steps)
+            batches = (to_device(batch, device, layout) for batch in loader)
+            if tuner is not None and epoch == 0:
+                step = tuner.run(batches, train_one, limit_reached,
+                                 on_step=_warmup_held(meter))
+            if not limit_reached():
+                for batch in batches:
+                    train_one(batch, step)
+                    if limit_reached():
+                        break
+                else:
+                    meter.facts.setdefault("steps_per_epoch", epoch_steps)
             if epoch_steps:
                 meter.record_loss((running / epoch_steps).item())
                 if not math.isfinite(meter.losses[-1]):
                     meter.facts.setdefault("first_nonfinite_loss_step", done)
-            if steps is not None and done >= steps:
+            if limit_reached():
                 break
         if done == 0:
             raise ValueError("the loader yielded no batch: nothing to train on")
         if done % accumulation_steps:
             if ddp:  # the last micro-steps ran under no_sync()
                 parallel.sync_gradients(model, run.group)
-            optimizer_step()
+            step.optimizer_step()
     except KeyboardInterrupt:
         meter.interrupted = True
         where = f"rank {run.group.rank}: " if ddp else ""
         print(f"accelkit: {where}interrupted after {done} steps; returning a partial "
               "report", file=sys.stderr)
+    return step
 
 
 def end_progress(meter: Meter) -> None:
@@ -133,6 +153,18 @@ def end_progress(meter: Meter) -> None:
     """
     if sys.stderr.isatty() and meter.clock.steps >= meter.clock.window:
         print(file=sys.stderr)
+
+
+def _warmup_held(meter: Meter) -> Callable[[], None]:
+    """Before each trial step: keep the meter's warm-up open until `warmup` steps after
+    the trials, so steady-state figures are those of the step the run keeps."""
+    clock = meter.clock
+    after = max(clock.warmup, 1)  # 0 would never open the steady state once passed
+
+    def hold() -> None:
+        clock.warmup = max(clock.warmup, clock.steps + 1 + after)
+
+    return hold
 
 
 def _no_sync(model: Any, skip: bool) -> Any:

@@ -22,7 +22,9 @@ from accelkit.torch.facts import loader_facts, steps_per_epoch
 from accelkit.torch.loop import Schedule
 from accelkit.torch.meter import Meter
 from accelkit.torch.prepare import prepare
-from accelkit.torch.step import make_step
+from accelkit.torch.step import Step, make_step
+from accelkit.torch.trials import TuneResult, check_mode, trial_steps
+from accelkit.torch.tuner import Tuner
 from accelkit.utils import arguments
 from accelkit.utils.imports import require
 
@@ -34,7 +36,7 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
         flops_per_step: float | None = None, tokens_per_sample: int | None = None,
         warmup: int = 3, window: int = 50, calibrate: bool = False,
         progress: bool = True, distributed: bool = True,
-        single_device: Any = None) -> RunReport:
+        single_device: Any = None, tune: bool | str = "auto") -> RunReport:
     """Train `model` on `loader` with the plan's settings and return the measured run.
 
     Each batch is ``(inputs, targets)`` (inputs a tensor, tuple or dict) and the
@@ -84,6 +86,12 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
         single_device: the same run on one device, for ``report.scaling_efficiency``:
             a `RunReport`, the path of one saved with ``report.save``, or its samples/s
             (same per-device batch).
+        tune: measure the options on this model during the first steps and keep the
+            fastest (`accelkit.torch.tune`: the optimizer's fused implementation, then
+            ``torch.compile``; only those the script left open). ``"auto"`` tunes a GPU
+            run estimated at 10 minutes or more (`tune.AUTO_MIN_RUN_S`) from the
+            baseline's step time; True always; False never. ``report.tuning`` says what
+            was measured and kept.
 
     Returns:
         The `RunReport` (throughput, FLOPs, MFU, input wait, GPU figures, losses).
@@ -105,6 +113,7 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
     arguments.positive("max_grad_norm", max_grad_norm, none="no clipping")
     arguments.positive("flops_per_step", flops_per_step, none="counting them")
     arguments.whole("tokens_per_sample", tokens_per_sample, 1, none="finding them")
+    check_mode(tune)
     single = world.single_device_rate(single_device)
     plan = plan or current_plan("torch") or auto_configure(framework="torch", verbose=False)
     group = parallel.world() if distributed else None
@@ -115,22 +124,88 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
     run = prepare(model, loader, plan, device=device, channels_last=channels_last, group=group)
     step = make_step(run, plan, loss_fn, optimizer, compile=compile,
                      max_grad_norm=max_grad_norm)
+    tuner = _tuner(tune, step, run, optimizer, plan, compile, schedule)
     meter = Meter(run.module, plan=plan, flops_per_step=flops_per_step,
-                  tokens_per_sample=tokens_per_sample, warmup=warmup, window=window,
+                  tokens_per_sample=tokens_per_sample,
+                  warmup=max(warmup, 1) if tuner is not None else warmup, window=window,
                   calibrate=calibrate, epochs=epochs, count_flops=False, optimizer=optimizer,
                   grad_scaler=step.scaler, gather=group is not None, single_device=single)
     meter.facts.update(_loader_facts(run.loader), compiled=step.compiled)
     if group is not None:
         meter.facts.update(distributed=True, sampler=run.sampling)
     with meter:
-        loop.train(run, step, meter, schedule, count_flops=flops_per_step is None,
-                   progress=progress)
+        kept = loop.train(run, step, meter, schedule, count_flops=flops_per_step is None,
+                          progress=progress, tuner=tuner)
+        meter.facts["compiled"] = kept.compiled
+        if tuner is not None and tuner.result is not None:
+            meter.tuning = tuner.result.to_dict()
     if progress:
         loop.end_progress(meter)
     report = meter.report()
     if alone:
         report.note("world_size", alone)
     return report
+
+
+def tune(model: Any, loader: Iterable[Any], optimizer: Any,
+         loss_fn: Callable[..., Any] | None, *, plan: Plan | None = None, device: Any = None,
+         accumulation_steps: int = 1, max_grad_norm: float | None = None) -> TuneResult:
+    """Measure the fit's options on `model` and keep the fastest, for a hand-written loop.
+
+    Trains the first batches of `loader` (at most `accelkit.torch.trials.trial_steps`:
+    30 optimizer steps) through each candidate in turn, exactly as ``fit(tune=True)``
+    does: the plan's settings, the optimizer's fused (or foreach) implementation, and
+    ``torch.compile`` of forward and loss. These are real training steps: the model
+    and optimizer come back trained on them, so continue from the next batch (pass an
+    iterator, ``batches = iter(loader)``, and loop over the same one afterwards).
+
+    What it keeps: the optimizer is switched in place when its fused implementation won
+    (the object stays the same, so an LR scheduler bound to it keeps working); whether
+    to compile is ``result.compile`` - apply it in your loop (``torch.compile(model)``).
+
+    Args:
+        model, loader, optimizer, loss_fn: as for `accelkit.torch.fit` (batches and
+            outputs follow the same conventions).
+        plan: the plan to follow (default: the last `auto_configure()` plan).
+        device: where to train (default: the GPU of this rank, or the CPU).
+        accumulation_steps: batches per optimizer step, as in your loop.
+        max_grad_norm: clip gradients to this norm, as in your loop.
+
+    Returns:
+        The `TuneResult`: each candidate's median step time and spread, compile seconds,
+        status and reason; ``result.speedup`` of the kept one over the plan's settings.
+
+    Example:
+        >>> batches = iter(loader)
+        >>> result = accelkit.torch.tune(model, batches, optimizer, loss_fn)
+        >>> if result.compile:
+        ...     model = torch.compile(model)
+        >>> for x, y in batches:   # the rest of the data
+        ...     ...
+    """
+    require("torch")
+    arguments.whole("accumulation_steps", accumulation_steps, 1)
+    report = fit(model, loader, optimizer, loss_fn, steps=trial_steps(accumulation_steps),
+                 plan=plan, device=device, accumulation_steps=accumulation_steps,
+                 max_grad_norm=max_grad_norm, progress=False, tune=True)
+    if report.tuning is None:  # interrupted during the trials: fit returned early
+        raise KeyboardInterrupt
+    return TuneResult.from_dict(report.tuning)
+
+
+def _tuner(mode: bool | str, step: Step, run: Any, optimizer: Any, plan: Plan,
+           compile: bool | None, schedule: Schedule) -> Tuner | None:
+    """The tuner for this fit, or None for ``tune=False``."""
+    if not check_mode(mode):
+        return None
+    length = steps_per_epoch(run.loader)
+    planned = [n for n in (schedule.steps, length and length * schedule.epochs) if n]
+    fixed = compile if compile is not None else (True if plan.compile else None)
+    decide = ((lambda value: parallel.broadcast(value, run.device))
+              if run.group is not None else (lambda value: value))
+    return Tuner(step, module=run.module, optimizer=optimizer, device=run.device, mode=mode,
+                 compile_fixed=fixed, planned_steps=min(planned) if planned else None,
+                 accumulation_steps=schedule.accumulation_steps, decide=decide)
 
 
 def _loader_facts(loader: Any) -> dict[str, Any]:

@@ -1,0 +1,94 @@
+"""The optimizer's implementation (for-loop, foreach, fused), switched in place for `tune`.
+
+PyTorch's Adam, AdamW, SGD and Adagrad (and, for foreach, most others) read
+``group["fused"]`` / ``group["foreach"]`` at every ``step()``, so the
+implementation can change between two steps without building a new optimizer.
+Switching in place keeps the user's optimizer object, and with it every reference
+to it: an LR scheduler, a checkpoint hook, the script's own variable. A rebuilt
+optimizer would leave a scheduler stepping an object nobody trains with.
+
+The one piece of state that depends on the implementation is ``state["step"]``:
+the fused kernels keep it as a float32 tensor on the parameter's device, the
+others on the CPU (``torch.optim.Optimizer._process_value_according_to_param_policy``
+moves it the same way when a state dict is loaded). `use` moves it along.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+# Devices with fused optimizer kernels (torch.optim.optimizer._get_fused_kernels_supported_devices
+# in PyTorch 2.4+: CUDA, XPU, MPS for some optimizers, and the CPU for Adam/AdamW/SGD/Adagrad).
+_FUSED_DEVICES = ("cuda", "xpu", "cpu")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A faster implementation the optimizer can switch to.
+
+    Attributes:
+        flag: ``"fused"`` or ``"foreach"``: the param-group key that selects it.
+        name: what the tuning report calls it.
+    """
+
+    flag: str
+    name: str
+
+
+def faster_variant(optimizer: Any) -> tuple[Variant | None, str]:
+    """The implementation to try instead of the one the optimizer runs, or (None, why not).
+
+    Only when the user left the choice to PyTorch (``fused`` and ``foreach`` unset,
+    i.e. None, in every param group): a value the user set is theirs.
+
+    Example:
+        >>> faster_variant(torch.optim.AdamW(model.parameters()))[0].name
+        'fused'
+        >>> faster_variant(torch.optim.AdamW(model.parameters(), foreach=False))[1]
+        'AdamW: foreach=False was set by the script'
+    """
+    name = type(optimizer).__name__
+    groups = getattr(optimizer, "param_groups", None)
+    defaults = getattr(optimizer, "defaults", None)
+    if not groups or not isinstance(defaults, dict):
+        return None, f"{name} is not a torch.optim optimizer"
+    for key in ("fused", "foreach"):
+        for group in groups:
+            if group.get(key) is not None:
+                return None, f"{name}: {key}={group[key]} was set by the script"
+    if any(group.get("capturable") for group in groups):
+        return None, f"{name}: capturable=True (CUDA graphs) is left as it is"
+    if defaults.get("differentiable"):
+        return None, f"{name}: differentiable=True has no fused or foreach implementation"
+    params = [p for group in groups for p in group["params"]]
+    if "fused" in defaults:
+        if all(p.is_floating_point() and p.device.type in _FUSED_DEVICES for p in params):
+            return Variant("fused", "fused"), ""
+        return None, f"{name}: fused needs floating-point parameters on {_FUSED_DEVICES}"
+    if "foreach" in defaults:
+        if all(p.device.type == "cuda" for p in params):
+            return Variant("foreach", "foreach"), ""
+        return None, f"{name}: its foreach implementation needs the parameters on CUDA"
+    return None, f"{name} has no fused or foreach implementation"
+
+
+def use(optimizer: Any, variant: Variant, on: bool) -> None:
+    """Turn `variant` on (or back to PyTorch's default, None) in every param group.
+
+    Example:
+        >>> use(optimizer, Variant("fused", "fused"), True)
+        >>> optimizer.param_groups[0]["fused"]
+        True
+    """
+    import torch
+
+    for group in optimizer.param_groups:
+        group[variant.flag] = True if on else None
+    if variant.flag != "fused":
+        return
+    for param, state in optimizer.state.items():
+        step = state.get("step") if isinstance(state, dict) else None
+        if isinstance(step, torch.Tensor):
+            device = param.device if on else torch.device("cpu")
+            state["step"] = step.to(device=device, dtype=torch.float32)

@@ -1,0 +1,397 @@
+"""`Tuner` and `tune`: measure the fit's options on the user's own model and keep the fastest.
+
+`Tuner.run` trains the first batches of a run through each candidate in turn and
+returns the step the run keeps; `accelkit.torch.trials` describes the protocol and
+holds its limits and its result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from accelkit.torch import optimizers
+from accelkit.torch.step import Step
+from accelkit.torch.trials import (
+    AUTO_MIN_RUN_S,
+    AUTO_MIN_STEPS,
+    GRAPH_BREAK_STORM,
+    LOSS_ATOL,
+    LOSS_RTOL,
+    MARGIN,
+    TIMED_UNITS,
+    WARMUP_UNITS,
+    Trial,
+    TuneResult,
+    check_mode,
+    summary,
+)
+from accelkit.utils.imports import require
+
+_log = logging.getLogger("accelkit")
+
+
+TrainOne = Callable[[Any, Step], Any]  # train_one(batch, step) -> the step's loss tensor
+
+
+class Tuner:
+    """Runs the trials inside a training loop; `run` returns the step to keep.
+
+    Args:
+        base: the step the plan's settings give (eager unless compile was fixed on).
+        module: the module trained (its buffers are restored after the eager loss check).
+        optimizer: the optimizer `base` steps (switched in place for the fused trial).
+        device: where the model trains (synchronised around timed steps).
+        mode: ``"auto"``, True or False (see `accelkit.torch.fit`).
+        compile_fixed: the script's or plan's compile choice (None: left to tuning).
+        planned_steps: the run's length in steps, for ``"auto"`` (None: unknown).
+        accumulation_steps: batches per optimizer step: the unit that is timed.
+        decide: ``decide(value) -> value``: rank 0's value on every rank (identity
+            when training alone).
+
+    Example:
+        >>> tuner = Tuner(step, module=model, optimizer=opt, device=device, mode=True, compile_fixed=None,
+        ...               planned_steps=1000, accumulation_steps=1)
+        >>> step = tuner.run(batches, train_one, lambda: False)  # train_one(batch, step) -> loss
+        >>> tuner.result.chosen.name
+        'compile+fused'
+    """
+
+    def __init__(self, base: Step, *, module: Any, optimizer: Any, device: Any, mode: Any,
+                 compile_fixed: bool | None, planned_steps: int | None,
+                 accumulation_steps: int,
+                 decide: Callable[[Any], Any] = lambda value: value) -> None:
+        self._torch = require("torch")
+        self._base = base
+        self._module = module
+        self._optimizer = optimizer
+        self._device = device
+        self._mode = check_mode(mode)
+        self._compile_fixed = compile_fixed
+        self._planned = planned_steps
+        self._unit = accumulation_steps
+        self._decide = decide
+        self._on_step: Callable[[], None] = lambda: None
+        self._trials: list[Trial] = []
+        self._steps = 0
+        self._ended = False
+        self.result: TuneResult | None = None
+
+    # -- the trials ------------------------------------------------------------------
+
+    def run(self, batches: Iterator[Any], train_one: TrainOne,
+            limit_reached: Callable[[], bool],
+            on_step: Callable[[], None] = lambda: None) -> Step:
+        """Train the trial steps from `batches` with `train_one(batch, step)` (which
+        returns the step's loss tensor) until the trials end or `limit_reached()`;
+        `on_step()` is called before each. Returns the step to train the rest with."""
+        started = time.perf_counter()
+        self._batches, self._train_one, self._limit = batches, train_one, limit_reached
+        self._on_step = on_step
+        variant, no_variant = optimizers.faster_variant(self._optimizer)
+        optimizer_name = "default"
+        best = self._base
+        decision = self._decide(self._before())
+        if decision != "tuned":  # decided without a measurement: no trial at all
+            self._trials.append(Trial(self._name(best.compiled, "default"),
+                                      {"compile": best.compiled, "optimizer": "default"},
+                                      status="baseline"))
+            return self._finish(decision, best, optimizer_name, started)
+        baseline = self._measure(best, self._name(best.compiled, "default"))
+        baseline.status = "baseline"
+        decision = self._decide(self._after(baseline))
+        if decision == "tuned":
+            if variant is None:
+                self._skipped("optimizer", no_variant)
+            else:
+                optimizers.use(self._optimizer, variant, True)
+                trial = self._measure(
+                    best, self._name(best.compiled, variant.name),
+                    undo=lambda: optimizers.use(self._optimizer, variant, False))
+                if self._judge(trial, self._best_trial()):
+                    optimizer_name = variant.name
+                elif trial.status != "failed":  # a failed one was undone already
+                    optimizers.use(self._optimizer, variant, False)
+            if self._compile_fixed is None and not best.compiled:
+                compiled = dataclasses.replace(
+                    best, forward_loss=self._torch.compile(best.forward_loss), compiled=True)
+                trial = self._measure(compiled, self._name(True, optimizer_name),
+                                      undo=lambda: None, check=True)
+                if self._judge(trial, self._best_trial()):
+                    best = compiled
+            else:
+                self._skipped("compile", f"compile={best.compiled} was set by the script "
+                                         "or the plan")
+        return self._finish(decision, best, optimizer_name, started)
+
+    def _skipped(self, name: str, why: str) -> None:
+        self._trials.append(Trial(name, {}, status="skipped", why=why))
+
+    def _finish(self, decision: str, best: Step, optimizer_name: str, started: float) -> Step:
+        self.result = TuneResult(decision=decision, trials=tuple(self._trials),
+                                 compile=best.compiled, optimizer=optimizer_name,
+                                 seconds=time.perf_counter() - started, steps=self._steps)
+        _log.info("tune: %s", summary(self.result))
+        return best
+
+    @property
+    def ended(self) -> bool:
+        """The loader ran out, or the run's step limit was reached, during the trials."""
+        return self._ended
+
+    def _name(self, compiled: bool, optimizer: str) -> str:
+        name = "compile" if compiled else "eager"
+        return name if optimizer == "default" else f"{name}+{optimizer}"
+
+    def _before(self) -> str:
+        """"tuned", or why not, where no measurement is needed to tell."""
+        if self._mode is True:
+            return "tuned"
+        if self._device.type != "cuda":
+            return "not tuned: tune='auto' tunes GPU runs (tune=True tunes this one)"
+        if self._planned is None:
+            return "not tuned: the run's length is unknown (no steps= and no len(loader))"
+        if self._planned < AUTO_MIN_STEPS:
+            return (f"not tuned: {self._planned} steps are fewer than the "
+                    f"{AUTO_MIN_STEPS} it takes to pay back a compilation")
+        return "tuned"
+
+    def _after(self, baseline: Trial) -> str:
+        """"tuned", or why not, once the baseline's step time is known (``"auto"``)."""
+        if self._ended or baseline.step_seconds is None:
+            return "not tuned: the data ended during the baseline's steps"
+        if self._mode is True:
+            return "tuned"
+        step_s = baseline.step_seconds / self._unit
+        estimate = step_s * (self._planned or 0)
+        if estimate < AUTO_MIN_RUN_S:
+            return (f"not tuned: the run is estimated at {estimate:.0f} s ({self._planned} "
+                    f"steps x {step_s * 1e3:.1f} ms), under the {AUTO_MIN_RUN_S:.0f} s that "
+                    "pays back the trials")
+        return "tuned"
+
+    def _best_trial(self) -> Trial:
+        timed = [t for t in self._trials[:-1] if t.status in ("baseline", "chosen")]
+        return timed[-1]
+
+    def _judge(self, trial: Trial, best: Trial) -> bool:
+        """Mark `trial` against the best so far; True when it becomes the best. Rank 0's
+        verdict holds on every rank (one `decide` per candidate on each)."""
+        if trial.status != "measured":
+            local = trial.status
+        elif (trial.step_seconds is not None and best.step_seconds is not None
+              and trial.step_seconds < best.step_seconds * (1 - MARGIN)):
+            local = "chosen"
+        else:
+            local = "slower"
+        verdict = self._decide(local)
+        if verdict == "chosen":
+            if best.status == "chosen":
+                best.status = "slower"
+            trial.status = "chosen"
+            trial.why = f"{best.step_seconds / trial.step_seconds:.2f}x {best.name}"
+            return True
+        if trial.status == "measured":
+            trial.status = "slower" if verdict == "slower" else verdict
+            trial.why = trial.why or f"not {MARGIN:.0%} faster than {best.name}"
+        return False
+
+    # -- one candidate ---------------------------------------------------------------
+
+    def _measure(self, step: Step, name: str, *, undo: Callable[[], None] | None = None,
+                 check: bool = False) -> Trial:
+        """Train `step` for a candidate's units. `undo` puts the baseline's settings back
+        after a failure (None: this is the baseline, whose errors are the user's)."""
+        settings = {"compile": step.compiled, "optimizer": name.partition("+")[2] or "default"}
+        trial = Trial(name=name, settings=settings)
+        self._trials.append(trial)
+        if self._ended:
+            trial.why = "the data ended before this candidate's turn"
+            return trial
+        before = self._steps
+        try:
+            times, first = self._units(step, trial, undo, check)
+        finally:
+            trial.steps = self._steps - before
+        if trial.status == "failed":
+            return trial
+        if times:
+            trial.step_seconds = statistics.median(times)
+            trial.spread = [min(times), max(times)]
+        if len(times) < 3:
+            trial.why = f"the data ended after {trial.steps} of its steps"
+            return trial
+        trial.status = "measured"
+        if step.compiled and first is not None:
+            trial.compile_seconds = round(max(first - statistics.median(times), 0.0), 3)
+        return trial
+
+    def _units(self, step: Step, trial: Trial, undo: Callable[[], None] | None,
+               check: bool) -> tuple[list[float], float | None]:
+        """The timed units' seconds and the first unit's; marks `trial` failed on a failure."""
+        times: list[float] = []
+        first: float | None = None
+        breaks = _graph_breaks(self._torch)
+        for unit in range(WARMUP_UNITS + TIMED_UNITS):
+            if self._ended:
+                break
+            try:
+                seconds = self._timed_unit(step, catch=undo is not None,
+                                           check=check and unit == 0)
+            except _Failed as failed:
+                trial.status, trial.why = "failed", failed.why
+                assert undo is not None  # only candidates catch
+                undo()
+                self._retrain(failed.batches, failed.error)
+                return times, first
+            if seconds is None:
+                break
+            if unit == 0:
+                first = seconds
+                storm = _graph_breaks(self._torch) - breaks
+                if check and storm > GRAPH_BREAK_STORM:
+                    trial.status, trial.why = "failed", f"graph break storm: {storm} breaks"
+                    return times, first
+            elif unit >= WARMUP_UNITS:
+                times.append(seconds)
+        return times, first
+
+    def _timed_unit(self, step: Step, *, catch: bool, check: bool) -> float | None:
+        """One optimizer step (`accumulation_steps` batches), device-synchronised at both
+        ends; None when the data or the run's step limit ended it. With `catch`, an error
+        is a `_Failed` carrying the unit's batches; without, it passes through as it is."""
+        taken: list[Any] = []
+        self._sync()
+        start = time.perf_counter()
+        for _ in range(self._unit):
+            batch = next(self._batches, None)
+            if batch is None:
+                self._ended = True
+                return None
+            taken.append(batch)
+            this = step
+            if check and len(taken) == 1:
+                this = _checked(step, self._eager_loss(batch))
+            self._on_step()
+            if not catch:
+                self._train_one(batch, this)
+            else:
+                try:
+                    self._train_one(batch, this)
+                except Exception as error:  # a candidate's failure is a finding, not the run's end
+                    raise _Failed(error, taken) from error
+            self._steps += 1
+            if self._limit():
+                self._ended = True
+                if len(taken) < self._unit:  # cut short: not a whole optimizer step
+                    return None
+        self._sync()
+        return time.perf_counter() - start
+
+    def _retrain(self, batches: list[Any], error: BaseException) -> None:
+        """Train the failed candidate's batches again with the baseline step, from zeroed
+        gradients. The user's own error (bad data, a bug in the loss) raises again here."""
+        _log.info("tune: a candidate failed (%s); its %d batch(es) train again with the "
+                  "baseline step", _why(error), len(batches))
+        self._optimizer.zero_grad(set_to_none=True)
+        _reset_scaler(self._base.scaler)
+        if self._device.type == "cuda":
+            self._torch.cuda.empty_cache()
+        for batch in batches:
+            self._on_step()
+            self._train_one(batch, self._base)
+            if self._limit():
+                self._ended = True
+                return
+
+    def _eager_loss(self, batch: Any) -> float:
+        """The baseline's loss on `batch` at the current weights, leaving no trace: no
+        gradient, buffers (BatchNorm statistics) and random number generators restored."""
+        torch = self._torch
+        devices = [self._device] if self._device.type == "cuda" else []
+        with torch.no_grad(), _buffers_kept(self._module), \
+                torch.random.fork_rng(devices=devices):
+            return float(self._base.forward_loss(batch).detach().float())
+
+    def _sync(self) -> None:
+        if self._device.type == "cuda":
+            self._torch.cuda.synchronize(self._device)
+
+
+class _Failed(Exception):
+    def __init__(self, error: BaseException, batches: list[Any]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.batches = batches
+        self.why = _why(error)
+
+
+def _why(error: BaseException) -> str:
+    if "out of memory" in str(error).lower() or type(error).__name__ == "OutOfMemoryError":
+        return "out of memory"
+    if isinstance(error, _LossMismatch):
+        return str(error)
+    # torch.compile's errors say where first and what on the next lines: keep a few.
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {' '.join(lines[:3])[:240]}"
+
+
+class _LossMismatch(ValueError):
+    pass
+
+
+def _checked(step: Step, eager: float) -> Step:
+    """`step` whose forward pass compares its loss with `eager` before returning it, so
+    a loss that disagrees fails the step before its backward pass and optimizer step."""
+    forward_loss = step.forward_loss
+
+    def checked(batch: Any) -> Any:
+        loss = forward_loss(batch)
+        _check_loss(float(loss.detach().float()), eager)
+        return loss
+
+    return dataclasses.replace(step, forward_loss=checked)
+
+
+def _check_loss(compiled: float, eager: float) -> None:
+    if math.isfinite(eager) and not math.isfinite(compiled):
+        raise _LossMismatch(f"loss {compiled} where the eager loss was {eager:.6g}")
+    if math.isfinite(eager) and abs(compiled - eager) > LOSS_RTOL * abs(eager) + LOSS_ATOL:
+        raise _LossMismatch(f"loss {compiled:.6g} differs from the eager {eager:.6g} on the "
+                            f"same batch by more than {LOSS_RTOL:.0%} + {LOSS_ATOL}")
+
+
+@contextlib.contextmanager
+def _buffers_kept(module: Any) -> Iterator[None]:
+    """Put `module`'s buffers (BatchNorm statistics, counters) back as they were."""
+    saved = [(buffer, buffer.detach().clone()) for buffer in module.buffers()]
+    try:
+        yield
+    finally:
+        for buffer, value in saved:
+            buffer.data.copy_(value)
+
+
+def _reset_scaler(scaler: Any) -> None:
+    """A step that failed between the scaler's ``unscale_`` and ``update`` leaves it
+    waiting for ``update``, and the next ``unscale_`` would refuse; update it once."""
+    with contextlib.suppress(Exception):  # nothing recorded since the last update: fine
+        scaler.update()
+
+
+def _graph_breaks(torch: Any) -> int:
+    try:
+        from torch._dynamo.utils import counters
+
+        # "graph_break" counts each break; newer releases count some under "unimplemented".
+        return sum(int(sum(counters[key].values())) for key in ("graph_break", "unimplemented"))
+    except Exception:  # noqa: BLE001 - a private counter: no count, no storm
+        return 0
+
+

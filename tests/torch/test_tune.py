@@ -1,0 +1,259 @@
+"""`tune`: options measured on the run's own model, the fastest kept, failures dropped.
+
+Real fits on the CPU. Compilation is real (inductor) in the test that keeps it; the
+failure cases compile through a real `torch.compile` with the fast ``eager`` backend,
+or a backend that fails, so each stays a few seconds: a compile that raises, an
+out-of-memory error, a loss that changes or turns NaN, a graph break storm.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import accelkit
+from accelkit.profiling.run_report import RunReport
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+from accelkit.torch import trials  # noqa: E402 - after the importorskip
+
+from ..helpers.torch_data import CPU_PLAN, batches, mlp  # noqa: E402
+
+STEPS = trials.trial_steps(1)  # what the trials can take
+
+
+class Boom(Exception):
+    pass
+
+
+def fit(model: Any = None, data: Any = None, *, optimizer: Any = None, **kwargs: Any) -> RunReport:
+    model = mlp(256, 128, 8) if model is None else model
+    data = batches(STEPS + 6) if data is None else data
+    optimizer = optimizer or torch.optim.AdamW(model.parameters(), lr=1e-3)
+    kwargs.setdefault("tune", True)
+    return accelkit.torch.fit(model, data, optimizer, torch.nn.CrossEntropyLoss(),
+                              plan=CPU_PLAN, progress=False, **kwargs)
+
+
+def optimizer_steps(optimizer: Any) -> int:
+    """Optimizer steps taken, from AdamW's own per-parameter counter."""
+    return int(next(iter(optimizer.state.values()))["step"])
+
+
+def candidates(report: RunReport) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in report.tuning["candidates"]}
+
+
+@pytest.fixture
+def compile_with(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """Make the tuner's ``torch.compile`` use `backend` and, optionally, change what the
+    compiled step returns (`then(loss) -> loss`)."""
+    real = torch.compile
+
+    def use(backend: Any = "eager", then: Callable[[Any], Any] | None = None) -> None:
+        def patched(fn: Callable[..., Any], **_: Any) -> Callable[..., Any]:
+            compiled = real(fn, backend=backend)
+            return compiled if then is None else (lambda batch: then(compiled(batch)))
+
+        monkeypatch.setattr(torch, "compile", patched)
+
+    return use
+
+
+def test_tune_measures_each_candidate_trains_every_batch_once_and_keeps_one() -> None:
+    model = mlp(256, 128, 8)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data = batches(STEPS + 6)
+    report = fit(model, data, optimizer=optimizer)
+    tuning = report.tuning
+    assert tuning["decision"] == "tuned"
+    by_name = candidates(report)
+    # The compiled candidate takes the optimizer the fused trial kept.
+    assert list(by_name) in (["eager", "eager+fused", "compile+fused"],
+                             ["eager", "eager+fused", "compile"])
+    assert by_name["eager"]["status"] == "baseline"
+    timed = [c for c in by_name.values() if c["status"] != "skipped"]
+    for candidate in timed:
+        assert candidate["steps"] == trials.WARMUP_UNITS + trials.TIMED_UNITS
+        low, high = candidate["spread"]
+        assert low <= candidate["step_seconds"] <= high
+    compiled = next(c for c in timed if c["settings"]["compile"])
+    assert compiled["compile_seconds"] is not None and compiled["compile_seconds"] >= 0
+    kept = [c for c in timed if c["status"] == "chosen"]
+    assert len(kept) <= 1 and tuning["chosen"] == (kept[0]["name"] if kept else "eager")
+    assert tuning["speedup"] == pytest.approx(
+        by_name["eager"]["step_seconds"] / by_name[tuning["chosen"]]["step_seconds"], rel=1e-2)
+    # Real training steps: every batch trained once, one optimizer step each.
+    assert report.steps == len(data) and tuning["steps"] == STEPS
+    assert optimizer_steps(optimizer) == len(data)
+    # The trials are the meter's warm-up; the kept step's steady state follows them.
+    assert report.warmup_steps == STEPS + 3 and report.steady_steps == len(data) - STEPS - 3
+    assert report.facts["compiled"] is tuning["compile"]
+    assert (optimizer.param_groups[0]["fused"] is True) == (tuning["optimizer"] == "fused")
+
+
+def test_tuning_is_saved_and_printed(tmp_path: Any, compile_with: Callable[..., None]) -> None:
+    compile_with("eager")
+    report = fit()
+    path = tmp_path / "run.json"
+    report.save(path)
+    loaded = RunReport.load(path)
+    assert loaded.tuning == json.loads(json.dumps(report.tuning))
+    result = trials.TuneResult.from_dict(loaded.tuning)
+    assert result.to_dict() == loaded.tuning
+    assert "tuning" in str(report) and report.tuning["chosen"] in str(report)
+
+
+def test_tune_false_and_auto_on_the_cpu_run_the_plan_as_it_is() -> None:
+    model = mlp(256, 128, 8)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    report = fit(model, optimizer=optimizer, tune=False)
+    assert report.tuning is None and optimizer.param_groups[0]["fused"] is None
+    report = fit(tune="auto")
+    assert report.tuning["decision"].startswith("not tuned: tune='auto' tunes GPU runs")
+    assert [c["status"] for c in report.tuning["candidates"]] == ["baseline"]
+    assert report.warmup_steps == 3  # no trial, no longer warm-up
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None, "AUTO"])
+def test_a_bad_tune_value_names_the_valid_ones(value: Any) -> None:
+    with pytest.raises(ValueError, match=r"tune=.* is not one of 'auto', True, False"):
+        fit(tune=value)
+
+
+def test_what_the_script_set_is_not_tuned(compile_with: Callable[..., None]) -> None:
+    compile_with("eager")
+    model = mlp(256, 128, 8)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    report = fit(model, optimizer=optimizer, compile=False)
+    by_name = candidates(report)
+    assert by_name["optimizer"]["status"] == "skipped"
+    assert "foreach=False was set by the script" in by_name["optimizer"]["why"]
+    assert by_name["compile"]["status"] == "skipped"
+    assert optimizer.param_groups[0]["foreach"] is False
+    assert optimizer.param_groups[0]["fused"] is None
+    assert report.tuning["chosen"] == "eager" and not report.facts["compiled"]
+
+
+def _failing_backend(gm: Any, example_inputs: Any) -> Any:
+    raise RuntimeError("this backend cannot compile the graph")
+
+
+def _oom(loss: Any) -> Any:
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+@pytest.mark.parametrize(("backend", "then", "why"), [
+    (_failing_backend, None, "this backend cannot compile the graph"),
+    ("eager", _oom, "out of memory"),
+    ("eager", lambda loss: loss * 1.5, "differs from the eager"),
+    ("eager", lambda loss: loss * float("nan"), "where the eager loss was"),
+])
+def test_a_failing_compile_is_dropped_and_its_batch_trained_again(
+        compile_with: Callable[..., None], backend: Any, then: Any, why: str) -> None:
+    compile_with(backend, then)
+    model = mlp(256, 128, 8)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data = batches(STEPS + 6)
+    report = fit(model, data, optimizer=optimizer)
+    compiled = next(c for c in report.tuning["candidates"] if c["settings"].get("compile"))
+    assert compiled["status"] == "failed" and why in compiled["why"]
+    assert not report.tuning["compile"] and not report.facts["compiled"]
+    # The failed batch trained again with the baseline step: no data lost, none twice.
+    assert optimizer_steps(optimizer) == len(data) and report.steps == len(data)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert all(loss == loss for loss in report.losses)  # not NaN
+
+
+def test_a_graph_break_storm_is_dropped(compile_with: Callable[..., None]) -> None:
+    compile_with("eager")
+    # 20 breaks written out: a break inside a loop makes dynamo skip the whole frame.
+    lines = "\n".join("    x = self.layer(x).relu()\n    torch._dynamo.graph_break()"
+                      for _ in range(20))
+    scope: dict[str, Any] = {"torch": torch}
+    exec(f"def forward(self, x):\n{lines}\n    return self.head(x)\n", scope)  # noqa: S102
+
+    class Choppy(torch.nn.Module):
+        forward = scope["forward"]
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer, self.head = torch.nn.Linear(256, 256), torch.nn.Linear(256, 8)
+
+    report = fit(Choppy())
+    compiled = next(c for c in report.tuning["candidates"] if c["settings"].get("compile"))
+    assert compiled["status"] == "failed" and "graph break storm" in compiled["why"]
+
+
+def test_the_users_own_error_passes_through_unchanged(compile_with: Callable[..., None]) -> None:
+    compile_with("eager")
+    marker = 12345.0
+
+    class Faulty(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = mlp(256, 128, 8)
+
+        def forward(self, x: Any) -> Any:
+            if bool((x == marker).any()):
+                raise Boom("a bad batch")
+            return self.net(x)
+
+    # A bad batch in the baseline's steps, then in the optimizer candidate's: there the
+    # candidate fails, the batch trains again with the baseline, and raises again.
+    for bad in (3, 13):
+        data = batches(STEPS + 6)
+        data[bad][0][0, 0] = marker
+        with pytest.raises(Boom, match="a bad batch"):
+            fit(Faulty(), data)
+
+
+def test_the_data_ending_during_the_trials_keeps_what_was_measured() -> None:
+    model = mlp(256, 128, 8)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data = batches(14)  # the baseline's 10 steps, then 4 of the optimizer candidate's
+    report = fit(model, data, optimizer=optimizer)
+    by_name = candidates(report)
+    assert by_name["eager"]["status"] == "baseline"
+    assert by_name["eager+fused"]["status"] == "skipped"
+    assert "the data ended" in by_name["eager+fused"]["why"]
+    assert report.tuning["chosen"] == "eager" and optimizer.param_groups[0]["fused"] is None
+    assert optimizer_steps(optimizer) == 14 and report.steps == 14
+
+
+def test_tune_for_a_hand_written_loop_trains_the_first_batches(
+        compile_with: Callable[..., None]) -> None:
+    compile_with("eager")
+    model = mlp(256, 128, 8)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data: Iterator[Any] = iter(batches(STEPS + 5))
+    result = accelkit.torch.tune(model, data, optimizer, torch.nn.CrossEntropyLoss(),
+                                 plan=CPU_PLAN)
+    assert isinstance(result, accelkit.torch.TuneResult)
+    assert result.decision == "tuned" and result.steps == STEPS
+    assert optimizer_steps(optimizer) == STEPS
+    assert len(list(data)) == 5  # the rest is the loop's
+    assert result.chosen.name in {t.name for t in result.trials}
+
+
+def test_fused_switched_back_keeps_the_step_counter_on_the_cpu() -> None:
+    from accelkit.torch import optimizers
+
+    model = mlp(256, 128, 8)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(4, 256)).sum().backward()
+    optimizer.step()
+    variant, why = optimizers.faster_variant(optimizer)
+    assert variant is not None and variant.name == "fused", why
+    optimizers.use(optimizer, variant, True)
+    optimizer.step()
+    optimizers.use(optimizer, variant, False)
+    optimizer.step()
+    state = next(iter(optimizer.state.values()))
+    assert state["step"].device.type == "cpu" and int(state["step"]) == 3
+    assert optimizer.param_groups[0]["fused"] is None
