@@ -9,9 +9,9 @@ import pytest
 
 from accelkit import plan_for
 from accelkit.advisor import Severity, advise
-from accelkit.hardware import float_formats
 from accelkit.advisor.context import Context
 from accelkit.advisor.rules import keras_policy, mixed_precision
+from accelkit.hardware import float_formats
 from accelkit.hardware.info import HardwareInfo
 
 from ..helpers.keras_models import global_policy_kept

@@ -17,7 +17,13 @@ fact                       what it is
 ``distributed``            DistributedDataParallel / a process group is in use
 ``devices_used``           devices this process trains on (Keras replicas)
 ``visible_gpus``           GPUs the framework can see
-``compiled``               torch.compile / XLA ``jit_compile`` was on
+``compiled``               torch.compile / XLA ``jit_compile`` was on (``accelkit.torch.fit``,
+                           Keras; a PyTorch ``Meter`` leaves it out)
+``model_compiled``         the PyTorch model handed to the meter is a ``torch.compile`` module
+``optimizer``              the PyTorch optimizer's step: ``{"type", "implementation":
+                           "fused" | "foreach" | "for-loop", "foreach_available",
+                           "fused_available", "set_by_user", "parameter_tensors",
+                           "param_groups"}`` (`accelkit.torch.facts.optimizer_facts`)
 ``keras_policy``           the global Keras dtype policy
 ``keras_layers_off_policy``  matmul layers whose compute dtype is not the policy's
 ``keras_matmul_layers``    matmul layers counted (a ``MultiHeadAttention`` once)
@@ -35,7 +41,9 @@ fact                       what it is
 =========================  ===================================================================
 
 Any of them may be missing (a hand-written loop, an older report): rules fire
-only on the evidence they have.
+only on the evidence they have. Besides the facts, ``m["tuning"]`` holds what
+``tune`` measured on the run's model (None when not tuned; `accelkit.advisor.tuning`
+reads it).
 """
 
 from __future__ import annotations
@@ -146,6 +154,16 @@ class Context:
     def mfu(self) -> float | None:
         """MFU measured on `hardware` against its datasheet peak; None otherwise."""
         return self.get("mfu") if self.measured_here else None
+
+    @property
+    def mfu_measured(self) -> tuple[float, str] | None:
+        """The MFU measured on `hardware` and what it is against: the datasheet peak, else
+        the matmul rate measured on the device (``calibrate=True``); None when neither."""
+        if self.mfu is not None:
+            return self.mfu, "the datasheet peak"
+        if self.measured_here and self.get("mfu_calibrated") is not None:
+            return self.get("mfu_calibrated"), "the measured matmul rate"
+        return None
 
     @property
     def gpu_memory_bytes(self) -> int | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -94,9 +95,35 @@ def rank(items: Iterable[Advice]) -> list[Advice]:
 
 # -- gain estimates shared by the rules ------------------------------------------------
 
-def removing_share(share: float) -> float:
-    """Speed-up when a measured share of step time disappears: 1 / (1 - share)."""
-    return 1.0 / max(1.0 - share, 1e-9)
+def removing_share(share: float, cap: float) -> float:
+    """Speed-up when a measured share of step time goes, as far as the change can take it:
+    1 / (1 - share), at most `cap`.
+
+    1 / (1 - share) is the gain of removing the share *entirely*, and it has no bound as
+    the share nears 1 (0.9775 gives 44.4x), while the change that removes it has one:
+    N loader workers prepare batches at most N times as fast, a doubled batch carries at
+    most twice the samples per launch. Each rule passes that bound as `cap` and states
+    it in its `expected_gain`. The result is finite, at least 1, at most `cap` (itself
+    at least 1) and never decreases as the share grows.
+
+    Example:
+        >>> round(removing_share(0.35, cap=3.0), 2), removing_share(0.9775, cap=3.0)
+        (1.54, 3.0)
+    """
+    if not math.isfinite(cap):
+        raise ValueError(f"cap={cap!r}: a speed-up bound must be a finite number")
+    cap = max(float(cap), 1.0)
+    if not math.isfinite(share) or share <= 0.0:
+        return 1.0
+    if share >= 1.0:
+        return cap
+    return min(1.0 / (1.0 - share), cap)
+
+
+def unbounded_gain(share: float) -> str:
+    """1 / (1 - share) as text, the figure `removing_share` bounds: ``"44.44x"``, or
+    ``"unbounded"`` when the share is the whole step."""
+    return f"{1.0 / (1.0 - share):.2f}x" if share < 1.0 else "unbounded"
 
 
 def amdahl(share: float, factor: float) -> float:

@@ -16,7 +16,9 @@ _MAX_LAYERS = 2000
 
 
 def model_facts(model: Any, optimizer: Any = None) -> dict[str, Any]:
-    """Matmul layer dimensions, parameter sizes, DataParallel/DDP wrapping.
+    """Matmul layer dimensions, parameter sizes, DataParallel/DDP wrapping, whether the
+    model is a ``torch.compile`` module, and the optimizer's implementation
+    (`optimizer_facts`).
 
     Example:
         >>> model_facts(torch.nn.Linear(512, 1001))["layers"]
@@ -32,6 +34,9 @@ def model_facts(model: Any, optimizer: Any = None) -> dict[str, Any]:
             torch.distributed.is_available() and torch.distributed.is_initialized())
         if facts["data_parallel"]:
             facts["devices_used"] = max(len(model.device_ids or ()), 1)
+        # A hand-written loop that compiles its model hands the meter the compiled module;
+        # accelkit.torch.fit says whether it compiled the step with its own `compiled` fact.
+        facts["model_compiled"] = _is_compiled(model)
         facts["layers"] = _layers(torch, model)
         params = [p for p in model.parameters() if p.requires_grad]
         facts["parameters"] = sum(p.numel() for p in params)
@@ -40,10 +45,114 @@ def model_facts(model: Any, optimizer: Any = None) -> dict[str, Any]:
             p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
         if optimizer is not None:
             state += _optimizer_bytes(torch, optimizer)
+            facts["optimizer"] = optimizer_facts(optimizer)
         facts["model_state_bytes"] = state
     except Exception as error:  # noqa: BLE001 - facts are optional; the run goes on
         facts["facts_error"] = f"{type(error).__name__}: {error}"
     return facts
+
+
+def _is_compiled(model: Any) -> bool:
+    """`torch.compile(module)` returns an ``OptimizedModule`` holding the original as
+    ``_orig_mod``; a DataParallel/DDP wrapper holds it as ``module``."""
+    inner = getattr(model, "module", model)
+    return any(type(m).__name__ == "OptimizedModule" or hasattr(m, "_orig_mod")
+               for m in (model, inner))
+
+
+def optimizer_facts(optimizer: Any) -> dict[str, Any]:
+    """Which implementation a ``torch.optim`` optimizer's step runs, decided as PyTorch does.
+
+    PyTorch has three (torch.optim docs, "Algorithms"): a for-loop over the parameter
+    tensors, launching each update's kernels per tensor; ``foreach``, a few multi-tensor
+    kernels over lists of tensors; ``fused``, one kernel per group of tensors. With
+    ``fused`` and ``foreach`` both left at None, ``torch.optim.optimizer.
+    _default_to_fused_or_foreach`` picks foreach when every parameter is a plain tensor on
+    a device with foreach kernels (CUDA, XPU, MTIA: not the CPU) and the optimizer is not
+    ``differentiable``, and the for-loop otherwise; fused is never the default. Setting
+    either flag (True or False) bypasses that choice: ``fused=False`` alone means the
+    for-loop. Adam and AdamW also stay on the for-loop by default for a tensor ``lr``
+    without ``capturable``.
+
+    Returns:
+        ``{"type", "implementation": "fused" | "foreach" | "for-loop", "foreach_available",
+        "fused_available", "set_by_user", "parameter_tensors", "param_groups"}``: the
+        implementation of the group holding most tensors; ``*_available`` when the
+        optimizer has that option and every parameter qualifies (fused: floating point, on
+        a device with fused kernels); ``set_by_user`` when a group sets fused or foreach;
+        ``parameter_tensors``, the tensors the step walks. Only ``type`` for an object
+        that is not a ``torch.optim.Optimizer``.
+
+    Example:
+        >>> model = torch.nn.Linear(4, 4)
+        >>> optimizer_facts(torch.optim.AdamW(model.parameters(), foreach=False))
+        {'type': 'AdamW', 'implementation': 'for-loop', 'foreach_available': False, 'fused_available': True, 'set_by_user': True, 'parameter_tensors': 2, 'param_groups': 1}
+    """
+    facts: dict[str, Any] = {"type": type(optimizer).__name__}
+    try:
+        import torch
+
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            return facts
+        foreach_devices, fused_devices = _kernel_devices()
+        defaults = optimizer.defaults
+        adam = isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW))
+        tensors: dict[str, int] = {}
+        params = []
+        for group in optimizer.param_groups:
+            group_params = [p for p in group["params"] if p.requires_grad]
+            params += group_params
+            kind = _implementation(torch, group, group_params, foreach_devices, adam)
+            tensors[kind] = tensors.get(kind, 0) + len(group_params)
+        plain = all(type(p) in (torch.Tensor, torch.nn.Parameter) for p in params)
+        differentiable = bool(defaults.get("differentiable"))
+        facts.update(
+            implementation=max(tensors, key=tensors.get) if tensors else "for-loop",
+            foreach_available="foreach" in defaults and not differentiable and plain and all(
+                p.device.type in foreach_devices for p in params),
+            fused_available="fused" in defaults and not differentiable and all(
+                p.device.type in fused_devices and p.is_floating_point() for p in params),
+            set_by_user=any(group.get("fused") is not None or group.get("foreach") is not None
+                            for group in optimizer.param_groups),
+            parameter_tensors=len(params),
+            param_groups=len(optimizer.param_groups))
+    except Exception as error:  # noqa: BLE001 - facts are optional; the run goes on
+        facts["facts_error"] = f"{type(error).__name__}: {error}"
+    return facts
+
+
+def _kernel_devices() -> tuple[list[str], list[str]]:
+    """Device types with foreach and with fused optimizer kernels, from PyTorch itself."""
+    try:
+        from torch.utils._foreach_utils import (
+            _get_foreach_kernels_supported_devices,
+            _get_fused_kernels_supported_devices,
+        )
+
+        return _get_foreach_kernels_supported_devices(), _get_fused_kernels_supported_devices()
+    except ImportError:  # a PyTorch without them (< 2.1): CUDA has both
+        return ["cuda"], ["cuda"]
+
+
+def _implementation(torch: Any, group: Mapping[str, Any], params: list[Any],
+                    foreach_devices: list[str], adam: bool) -> str:
+    """The implementation one param group's step runs (torch.optim's functional entry
+    points: adam.adam, sgd.sgd, ... and optimizer._default_to_fused_or_foreach)."""
+    fused, foreach = group.get("fused"), group.get("foreach")
+    if fused:
+        return "fused"
+    if foreach:
+        return "foreach"
+    if fused is not None or foreach is not None or "foreach" not in group:
+        return "for-loop"  # the user chose it, or the optimizer has no other
+    if group.get("differentiable"):
+        return "for-loop"
+    if adam and isinstance(group.get("lr"), torch.Tensor) and not group.get("capturable"):
+        return "for-loop"  # adam.py: no default foreach for a tensor lr without capturable
+    on_foreach_devices = all(
+        type(p) in (torch.Tensor, torch.nn.Parameter) and p.device.type in foreach_devices
+        for p in params)
+    return "foreach" if on_foreach_devices else "for-loop"
 
 
 def _layers(torch: Any, model: Any) -> list[dict[str, Any]]:

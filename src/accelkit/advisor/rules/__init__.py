@@ -16,11 +16,13 @@ from collections.abc import Callable
 from accelkit.advisor.context import Context
 from accelkit.advisor.rules import (
     alignment,
+    compilation,
     distribution,
     input_wait,
     keras_policy,
     memory,
     mixed_precision,
+    optimizer,
     precision,
     reliability,
     scaling,
@@ -42,6 +44,8 @@ RULES: list[Rule] = [
     stability.loss_scale,
     input_wait.input_bound,
     utilisation.launch_overhead,
+    compilation.torch_compile,
+    optimizer.fused_optimizer,
     precision.precision,
     keras_policy.keras_policy,
     memory.memory,

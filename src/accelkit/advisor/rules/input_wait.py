@@ -2,7 +2,17 @@
 
 The meters time the wait for each batch (the gap between steps, or the time
 blocked in the iterator), so the share of step time it takes is measured, and
-removing it speeds the step up by at most 1 / (1 - share).
+removing it speeds the step up by at most 1 / (1 - share). The figure claimed is
+also bounded by what the suggested change can do (`types.removing_share`):
+
+- N loader workers where there were W: batches are prepared at most N / W times
+  as fast; from none (W = 0, the training process loads) they also overlap the
+  step, which then takes at least max(compute, loading / N): at most N + 1 times
+  less, reached when the two balance.
+- tf.data's parallel map: the same, with one call per CPU core.
+- nothing left to parallelise (workers on every core, a pipeline that prefetches):
+  the gain depends on how much cheaper a batch gets to prepare; 2x is claimed,
+  a batch half as costly (a loader-bound step is as long as preparing a batch).
 """
 
 from __future__ import annotations
@@ -11,10 +21,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from accelkit.advisor.context import Context
-from accelkit.advisor.types import Advice, Severity, removing_share
+from accelkit.advisor.types import Advice, Severity, removing_share, unbounded_gain
 
 HIGH = 0.20  # a fifth of every step idle: the pipeline is the bottleneck
 MODERATE = 0.05
+_PYDATASET_WORKERS = 8  # what the Keras action suggests
 
 
 def input_bound(ctx: Context) -> Advice | None:
@@ -35,7 +46,8 @@ def input_bound(ctx: Context) -> Advice | None:
         evidence["step_time_ms"] = round(step * 1e3, 3)
         evidence["input_wait_per_step_ms"] = round(share * step * 1e3, 3)
     evidence.update({f"loader.{k}": v for k, v in loader.items() if v is not None})
-    speedup = removing_share(share)
+    cap, bound = _cap(ctx, loader)
+    speedup = removing_share(share, cap)
     high = share >= HIGH
     return Advice(
         id="input_bound",
@@ -44,18 +56,46 @@ def input_bound(ctx: Context) -> Advice | None:
                "waiting for the next batch"),
         evidence=evidence,
         action=_torch_action(ctx, loader) if ctx.torch else _tf_action(loader),
-        expected_gain=(f"up to {speedup:.2f}x: 1 / (1 - {share:.3f}), if the wait is removed "
-                       "entirely (the measured input-wait share)"),
+        expected_gain=(f"up to {speedup:.2f}x: 1 / (1 - {share:.3f}) = {unbounded_gain(share)} if the "
+                       f"wait (the measured input-wait share) were removed entirely, at most "
+                       f"{cap:.2f}x: {bound}"),
         speedup=speedup,
     )
 
 
+def _suggested_workers(ctx: Context) -> int:
+    """One worker per CPU core left over after one per GPU process; 2 when the count is
+    unknown (a what-if or older report), said as such rather than a made-up core count."""
+    cpus = ctx.hardware.cpu_count
+    return min(max(cpus // max(ctx.hardware.gpu_count, 1) - 1, 2), 16) if cpus else 2
+
+
+def _cap(ctx: Context, loader: Mapping[str, Any]) -> tuple[float, str]:
+    """The most the suggested change can speed the step up, and why (module docstring)."""
+    kind = loader.get("type")
+    if ctx.torch:
+        workers = 0 if kind not in (None, "DataLoader") else int(loader.get("num_workers") or 0)
+        added = _suggested_workers(ctx)
+    elif kind == "PyDataset":
+        workers, added = int(loader.get("workers") or 0), _PYDATASET_WORKERS
+    elif kind != "tf.data.Dataset" or (loader.get("map") and not loader.get("parallel_map")):
+        workers, added = 0, ctx.hardware.cpu_count or 2
+    else:
+        return 2.0, ("the map already runs in parallel: prefetching overlaps loading with the "
+                     "step, which then takes at least max(compute, loading); what a cache "
+                     "saves is not measured")
+    if added <= workers:
+        return 2.0, ("nothing left to run in parallel; claimed for a batch half as costly to "
+                     "prepare (a loader-bound step lasts as long as preparing a batch)")
+    if workers == 0:
+        return float(added + 1), (f"{added} loading processes overlap the step, which then "
+                                  f"takes at least max(compute, loading / {added})")
+    return added / workers, f"{added} loading processes instead of {workers}"
+
+
 def _torch_action(ctx: Context, loader: Mapping[str, Any]) -> str:
     cpus = ctx.hardware.cpu_count
-    # One worker per CPU core left over after one per GPU process; 2 when the count is
-    # unknown (a what-if or older report), said as such rather than a made-up core count.
-    suggested = (min(max(cpus // max(ctx.hardware.gpu_count, 1) - 1, 2), 16) if cpus
-                 else 2)
+    suggested = _suggested_workers(ctx)
     pin = bool(ctx.hardware.gpus)  # page-locked buffers only help host-to-GPU copies
     if loader.get("type") not in (None, "DataLoader"):
         return (f"DataLoader(dataset, batch_size=..., num_workers={suggested}"
@@ -101,7 +141,8 @@ def _tf_action(loader: Mapping[str, Any]) -> str:
                            "reading, and move per-sample Python (tf.py_function) into TF ops")]
         return "tf.data: dataset" + "".join(f"\n  {s}" for s in steps)
     if kind == "PyDataset":
-        return ("keras.utils.PyDataset(workers=8, use_multiprocessing=True, max_queue_size=16), "
+        return (f"keras.utils.PyDataset(workers={_PYDATASET_WORKERS}, use_multiprocessing=True, "
+                "max_queue_size=16), "
                 "or a tf.data pipeline with .map(num_parallel_calls=tf.data.AUTOTUNE) and "
                 ".prefetch(tf.data.AUTOTUNE)")
     return ("feed model.fit a tf.data pipeline: tf.data.Dataset.from_tensor_slices(...)"
