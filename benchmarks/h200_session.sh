@@ -3,10 +3,13 @@
 #   bash benchmarks/h200_session.sh core    "$OUT"   # real-machine examples, GPU tests, MFU check, meter cost
 #   bash benchmarks/h200_session.sh gpt2    "$OUT"   # accelkit vs defaults / hand-tuned / Lightning, GPT-2 small
 #   bash benchmarks/h200_session.sh resnet50 "$OUT"  # the same, ResNet-50
+#   bash benchmarks/h200_session.sh models "$OUT" MODEL...  # models people train: fit, tune, Lightning
+#   bash benchmarks/h200_session.sh tests "$OUT"     # the PyTorch tests, GPU-marked ones included
 set -uo pipefail
-phase=${1:?usage: h200_session.sh core|gpt2|resnet50 OUT_DIR}
-out=${2:?usage: h200_session.sh core|gpt2|resnet50 OUT_DIR}
-export PYTHONPATH=src PYTHONUNBUFFERED=1
+phase=${1:?usage: h200_session.sh core|gpt2|resnet50|models|tests OUT_DIR [MODEL...]}
+out=${2:?usage: h200_session.sh core|gpt2|resnet50|models|tests OUT_DIR [MODEL...]}
+shift 2
+export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1
 py=python3
 
 case "$phase" in
@@ -27,6 +30,18 @@ gpt2)
 resnet50)
     $py benchmarks/gpu_compare.py --model resnet50 --batch-size 256 --steps 20 --repeats 3 \
         --out "$out/gpu_compare_resnet50.json" > "$out/gpu_compare_resnet50.txt" 2>&1
+    ;;
+models)
+    for model in "$@"; do
+        batch=()
+        [ "$model" = gpt2 ] && batch=(--batch-size 32)  # the MFU target's batch
+        (cd benchmarks && $py models_people_train.py --model "$model" "${batch[@]}" \
+            --steps 20 --repeats 3 --out "$out/models_$model.json") > "$out/models_$model.txt" 2>&1
+    done
+    ;;
+tests)
+    $py -m pytest tests/torch tests/profiling tests/advisor tests/report -q -p no:cacheprovider \
+        -rs > "$out/pytest_torch.txt" 2>&1
     ;;
 esac
 tail -n 25 "$out"/*.txt

@@ -257,3 +257,27 @@ def test_fused_switched_back_keeps_the_step_counter_on_the_cpu() -> None:
     state = next(iter(optimizer.state.values()))
     assert state["step"].device.type == "cpu" and int(state["step"]) == 3
     assert optimizer.param_groups[0]["fused"] is None
+
+
+@pytest.mark.gpu
+def test_tune_on_cuda_keeps_compile_of_a_transformers_gpt2_under_bf16() -> None:
+    """bf16 autocast and dropout on the GPU: the compiled loss agrees with the eager one
+    within the tolerance, so compile is measured, not dropped."""
+    transformers = pytest.importorskip("transformers")
+    plan = accelkit.auto_configure(framework="torch", verbose=False)
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=4, n_head=8, n_embd=512, n_positions=256,
+                                     vocab_size=8192)
+    model = transformers.GPT2LMHeadModel(config)
+    ids = torch.randint(0, config.vocab_size, (8, config.n_positions))
+    data = [{"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+            for _ in range(STEPS + 10)]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    report = accelkit.torch.fit(model, data, optimizer, None, plan=plan, progress=False,
+                                tune=True)
+    by_name = candidates(report)
+    assert report.tuning["decision"] == "tuned"
+    compiled = next(c for c in by_name.values() if c["settings"].get("compile"))
+    assert compiled["status"] in ("chosen", "slower"), compiled["why"]
+    assert compiled["compile_seconds"] > 0
+    assert optimizer_steps(optimizer) == len(data) and report.steps == len(data)

@@ -1,0 +1,351 @@
+"""The models people train, as they write them, against accelkit's fit and `tune`.
+
+Models (`--model`): `hf-gpt2` (transformers GPT-2 124M from its config, dict batches
+``{"input_ids", "attention_mask", "labels"}``, the model computing its loss),
+`timm-vit` (timm ``vit_base_patch16_224``), `resnet50` (torchvision), `gpt2`
+(accelkit's built-in GPT-2 small). Optimizers as users write them: ``AdamW(lr)``
+(``SGD(lr, momentum)`` for ResNet-50), no ``fused=`` or ``foreach=`` set.
+
+Variants (each in its own process, all on the same synthetic batch):
+
+- `plain_fp32`: the plain loop, PyTorch's defaults;
+- `auto_configure`: the same loop with only ``accelkit.auto_configure()`` added;
+- `readme_autocast`: the README's snippet (``plan.autocast()`` and ``plan.grad_scaler()``);
+- `lightning_bf16`: Lightning ``Trainer(precision="bf16-mixed")``;
+- `fit`: ``accelkit.torch.fit`` with its defaults (``tune="auto"``: a benchmark run
+  is too short for "auto" to tune);
+- `fit_tune`: ``accelkit.torch.fit(tune=True)``; its steady steps are those after the
+  trials; the trials' time is reported apart (``tune_seconds``), with what they cost
+  beyond the same steps at the kept speed (``tune_overhead_s``).
+
+Each variant trains `--warmup` steps then `--repeats` x `--steps` timed steps, the device
+synchronised at both ends of each repeat. Ratios compare variants of one run.
+
+    PYTHONPATH=src python3 benchmarks/models_people_train.py --model hf-gpt2 --out r.json
+    PYTHONPATH=src python3 benchmarks/models_people_train.py --model gpt2 --smoke   # CPU check
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import gpu_compare  # same folder: the timing, memory and ceiling helpers
+
+VARIANTS = ("plain_fp32", "auto_configure", "readme_autocast", "lightning_bf16", "fit",
+            "fit_tune")
+MODELS = ("hf-gpt2", "timm-vit", "resnet50", "gpt2")
+
+
+# -- the model, its batch and its loss, as the model's library has them --------------------
+
+def build(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """(model on `device`, batch on `device`, loss_fn or None, facts)."""
+    import torch
+
+    torch.manual_seed(0)
+    smoke = args.smoke
+    if args.model == "hf-gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        config = (GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=512, n_positions=64)
+                  if smoke else GPT2Config())
+        batch_size, length = args.batch_size or (2 if smoke else 16), config.n_positions
+        model = GPT2LMHeadModel(config)
+        ids = torch.randint(0, config.vocab_size, (batch_size, length))
+        batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+        return (model.to(device), {k: v.to(device) for k, v in batch.items()}, None,
+                {"tokens_per_sample": length})
+    if args.model == "timm-vit":
+        import timm
+
+        model = timm.create_model("vit_tiny_patch16_224" if smoke else "vit_base_patch16_224")
+        batch_size = args.batch_size or (2 if smoke else 64)
+        x, y = torch.randn(batch_size, 3, 224, 224), torch.randint(0, 1000, (batch_size,))
+        return model.to(device), (x.to(device), y.to(device)), torch.nn.CrossEntropyLoss(), {}
+    from accelkit.bench import torch_models
+
+    name = "gpt" if smoke and args.model == "gpt2" else args.model
+    model, batch, loss_fn, facts = torch_models.build(name, args.batch_size, device)
+    return model.to(device), batch, loss_fn, facts
+
+
+def optimizer_for(torch: Any, model: Any, name: str) -> Any:
+    if name == "resnet50":
+        return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    return torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+
+def forward_loss(model: Any, batch: Any, loss_fn: Any) -> Any:
+    if loss_fn is None:
+        return model(**batch).loss
+    inputs, targets = batch
+    return loss_fn(model(inputs), targets)
+
+
+# -- the variants ------------------------------------------------------------------------
+
+def run_loop(args: argparse.Namespace, *, configure: bool, autocast: bool) -> dict[str, Any]:
+    import torch
+
+    plan = None
+    if configure:
+        import accelkit
+
+        plan = accelkit.auto_configure(framework="torch", verbose=False)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model, batch, loss_fn, _ = build(args, device)
+    optimizer = optimizer_for(torch, model, args.model)
+    scaler = plan.grad_scaler() if autocast else None
+
+    def step() -> None:
+        if autocast:  # the README's snippet, as written there
+            with plan.autocast():
+                output = model(**batch) if loss_fn is None else model(batch[0])
+                loss = output.loss if loss_fn is None else loss_fn(output.float(), batch[1])
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            forward_loss(model, batch, loss_fn).backward()
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    times = gpu_compare._timed(torch, device, step, args.warmup, args.steps, args.repeats)
+    return {"step_s": times, "peak_memory_bytes": gpu_compare._peak_memory(torch, device)}
+
+
+def run_fit(args: argparse.Namespace, *, tune: bool) -> dict[str, Any]:
+    import torch
+
+    import accelkit
+    from accelkit.bench.torch_models import SyntheticBatches
+    from accelkit.torch import trials
+
+    plan = accelkit.auto_configure(framework="torch", verbose=False)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model, batch, loss_fn, facts = build(args, device)
+    optimizer = optimizer_for(torch, model, args.model)
+    tuned: dict[str, Any] | None = None
+    compile_kept = None
+    times, mfu = [], []
+    for repeat in range(args.repeats):
+        trial_steps = trials.trial_steps(1) if tune and repeat == 0 else 0
+        warmup = args.warmup if repeat == 0 else 1
+        # Repeats after the first train the kept settings (the optimizer was switched in
+        # place; compile is passed on), as the rest of a tuned run would.
+        report = accelkit.torch.fit(
+            model, SyntheticBatches(batch, trial_steps + warmup + args.steps), optimizer,
+            loss_fn, plan=plan, warmup=warmup, window=max(args.steps // 2, 1),
+            progress=False, tokens_per_sample=facts.get("tokens_per_sample"),
+            tune=tune and repeat == 0, compile=compile_kept)
+        if tune and repeat == 0:
+            tuned = report.tuning
+            compile_kept = bool(tuned and tuned["compile"])
+        times.append(report.step_time_s)
+        mfu.append(report.mfu)
+    result = {"step_s": times, "mfu_reported": mfu, "peak_memory_bytes":
+              gpu_compare._peak_memory(torch, device), "precision": plan.precision.value}
+    if tuned is not None:
+        kept = statistics.median(times)
+        result.update(tuning=tuned, tune_seconds=tuned["seconds"],
+                      tune_overhead_s=tuned["seconds"] - tuned["steps"] * kept)
+    return result
+
+
+def run_lightning(args: argparse.Namespace) -> dict[str, Any]:
+    import lightning as L  # noqa: N812 - Lightning's convention
+    import torch
+
+    from accelkit.bench.torch_models import SyntheticBatches
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model, batch, loss_fn, _ = build(args, device)
+    name = args.model
+
+    class Module(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = model
+
+        def training_step(self, data: Any, index: int) -> Any:
+            return forward_loss(self.net, data, loss_fn)
+
+        def configure_optimizers(self) -> Any:
+            return optimizer_for(torch, self.net, name)
+
+    marks: list[float] = []
+
+    class Timer(L.Callback):
+        def on_train_batch_start(self, trainer: Any, module: Any, data: Any, index: int) -> None:
+            if index >= args.warmup and (index - args.warmup) % args.steps == 0:
+                _sync(torch, device)
+                marks.append(time.perf_counter())
+
+        def on_train_end(self, trainer: Any, module: Any) -> None:
+            _sync(torch, device)
+            marks.append(time.perf_counter())
+
+    total = args.warmup + args.steps * args.repeats
+    trainer = L.Trainer(accelerator="gpu" if device.type == "cuda" else "cpu", devices=1,
+                        precision="bf16-mixed", max_steps=total, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[Timer()])
+    trainer.fit(Module(), train_dataloaders=SyntheticBatches(batch, total))
+    times = [(b - a) / args.steps for a, b in zip(marks, marks[1:])]
+    return {"step_s": times[: args.repeats],
+            "peak_memory_bytes": gpu_compare._peak_memory(torch, device)}
+
+
+def _sync(torch: Any, device: Any) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_variant(args: argparse.Namespace) -> dict[str, Any]:
+    runs = {
+        "plain_fp32": lambda: run_loop(args, configure=False, autocast=False),
+        "auto_configure": lambda: run_loop(args, configure=True, autocast=False),
+        "readme_autocast": lambda: run_loop(args, configure=True, autocast=True),
+        "lightning_bf16": lambda: run_lightning(args),
+        "fit": lambda: run_fit(args, tune=False),
+        "fit_tune": lambda: run_fit(args, tune=True),
+    }
+    return runs[args.variant]()
+
+
+# -- the comparison -------------------------------------------------------------------------
+
+def _child(args: argparse.Namespace, variant: str) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--variant", variant, "--model", args.model,
+               "--steps", str(args.steps), "--warmup", str(args.warmup),
+               "--repeats", str(args.repeats)] + (["--smoke"] if args.smoke else [])
+    if args.batch_size:
+        command += ["--batch-size", str(args.batch_size)]
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout,
+                              env={**os.environ,
+                                   "PYTHONPATH": os.environ.get("PYTHONPATH", "src")})
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {args.timeout} s"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {"error": (done.stderr or done.stdout)[-2000:]}
+    return {**json.loads(lines[-1]), "process_s": time.perf_counter() - started}
+
+
+def compare(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    import accelkit
+    from accelkit.profiling.flops_torch import count_train_step_flops
+    from accelkit.profiling.mfu import peak
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model, batch, loss_fn, facts = build(args, device)
+    if loss_fn is None:  # the model computes its loss from the whole batch
+        flops = count_train_step_flops(model, batch).total
+    else:
+        flops = count_train_step_flops(model, batch[0], batch[1], loss_fn).total
+    samples = int(next(iter(batch.values())).shape[0] if isinstance(batch, dict)
+                  else batch[0].shape[0])
+    datasheet = peak(accelkit.detect(), "bf16")
+    del model
+    results = {}
+    for variant in args.variants:
+        results[variant] = _child(args, variant)
+        print(f"  {variant}: {'error' if 'error' in results[variant] else 'done'}",
+              file=sys.stderr, flush=True)
+    medians = {k: statistics.median(v["step_s"]) for k, v in results.items()
+               if v.get("step_s")}
+    rows = []
+    for variant, result in results.items():
+        if variant not in medians:
+            rows.append({"variant": variant, "error": result.get("error", "no steps")})
+            continue
+        step = medians[variant]
+        row = {"variant": variant, "step_ms_median": step * 1e3,
+               "step_ms_spread": [min(result["step_s"]) * 1e3, max(result["step_s"]) * 1e3],
+               "samples_per_s": samples / step,
+               "tokens_per_s": (samples * facts["tokens_per_sample"] / step
+                                if "tokens_per_sample" in facts else None),
+               "mfu_datasheet": (flops / step / 1e12 / datasheet.tflops
+                                 if flops and datasheet.tflops else None),
+               "vs_lightning": (medians["lightning_bf16"] / step
+                                if "lightning_bf16" in medians else None),
+               "vs_fit": medians["fit"] / step if "fit" in medians else None,
+               "peak_memory_gb": (result.get("peak_memory_bytes") or 0) / 1e9 or None}
+        for key in ("tune_seconds", "tune_overhead_s"):
+            if key in result:
+                row[key] = result[key]
+        if "tuning" in result:
+            row["tune_chosen"] = result["tuning"]["chosen"]
+        rows.append(row)
+    return {"benchmark": "models_people_train", "model": args.model,
+            "samples_per_step": samples, "steps": args.steps, "warmup": args.warmup,
+            "repeats": args.repeats, "flops_per_step": flops,
+            "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+            "torch": torch.__version__,
+            "datasheet_peak": {"tflops": datasheet.tflops, "source": datasheet.source},
+            "rows": rows, "raw": results}
+
+
+def show(result: dict[str, Any]) -> None:
+    print(f"{result['model']} on {result['device']}, {result['samples_per_step']} samples/step, "
+          f"{result['repeats']} repeats x {result['steps']} steps; FLOPs/step "
+          f"{result['flops_per_step'] or 0:.4e}")
+    print(f"{'variant':<17}{'step ms':>9}{'spread':>17}{'samples/s':>11}{'tokens/s':>11}"
+          f"{'MFU':>7}{'x Lightning':>12}{'x fit':>7}{'mem GB':>8}  tuning")
+
+    def fmt(value: Any, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    for row in result["rows"]:
+        if "error" in row:
+            print(f"{row['variant']:<17} error: {row['error'][-400:]}")
+            continue
+        spread = f"{row['step_ms_spread'][0]:.2f}-{row['step_ms_spread'][1]:.2f}"
+        tuning = (f"kept {row['tune_chosen']}, trials {row['tune_seconds']:.1f} s "
+                  f"(+{row['tune_overhead_s']:.1f} s)" if "tune_chosen" in row else "")
+        print(f"{row['variant']:<17}{row['step_ms_median']:>9.2f}{spread:>17}"
+              f"{row['samples_per_s']:>11,.1f}{fmt(row['tokens_per_s'], ',.0f'):>11}"
+              f"{fmt(row['mfu_datasheet'], '.1%'):>7}{fmt(row['vs_lightning'], '.3f'):>12}"
+              f"{fmt(row['vs_fit'], '.2f'):>7}{fmt(row['peak_memory_gb'], '.1f'):>8}  {tuning}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=MODELS, default="hf-gpt2")
+    parser.add_argument("--batch-size", type=int, default=None, help="default: per model")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per repeat")
+    parser.add_argument("--warmup", type=int, default=10, help="untimed steps first")
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per variant")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # one, internal
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per variant")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny models, a few steps, CPU: checks the script, not speed")
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.steps, args.warmup, args.repeats = 2, 1, 2
+    if args.variant:
+        print(json.dumps(run_variant(args)))
+        return 0
+    result = compare(args)
+    show(result)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as handle:
+            json.dump(result, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
