@@ -22,14 +22,23 @@ Convention (the one MFU figures use; PaLM appendix B, Lightning's `measure_flops
 - What runs is what is counted: activation checkpointing's recomputed forward
   is included (hardware FLOPs, not model FLOPs).
 
+- A convolution's backward costs its forward once per gradient it computes (input,
+  weight), grouped and depthwise convolutions included.
+- Grouped-query attention (fewer key/value heads than query heads) is counted
+  over every query head, as the kernel computes it.
+
 PyTorch registers no formula for the CPU flash-attention kernel, so without help
 SDPA on CPU counts 0 FLOPs; the CPU and "overrideable" fused kernels are given
-the same formulas as the CUDA ones here.
+the same formulas as the CUDA ones here. Two of PyTorch's formulas are corrected:
+a grouped convolution's weight gradient (counted `groups` times over) and, on
+PyTorch 2.11 and older, attention whose key and value have fewer heads than the
+query (refused).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -41,16 +50,20 @@ _METHOD = (
     " (no optimizer step)"
 )
 
-# aten ops PyTorch's flop registry misses, mapped to the registered formula whose
-# argument order they share: (query, key, value, ...) and (grad_out, query, key, value, ...).
-_EXTRA_SDPA_FORWARD = (
-    "_scaled_dot_product_flash_attention_for_cpu",
-    "_scaled_dot_product_fused_attention_overrideable",
-)
-_EXTRA_SDPA_BACKWARD = (
-    "_scaled_dot_product_flash_attention_for_cpu_backward",
-    "_scaled_dot_product_fused_attention_overrideable_backward",
-)
+# The fused attention ops, each with the op whose registered formula it takes when it
+# has none of its own (PyTorch registers none for the CPU and "overrideable" kernels;
+# they share the CUDA flash kernel's argument order) and where its query is: forward
+# ops take (query, key, value, ...), backward ones (grad_out, query, key, value, ...).
+_SDPA = {
+    "_scaled_dot_product_flash_attention": ("_scaled_dot_product_flash_attention", 0),
+    "_scaled_dot_product_efficient_attention": ("_scaled_dot_product_efficient_attention", 0),
+    "_scaled_dot_product_cudnn_attention": ("_scaled_dot_product_cudnn_attention", 0),
+    "_scaled_dot_product_flash_attention_for_cpu": ("_scaled_dot_product_flash_attention", 0),
+    "_scaled_dot_product_fused_attention_overrideable": (
+        "_scaled_dot_product_flash_attention", 0),
+}
+_SDPA.update({f"{name}_backward": (f"{source}_backward", 1)
+              for name, (source, _) in list(_SDPA.items())})
 
 
 def count_train_step_flops(
@@ -155,30 +168,50 @@ def _unwrap(model: Any, torch: Any, notes: list[str]) -> Any:
 
 
 def _extra_formulas(torch: Any) -> dict[Any, Callable[..., int]]:
+    """Formulas for what PyTorch's flop registry misses or miscounts: the CPU fused
+    attention kernels, grouped-query attention, grouped convolutions' weight gradient."""
     from torch.utils.flop_counter import flop_registry
 
     aten = torch.ops.aten
-    mapping: dict[Any, Callable[..., int]] = {}
-    for names, cuda_op in (
-        (_EXTRA_SDPA_FORWARD, aten._scaled_dot_product_flash_attention),
-        (_EXTRA_SDPA_BACKWARD, aten._scaled_dot_product_flash_attention_backward),
-    ):
-        formula = flop_registry.get(cuda_op)
-        for name in names:
-            op = getattr(aten, name, None)
-            if formula is not None and op is not None and op not in flop_registry:
-                mapping[op] = _already_shape_wrapped(formula)
+    mapping: dict[Any, Callable[..., int]] = {aten.convolution_backward: _conv_backward}
+    for name, (source, query_at) in _SDPA.items():
+        op = getattr(aten, name, None)
+        formula = flop_registry.get(op) or flop_registry.get(getattr(aten, source, None))
+        if op is not None and formula is not None:
+            mapping[op] = _heads_broadcast(formula, query_at, torch)
     return mapping
 
 
-def _already_shape_wrapped(formula: Callable[..., int]) -> Callable[..., int]:
-    """Registry entries take tensors already; `_get_raw` stops FlopCounterMode re-wrapping them."""
+def _heads_broadcast(formula: Callable[..., int], query_at: int,
+                     torch: Any) -> Callable[..., int]:
+    """`formula` (a registry entry: it takes tensors) with key and value given the query's
+    head count, as grouped-query attention broadcasts them: the kernel multiplies every
+    query head by its group's keys and values, and PyTorch 2.11's formula refuses K and V
+    with fewer heads. `_get_raw` stops FlopCounterMode re-wrapping the entry."""
 
     def raw(*args: Any, **kwargs: Any) -> int:
-        return formula(*args, **kwargs)
+        args_list = list(args)
+        heads = args_list[query_at].shape[1]
+        for at in (query_at + 1, query_at + 2):
+            shape = args_list[at].shape
+            if len(shape) == 4 and shape[1] != heads:  # a shape passes through unchanged
+                args_list[at] = torch.Size((shape[0], heads, *shape[2:]))
+        return formula(*args_list, **kwargs)
 
     raw._get_raw = True  # type: ignore[attr-defined]
     return raw
+
+
+def _conv_backward(grad_out_shape: Any, x_shape: Any, w_shape: Any, _bias: Any, _stride: Any,
+                   _padding: Any, _dilation: Any, transposed: bool, _output_padding: Any,
+                   _groups: Any, output_mask: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    """A convolution's backward: each gradient it computes (input, weight) is the
+    forward's multiply-adds again. PyTorch's formula counts the weight gradient of a
+    grouped convolution over every input channel, not the group's: `groups` times too
+    many, 100x for ConvNeXt's depthwise 7x7 (fixed upstream in pytorch/pytorch#183405)."""
+    spatial = (x_shape if transposed else grad_out_shape)[2:]  # as the forward's formula
+    forward = 2 * x_shape[0] * math.prod(spatial) * math.prod(w_shape)  # w: (out, in/groups, k..)
+    return forward * (bool(output_mask[0]) + bool(output_mask[1]))
 
 
 def _autocast_context(autocast: Any) -> contextlib.AbstractContextManager[Any]:
