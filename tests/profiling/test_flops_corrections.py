@@ -14,34 +14,28 @@ from accelkit.profiling.flops_torch import count_train_step_flops
 pytestmark = pytest.mark.torch
 
 
-@pytest.mark.parametrize("groups", [1, 4, 32])
-def test_a_grouped_convolution_costs_its_forward_once_per_gradient(groups):
-    """PyTorch's formula counted the weight gradient over all 32 input channels, not the
+CHANNELS = 32
+
+
+@pytest.mark.parametrize(("layer", "macs_per_position"), [
+    (nn.Conv2d(CHANNELS, CHANNELS, 7, padding=3), CHANNELS * CHANNELS * 7 * 7),
+    (nn.Conv2d(CHANNELS, CHANNELS, 7, padding=3, groups=4), CHANNELS * CHANNELS // 4 * 7 * 7),
+    (nn.Conv2d(CHANNELS, CHANNELS, 7, padding=3, groups=CHANNELS), CHANNELS * 7 * 7),
+    # A transposed convolution: each input position meets every weight of its group.
+    (nn.ConvTranspose2d(CHANNELS, CHANNELS, 2, stride=2, groups=4), CHANNELS * CHANNELS // 4 * 4),
+], ids=["dense", "groups=4", "depthwise", "transposed groups=4"])
+def test_a_grouped_convolution_costs_its_forward_once_per_gradient(layer, macs_per_position):
+    """PyTorch's formula counted the weight gradient over all input channels, not the
     group's: `groups` times too many (ConvNeXt's depthwise 7x7 counted 2.9x its step)."""
-    batch, channels, side = 2, 32, 16
-    model = nn.Sequential(nn.Conv2d(3, channels, 1),  # the data's layer: weight gradient only
-                          nn.Conv2d(channels, channels, 7, padding=3, groups=groups))
-    first = 2 * batch * side * side * channels * 3
-    grouped = 2 * batch * side * side * channels * (channels // groups) * 7 * 7
+    batch, side = 2, 16
+    model = nn.Sequential(nn.Conv2d(3, CHANNELS, 1), layer)  # the data's layer: weight grad only
+    first = 2 * batch * side * side * CHANNELS * 3
+    grouped = 2 * batch * side * side * macs_per_position  # per input (transposed) or output
 
     count = count_train_step_flops(model, torch.randn(batch, 3, side, side))
 
     assert count.forward == first + grouped
     assert count.total == 2 * first + 3 * grouped
-
-
-def test_a_transposed_grouped_convolution_too():
-    batch, channels, side, groups = 2, 8, 8, 4
-    model = nn.Sequential(nn.Conv2d(3, channels, 1),
-                          nn.ConvTranspose2d(channels, channels, 2, stride=2, groups=groups))
-    first = 2 * batch * side * side * channels * 3
-    # Each input position meets every weight of its group: (in/groups)·out·k² per position.
-    transposed = 2 * batch * side * side * channels * (channels // groups) * 2 * 2
-
-    count = count_train_step_flops(model, torch.randn(batch, 3, side, side))
-
-    assert count.forward == first + transposed
-    assert count.total == 2 * first + 3 * transposed
 
 
 class _Attention(nn.Module):
