@@ -155,6 +155,7 @@ def test_a_hand_written_loop_is_told_to_compile_its_model() -> None:
     result = found(mfu=0.2, facts={"model_compiled": False})
     assert result.action.startswith("model = torch.compile(model)")
     assert result.evidence["model_compiled"] is False
+    assert "meter.facts['compiled'] = True" in result.action
 
 
 @pytest.mark.parametrize("facts", [

@@ -171,4 +171,5 @@ def _action(fit: bool) -> str:
                 "and keep the fastest; the first steps compile (tens of seconds, once)")
     return ("model = torch.compile(model) before the loop (or compile the function that runs "
             "forward and loss together, so the loss fuses into the last layer); "
-            "the first steps compile (tens of seconds, once)")
+            "the first steps compile (tens of seconds, once). A loop that already compiles "
+            "its step function says so with meter.facts['compiled'] = True")
