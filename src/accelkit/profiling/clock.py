@@ -8,6 +8,9 @@ figures from the time between synchronised boundaries: over a window, queued
 work cannot hide. Between boundaries it only reads `time.perf_counter()`, so
 the per-step cost is two clock reads and a few additions.
 
+Tokens are counted per step as given; real (unpadded) tokens may come as a count
+still on the device (a mask's sum), added there and read once at the end.
+
 Input wait is the time the training loop spends waiting for its next batch:
 the gap between the end of one step and the start of the next (hand-written
 loops), or the time spent in the iterator's `next()` (fits that own the loop).

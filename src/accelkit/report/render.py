@@ -99,18 +99,20 @@ def render_run(report: RunReport) -> str:
     ]
     if r.calibrated_tflops is not None:
         rows.append(("MFU (measured peak)",
-                     f"{_num(r.mfu_calibrated and r.mfu_calibrated * 100)}% of "
-                     f"{r.calibrated_tflops:,.2f} TFLOP/s ({r.calibration_method})"))
+                     (f"{_num(r.mfu_calibrated and r.mfu_calibrated * 100)}% of "
+                      f"{r.calibrated_tflops:,.2f} TFLOP/s ({r.calibration_method})")))
     rows += [
         ("input wait", "-" if r.input_wait_share is None else f"{r.input_wait_share:.1%} of step time"),
-        ("GPU", f"util {_num(r.gpu_utilization, '{:.0f}')}%, memory used {_gb(r.gpu_memory_used_bytes)}"
-                f", power {_num(r.power_w, '{:.0f}')} W, SM {_num(r.sm_clock_mhz, '{:.0f}')} MHz"),
+        ("GPU", (f"util {_num(r.gpu_utilization, '{:.0f}')}%, memory used "
+                 f"{_gb(r.gpu_memory_used_bytes)}, power {_num(r.power_w, '{:.0f}')} W, "
+                 f"SM {_num(r.sm_clock_mhz, '{:.0f}')} MHz")),
         ("peak memory", f"{_gb(r.peak_memory_bytes)} allocated by the framework"),
     ]
     if r.world_size > 1:
-        rows.append(("all ranks", f"{r.world_size} processes, {_num(r.global_samples_per_second)} "
-                                  f"samples/s, scaling efficiency "
-                                  f"{_num(r.scaling_efficiency and r.scaling_efficiency * 100)}%"))
+        rows.append(("all ranks", (f"{r.world_size} processes, "
+                                   f"{_num(r.global_samples_per_second)} samples/s, scaling "
+                                   f"efficiency "
+                                   f"{_num(r.scaling_efficiency and r.scaling_efficiency * 100)}%")))
     if r.losses:
         rows.append(("loss", " -> ".join(f"{v:.4g}" for v in _ends(r.losses))))
     body = table(("figure", "value"), rows)
