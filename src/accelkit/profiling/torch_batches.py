@@ -51,6 +51,7 @@ LOSS_FN = "loss_fn"
 LABELS = "labels"
 TOKEN_IDS = "input_ids"
 ATTENTION_MASK = "attention_mask"
+_MISSING = object()  # an attribute that is absent, told from one that is None
 
 _BATCHES = ("a dict of the model's keyword arguments with the targets under 'labels', "
             "or a tuple/list (inputs, targets)")
@@ -145,15 +146,12 @@ def _hint(value: Any, source: str) -> str:
     if is_tensor(value) and value.dim() and value.is_floating_point():
         reduce = "reduce the loss to one number (e.g. .mean(), or reduction='mean')"
         return reduce if source != MODEL else f"give a loss_fn for these outputs, or {reduce}"
-    if getattr(value, "loss", _MISSING) is None or value is None:
+    if source == MODEL and (value is None or getattr(value, "loss", _MISSING) is None):
         return ("the model computes no loss without labels: put them in the batch (a "
                 "dict's 'labels'), or give a loss_fn")
     if source == MODEL:
         return "give a loss_fn, or return the loss from the model"
     return "return the loss as a 0-d tensor"
-
-
-_MISSING = object()
 
 
 def forward_loss(model: Callable[..., Any], batch: Any,
