@@ -66,6 +66,7 @@ def test_gradient_accumulation_steps_the_optimizer_every_n_batches() -> None:
 def test_bf16_plan_trains_a_cnn_with_float32_outputs_on_cpu() -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(),
                                 torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 2))
     x = torch.randn(256, 3, 8, 8)
     y = (x.mean(dim=(1, 2, 3)) > 0).long()
@@ -86,6 +87,21 @@ def test_bf16_plan_trains_a_cnn_with_float32_outputs_on_cpu() -> None:
     assert report.losses[-1] < report.losses[0]
     conv = model[0].weight
     assert conv.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_one_convolution_is_not_a_conv_net_for_channels_last() -> None:
+    """A ViT-like model (one patch-embedding convolution) keeps its layout under a plan
+    that converts conv nets; asked for explicitly, it converts."""
+    torch.manual_seed(0)
+    for asked, converted in ((None, False), (True, True)):
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 4, stride=4), torch.nn.Flatten(),
+                                    torch.nn.Linear(8 * 2 * 2, 2))
+        data = [(torch.randn(4, 3, 8, 8), torch.randint(0, 2, (4,))) for _ in range(3)]
+        accelkit.torch.fit(model, data, torch.optim.SGD(model.parameters(), lr=0.1),
+                           torch.nn.CrossEntropyLoss(), plan=A100_PLAN, device="cpu",
+                           progress=False, channels_last=asked)
+        weight = model[0].weight
+        assert weight.is_contiguous(memory_format=torch.channels_last) is converted
 
 
 def test_tokens_per_second_from_token_id_batches() -> None:

@@ -92,9 +92,13 @@ def _default_device(torch: Any, plan: Plan) -> Any:
 
 
 def _wants_channels_last(torch: Any, module: Any, plan: Plan, asked: bool | None) -> bool:
+    """Asked for, or the plan's choice for a conv net: two convolutions or more. NHWC pays
+    by sparing the transposes between consecutive convolutions; a single one (a ViT's
+    patch embedding, a stem before linear layers) gains nothing and costs its input's."""
     wanted = plan.value(Key.CHANNELS_LAST, False) if asked is None else asked
-    return bool(wanted) and any(isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))
-                                for m in module.modules())
+    convolutions = sum(isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))
+                       for m in module.modules())
+    return bool(wanted) and convolutions >= (1 if asked else 2)
 
 
 def to_device(batch: Any, device: Any, layout: Any = None) -> Any:

@@ -185,8 +185,7 @@ class Tuner:
         verdict holds on every rank (one `decide` per candidate on each)."""
         if trial.status != "measured":
             local = trial.status
-        elif (trial.step_seconds is not None and best.step_seconds is not None
-              and trial.step_seconds < best.step_seconds * (1 - MARGIN)):
+        elif _clearly_faster(trial, best):
             local = "chosen"
         else:
             local = "slower"
@@ -199,7 +198,8 @@ class Tuner:
             return True
         if trial.status == "measured":
             trial.status = "slower" if verdict == "slower" else verdict
-            trial.why = trial.why or f"not {MARGIN:.0%} faster than {best.name}"
+            trial.why = trial.why or (f"not clearly faster than {best.name} (by {MARGIN:.0%} "
+                                      "and beyond its fastest step)")
         return False
 
     # -- one candidate ---------------------------------------------------------------
@@ -322,6 +322,14 @@ class Tuner:
     def _sync(self) -> None:
         if self._device.type == "cuda":
             self._torch.cuda.synchronize(self._device)
+
+
+def _clearly_faster(trial: Trial, best: Trial) -> bool:
+    """`trial`'s median beats `best`'s by `MARGIN` and its fastest step too."""
+    if trial.step_seconds is None or best.step_seconds is None:
+        return False
+    fastest = best.spread[0] if best.spread else best.step_seconds
+    return trial.step_seconds < min(best.step_seconds * (1 - MARGIN), fastest)
 
 
 class _Failed(Exception):
