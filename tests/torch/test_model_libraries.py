@@ -248,3 +248,14 @@ def test_errors_of_the_model_and_the_loss_fn_pass_through_unchanged():
 
     with pytest.raises(KeyError, match="the user's own"):
         fit(gpt2(), lm_batches(n=2), loss_fn)
+
+
+def test_a_batch_encoding_moves_to_the_device_whole() -> None:
+    """transformers' BatchEncoding is a UserDict, not a dict: every tensor in it moves."""
+    from accelkit.torch.prepare import to_device
+
+    encoding = transformers.BatchEncoding({"input_ids": torch.ones(2, 3, dtype=torch.long),
+                                           "attention_mask": torch.ones(2, 3)})
+    moved = to_device(encoding, torch.device("meta"))
+    assert {k: v.device.type for k, v in moved.items()} == {"input_ids": "meta",
+                                                            "attention_mask": "meta"}

@@ -18,9 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-# Devices with fused optimizer kernels (torch.optim.optimizer._get_fused_kernels_supported_devices
-# in PyTorch 2.4+: CUDA, XPU, MPS for some optimizers, and the CPU for Adam/AdamW/SGD/Adagrad).
-_FUSED_DEVICES = ("cuda", "xpu", "cpu")
+from accelkit.torch.facts import optimizer_facts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +38,8 @@ def faster_variant(optimizer: Any) -> tuple[Variant | None, str]:
     """The implementation to try instead of the one the optimizer runs, or (None, why not).
 
     Only when the user left the choice to PyTorch (``fused`` and ``foreach`` unset,
-    i.e. None, in every param group): a value the user set is theirs.
+    i.e. None, in every param group): a value the user set is theirs. What is available
+    is read as `accelkit.torch.facts.optimizer_facts` reads it, from PyTorch itself.
 
     Example:
         >>> faster_variant(torch.optim.AdamW(model.parameters()))[0].name
@@ -48,29 +47,22 @@ def faster_variant(optimizer: Any) -> tuple[Variant | None, str]:
         >>> faster_variant(torch.optim.AdamW(model.parameters(), foreach=False))[1]
         'AdamW: foreach=False was set by the script'
     """
-    name = type(optimizer).__name__
-    groups = getattr(optimizer, "param_groups", None)
-    defaults = getattr(optimizer, "defaults", None)
-    if not groups or not isinstance(defaults, dict):
-        return None, f"{name} is not a torch.optim optimizer"
-    for key in ("fused", "foreach"):
-        for group in groups:
+    facts = optimizer_facts(optimizer)
+    name = facts["type"]
+    if "implementation" not in facts:
+        return None, f"{name} is not a torch.optim optimizer ({facts.get('facts_error', '')})"
+    for group in optimizer.param_groups:
+        for key in ("fused", "foreach"):
             if group.get(key) is not None:
                 return None, f"{name}: {key}={group[key]} was set by the script"
-    if any(group.get("capturable") for group in groups):
-        return None, f"{name}: capturable=True (CUDA graphs) is left as it is"
-    if defaults.get("differentiable"):
-        return None, f"{name}: differentiable=True has no fused or foreach implementation"
-    params = [p for group in groups for p in group["params"]]
-    if "fused" in defaults:
-        if all(p.is_floating_point() and p.device.type in _FUSED_DEVICES for p in params):
-            return Variant("fused", "fused"), ""
-        return None, f"{name}: fused needs floating-point parameters on {_FUSED_DEVICES}"
-    if "foreach" in defaults:
-        if all(p.device.type == "cuda" for p in params):
-            return Variant("foreach", "foreach"), ""
-        return None, f"{name}: its foreach implementation needs the parameters on CUDA"
-    return None, f"{name} has no fused or foreach implementation"
+        if group.get("capturable"):
+            return None, f"{name}: capturable=True (CUDA graphs) is left as it is"
+    if facts["fused_available"]:
+        return Variant("fused", "fused"), ""
+    if facts["foreach_available"] and facts["implementation"] == "for-loop":
+        return Variant("foreach", "foreach"), ""
+    return None, (f"{name} runs its {facts['implementation']} implementation and has no "
+                  "faster one for these parameters")
 
 
 def use(optimizer: Any, variant: Variant, on: bool) -> None:

@@ -9,7 +9,7 @@ after it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from accelkit.planning import Plan
@@ -114,6 +114,6 @@ def to_device(batch: Any, device: Any, layout: Any = None) -> Any:
         return batch.to(device, non_blocking=True)
     if isinstance(batch, (list, tuple)):
         return type(batch)(to_device(b, device, layout) for b in batch)
-    if isinstance(batch, dict):
+    if isinstance(batch, Mapping):  # a dict, or transformers' BatchEncoding (a UserDict)
         return {k: to_device(v, device, layout) for k, v in batch.items()}
     return batch

@@ -39,9 +39,13 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
         single_device: Any = None, tune: bool | str = "auto") -> RunReport:
     """Train `model` on `loader` with the plan's settings and return the measured run.
 
-    Each batch is ``(inputs, targets)`` (inputs a tensor, tuple or dict) and the
-    loss is ``loss_fn(model(inputs), targets)``; with ``loss_fn=None`` the model
-    is called on the whole batch and must return the loss.
+    Batches follow the model libraries (`accelkit.profiling.torch_batches`): a dict is
+    the model's keyword arguments, a tuple is ``(inputs, targets)``. With a `loss_fn`
+    the loss is ``loss_fn(output, targets)``, where `output` is exactly what the model
+    returned (e.g. a transformers ``ModelOutput``) and `targets` the tuple's second item
+    or the dict's ``"labels"``. With ``loss_fn=None`` the whole batch goes to the model
+    and the loss is its output (0-d), ``.loss``, ``["loss"]`` or first 0-d tensor. A
+    batch or output that cannot be used raises ValueError naming what it got.
 
     What it does per the plan: autocast in bf16/fp16 with the loss inside it (where
     PyTorch computes softmax and losses in float32), a GradScaler for fp16,
