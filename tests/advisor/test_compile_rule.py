@@ -28,8 +28,8 @@ def verdict(measurements, hardware=H200):
 
 
 def candidate(name, compile_, status, step, *, fused=False, why="", compile_seconds=None):
-    return {"name": name, "settings": {"compile": compile_, "fused_optimizer": fused,
-                                       "channels_last": False},
+    optimizer = "fused" if fused else "default"
+    return {"name": name, "settings": {"compile": compile_, "optimizer": optimizer},
             "status": status, "step_seconds": step,
             "spread": None if step is None else [step * 0.98, step * 1.02],
             "steps": 10, "compile_seconds": compile_seconds, "why": why}

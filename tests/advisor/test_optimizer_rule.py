@@ -71,9 +71,9 @@ def test_quiet_off_the_gpu_and_for_keras() -> None:
 
 def trial_record(fused_status, fused_step, chosen="eager"):
     return {"decision": "tuned", "baseline": "eager", "chosen": chosen, "candidates": [
-        {"name": "eager", "settings": {"compile": False, "fused_optimizer": False},
+        {"name": "eager", "settings": {"compile": False, "optimizer": "default"},
          "status": "baseline", "step_seconds": 0.0500, "why": ""},
-        {"name": "eager+fused", "settings": {"compile": False, "fused_optimizer": True},
+        {"name": "eager+fused", "settings": {"compile": False, "optimizer": "fused"},
          "status": fused_status, "step_seconds": fused_step, "why": ""}]}
 
 

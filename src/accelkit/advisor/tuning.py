@@ -1,21 +1,14 @@
 """What `tune` measured on the run's own model, as the rules read it (``report.tuning``).
 
-`accelkit.torch.fit(..., tune=True)` times candidate settings (eager, torch.compile,
-a fused optimizer...) on the user's model for a few real steps and keeps the
+`accelkit.torch.fit(..., tune=True)` times candidate settings (eager, a fused
+optimizer, torch.compile) on the user's model for a few real steps and keeps the
 fastest. Its record, ``report.to_dict()["tuning"]``, is None when the run was not
-tuned, else::
-
-    {"decision": "tuned" | "not tuned: <why>", "baseline": "eager", "chosen": "compile",
-     "speedup": 1.42, "seconds": 61.2, "steps": 40,
-     "candidates": [{"name", "settings": {"compile": bool, "fused_optimizer": bool, ...},
-                     "status": "baseline" | "chosen" | "slower" | "failed" | "skipped",
-                     "step_seconds": median or None, "spread": [min, max] or None,
-                     "steps", "compile_seconds", "why"}]}
+tuned, else `accelkit.profiling.tuning.TuneResult.to_dict()`: the decision, the
+kept candidate, and per candidate its settings (``{"compile": bool, "optimizer":
+"fused" | "foreach" | "default"}``), status, median step and spread.
 
 A rule that can point at a measured figure uses it before any estimate: the
-same model, the same run, median step times. The optimizer may also be named
-``"optimizer": "fused" | "foreach" | "default"`` in a candidate's settings; both
-spellings are read.
+same model, the same run, median step times.
 """
 
 from __future__ import annotations
@@ -25,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from accelkit.advisor.context import Context
+from accelkit.profiling.tuning import Trial, TuneResult
 
 
 class Option(NamedTuple):
@@ -35,32 +29,14 @@ class Option(NamedTuple):
 
 
 COMPILE = Option(("compile",), lambda s: bool(s.get("compile")))
-FUSED_OPTIMIZER = Option(("fused_optimizer", "optimizer"),
-                         lambda s: bool(s.get("fused_optimizer"))
-                         or s.get("optimizer") in ("fused", "foreach"))
+FUSED_OPTIMIZER = Option(("optimizer",), lambda s: s.get("optimizer") in ("fused", "foreach"))
 
 
-@dataclasses.dataclass(frozen=True)
-class Trial:
-    """A candidate measured against the baseline on the run's model.
+@dataclasses.dataclass
+class Compared(Trial):
+    """A candidate `tune` measured, with the baseline's median step of the same run."""
 
-    Attributes:
-        name, status, why: the candidate's, as `tune` recorded them.
-        settings: its settings, e.g. ``{"compile": True, "fused_optimizer": False}``.
-        step_seconds: its median timed step; None when it was not timed (failed, skipped).
-        baseline_seconds: the baseline's median step, same run.
-        spread: ``[min, max]`` of its timed steps, when recorded.
-        compile_seconds: time spent compiling, when it compiled.
-    """
-
-    name: str
-    status: str
-    why: str
-    settings: Mapping[str, Any]
-    step_seconds: float | None
-    baseline_seconds: float | None
-    spread: list[float] | None
-    compile_seconds: float | None
+    baseline_seconds: float | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -85,23 +61,26 @@ class Trial:
         return found
 
 
-def record(ctx: Context) -> Mapping[str, Any] | None:
-    """The run's tuning record, or None (not tuned, an older report)."""
+def record(ctx: Context) -> TuneResult | None:
+    """The run's tuning record, or None (not tuned, an older or unreadable report)."""
     tuning = ctx.m.get("tuning")
-    return tuning if isinstance(tuning, Mapping) else None
+    if not isinstance(tuning, Mapping):
+        return None
+    try:
+        result = TuneResult.from_dict(tuning)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return result if result.trials else None
 
 
 def chose(ctx: Context, option: Option) -> bool:
     """True when the run was tuned and kept a candidate with `option` on."""
-    tuning = record(ctx)
-    if tuning is None or not str(tuning.get("decision", "")).startswith("tuned"):
-        return False
-    chosen = next((c for c in _candidates(tuning) if c.get("status") == "chosen"
-                   or c.get("name") == tuning.get("chosen")), None)
-    return bool(chosen and option.on(chosen.get("settings") or {}))
+    result = record(ctx)
+    return bool(result and result.decision == "tuned"
+                and any(t.status == "chosen" and option.on(t.settings) for t in result.trials))
 
 
-def trial(ctx: Context, option: Option) -> Trial | None:
+def trial(ctx: Context, option: Option) -> Compared | None:
     """The candidate that turned `option` on, compared with the baseline.
 
     Prefers a candidate that differs from the baseline in `option` alone (its
@@ -109,8 +88,7 @@ def trial(ctx: Context, option: Option) -> Trial | None:
     that failed (its reason is worth telling). None when no candidate turned it on.
 
     Example:
-        >>> tuning = {"decision": "tuned", "baseline": "eager", "chosen": "eager",
-        ...           "candidates": [
+        >>> tuning = {"decision": "tuned", "compile": False, "candidates": [
         ...     {"name": "eager", "status": "baseline", "step_seconds": 0.03,
         ...      "settings": {"compile": False}},
         ...     {"name": "compile", "status": "slower", "step_seconds": 0.04,
@@ -118,32 +96,22 @@ def trial(ctx: Context, option: Option) -> Trial | None:
         >>> round(trial(Context.build(None, None, {"tuning": tuning}), COMPILE).speedup, 2)
         0.75
     """
-    tuning = record(ctx)
-    if tuning is None:
+    result = record(ctx)
+    if result is None:
         return None
-    candidates = _candidates(tuning)
-    base = next((c for c in candidates if c.get("status") == "baseline"), None) or next(
-        (c for c in candidates if c.get("name") == tuning.get("baseline")), None)
-    base_settings = dict((base or {}).get("settings") or {})
-    found = [c for c in candidates if option.on(c.get("settings") or {}) and c is not base]
+    base = result.baseline
+    found = [t for t in result.trials[1:] if option.on(t.settings)]
     if not found:
         return None
 
     def others(settings: Mapping[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in settings.items() if k not in option.keys}
 
-    def alone(c: Mapping[str, Any]) -> bool:
-        return bool(base_settings) and others(c.get("settings") or {}) == others(base_settings)
+    def alone(t: Trial) -> bool:
+        return bool(base.settings) and others(t.settings) == others(base.settings)
 
-    timed = [c for c in found if c.get("step_seconds")]
-    best = (min((c for c in timed if alone(c)), key=lambda c: c["step_seconds"], default=None)
-            or min(timed, key=lambda c: c["step_seconds"], default=None) or found[0])
-    return Trial(name=str(best.get("name", "?")), status=str(best.get("status", "?")),
-                 why=str(best.get("why") or ""), settings=dict(best.get("settings") or {}),
-                 step_seconds=best.get("step_seconds"),
-                 baseline_seconds=(base or {}).get("step_seconds"),
-                 spread=best.get("spread"), compile_seconds=best.get("compile_seconds"))
-
-
-def _candidates(tuning: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [c for c in tuning.get("candidates") or () if isinstance(c, Mapping)]
+    timed = [t for t in found if t.step_seconds]
+    best = (min((t for t in timed if alone(t)), key=lambda t: t.step_seconds, default=None)
+            or min(timed, key=lambda t: t.step_seconds, default=None) or found[0])
+    fields = {f.name: getattr(best, f.name) for f in dataclasses.fields(Trial)}
+    return Compared(**fields, baseline_seconds=base.step_seconds)

@@ -27,15 +27,18 @@ same batch and weights was finite, or differs from it by more than
 that works, from zeroed gradients, so no data is lost. The user's own errors
 raise again there and pass through unchanged.
 
-`accelkit.torch.tuner` runs the trials; this module holds the plain data they
-produce (``report.tuning`` is `TuneResult.to_dict()`) and the numbers that govern
-them, each with the reason for its value.
+`accelkit.torch.tuner` runs the trials; this module holds the numbers that govern
+them, each with the reason for its value. Their record, ``report.tuning``, is
+`accelkit.profiling.tuning.TuneResult.to_dict()`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
+
+from accelkit.profiling.tuning import Trial, TuneResult, summary
+
+__all__ = ["Trial", "TuneResult", "check_mode", "summary", "trial_steps"]
 
 # "auto" tunes when the planned run, at the baseline's measured step time, lasts at
 # least this long: compiling a GPT-2-sized model takes about a minute, so the trials
@@ -75,94 +78,3 @@ def check_mode(tune: Any) -> Any:
     if isinstance(tune, bool) or tune == "auto":
         return tune
     raise ValueError(f"tune={tune!r} is not one of 'auto', True, False")
-
-
-@dataclasses.dataclass
-class Trial:
-    """One candidate as measured: its settings, step times and what became of it.
-
-    Attributes:
-        name: e.g. ``"eager"``, ``"eager+fused"``, ``"compile+fused"``.
-        settings: ``{"compile": bool, "optimizer": "fused" | "foreach" | "default"}``.
-        status: ``"baseline"``, ``"chosen"``, ``"slower"``, ``"failed"`` or ``"skipped"``.
-        step_seconds: median of the timed optimizer steps (None: not timed).
-        spread: ``[min, max]`` of the timed steps.
-        steps: training steps (batches) the candidate trained on.
-        compile_seconds: the first compiled step less the steady step time.
-        why: the reason for the status, in words.
-    """
-
-    name: str
-    settings: dict[str, Any]
-    status: str = "skipped"
-    step_seconds: float | None = None
-    spread: list[float] | None = None
-    steps: int = 0
-    compile_seconds: float | None = None
-    why: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclasses.dataclass(frozen=True)
-class TuneResult:
-    """What `tune` measured and kept.
-
-    Attributes:
-        decision: ``"tuned"`` or ``"not tuned: <why>"``.
-        trials: every candidate, in the order tried.
-        compile: whether the kept step is compiled.
-        optimizer: the optimizer implementation kept: ``"fused"``, ``"foreach"`` or
-            ``"default"`` (the optimizer object itself was switched in place).
-        seconds: wall time of all trials, compilation included.
-        steps: training steps the trials took (real steps of the run).
-    """
-
-    decision: str
-    trials: tuple[Trial, ...]
-    compile: bool
-    optimizer: str
-    seconds: float
-    steps: int
-
-    @property
-    def baseline(self) -> Trial:
-        return self.trials[0]
-
-    @property
-    def chosen(self) -> Trial:
-        return next((t for t in self.trials if t.status == "chosen"), self.trials[0])
-
-    @property
-    def speedup(self) -> float | None:
-        """The kept candidate's median step against the baseline's (1.0: baseline kept)."""
-        base, best = self.baseline.step_seconds, self.chosen.step_seconds
-        return round(base / best, 3) if base and best else None
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TuneResult:
-        """The result `to_dict` gave (``report.tuning``)."""
-        fields = {f.name for f in dataclasses.fields(Trial)}
-        trials = tuple(Trial(**{k: v for k, v in t.items() if k in fields})
-                       for t in data.get("candidates", ()))
-        return cls(decision=data["decision"], trials=trials, compile=bool(data["compile"]),
-                   optimizer=data.get("optimizer", "default"),
-                   seconds=float(data.get("seconds", 0.0)), steps=int(data.get("steps", 0)))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``report.tuning`` mapping."""
-        return {"decision": self.decision, "baseline": self.baseline.name,
-                "chosen": self.chosen.name, "speedup": self.speedup,
-                "seconds": round(self.seconds, 3), "steps": self.steps,
-                "compile": self.compile, "optimizer": self.optimizer,
-                "candidates": [t.to_dict() for t in self.trials]}
-
-
-def summary(result: TuneResult) -> str:
-    """One line: what was kept, how much faster, what the trials cost."""
-    if result.decision != "tuned":
-        return result.decision
-    speedup = f"{result.speedup:.2f}x" if result.speedup else "?"
-    return (f"kept {result.chosen.name} ({speedup} {result.baseline.name}) after "
-            f"{result.steps} steps, {result.seconds:.1f} s")

@@ -16,22 +16,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from accelkit.torch import optimizers
+from accelkit.torch import optimizers, trials
 from accelkit.torch.step import Step
-from accelkit.torch.trials import (
-    AUTO_MIN_RUN_S,
-    AUTO_MIN_STEPS,
-    GRAPH_BREAK_STORM,
-    LOSS_ATOL,
-    LOSS_RTOL,
-    MARGIN,
-    TIMED_UNITS,
-    WARMUP_UNITS,
-    Trial,
-    TuneResult,
-    check_mode,
-    summary,
-)
+from accelkit.torch.trials import Trial, TuneResult, check_mode
 from accelkit.utils.imports import require
 
 _log = logging.getLogger("accelkit")
@@ -56,8 +43,8 @@ class Tuner:
             when training alone).
 
     Example:
-        >>> tuner = Tuner(step, module=model, optimizer=opt, device=device, mode=True, compile_fixed=None,
-        ...               planned_steps=1000, accumulation_steps=1)
+        >>> tuner = Tuner(step, module=model, optimizer=opt, device=device, mode=True,
+        ...               compile_fixed=None, planned_steps=1000, accumulation_steps=1)
         >>> step = tuner.run(batches, train_one, lambda: False)  # train_one(batch, step) -> loss
         >>> tuner.result.chosen.name
         'compile+fused'
@@ -137,7 +124,7 @@ class Tuner:
         self.result = TuneResult(decision=decision, trials=tuple(self._trials),
                                  compile=best.compiled, optimizer=optimizer_name,
                                  seconds=time.perf_counter() - started, steps=self._steps)
-        _log.info("tune: %s", summary(self.result))
+        _log.info("tune: %s", trials.summary(self.result))
         return best
 
     @property
@@ -157,9 +144,9 @@ class Tuner:
             return "not tuned: tune='auto' tunes GPU runs (tune=True tunes this one)"
         if self._planned is None:
             return "not tuned: the run's length is unknown (no steps= and no len(loader))"
-        if self._planned < AUTO_MIN_STEPS:
+        if self._planned < trials.AUTO_MIN_STEPS:
             return (f"not tuned: {self._planned} steps are fewer than the "
-                    f"{AUTO_MIN_STEPS} it takes to pay back a compilation")
+                    f"{trials.AUTO_MIN_STEPS} it takes to pay back a compilation")
         return "tuned"
 
     def _after(self, baseline: Trial) -> str:
@@ -170,10 +157,10 @@ class Tuner:
             return "tuned"
         step_s = baseline.step_seconds / self._unit
         estimate = step_s * (self._planned or 0)
-        if estimate < AUTO_MIN_RUN_S:
+        if estimate < trials.AUTO_MIN_RUN_S:
             return (f"not tuned: the run is estimated at {estimate:.0f} s ({self._planned} "
-                    f"steps x {step_s * 1e3:.1f} ms), under the {AUTO_MIN_RUN_S:.0f} s that "
-                    "pays back the trials")
+                    f"steps x {step_s * 1e3:.1f} ms), under the {trials.AUTO_MIN_RUN_S:.0f} s "
+                    "that pays back the trials")
         return "tuned"
 
     def _best_trial(self) -> Trial:
@@ -198,8 +185,8 @@ class Tuner:
             return True
         if trial.status == "measured":
             trial.status = "slower" if verdict == "slower" else verdict
-            trial.why = trial.why or (f"not clearly faster than {best.name} (by {MARGIN:.0%} "
-                                      "and beyond its fastest step)")
+            trial.why = trial.why or (f"not clearly faster than {best.name} (by "
+                                      f"{trials.MARGIN:.0%} and beyond its fastest step)")
         return False
 
     # -- one candidate ---------------------------------------------------------------
@@ -238,7 +225,7 @@ class Tuner:
         times: list[float] = []
         first: float | None = None
         breaks = _graph_breaks(self._torch)
-        for unit in range(WARMUP_UNITS + TIMED_UNITS):
+        for unit in range(trials.WARMUP_UNITS + trials.TIMED_UNITS):
             if self._ended:
                 break
             try:
@@ -255,10 +242,10 @@ class Tuner:
             if unit == 0:
                 first = seconds
                 storm = _graph_breaks(self._torch) - breaks
-                if check and storm > GRAPH_BREAK_STORM:
+                if check and storm > trials.GRAPH_BREAK_STORM:
                     trial.status, trial.why = "failed", f"graph break storm: {storm} breaks"
                     return times, first
-            elif unit >= WARMUP_UNITS:
+            elif unit >= trials.WARMUP_UNITS:
                 times.append(seconds)
         return times, first
 
@@ -325,11 +312,11 @@ class Tuner:
 
 
 def _clearly_faster(trial: Trial, best: Trial) -> bool:
-    """`trial`'s median beats `best`'s by `MARGIN` and its fastest step too."""
+    """`trial`'s median beats `best`'s by `trials.MARGIN` and its fastest step too."""
     if trial.step_seconds is None or best.step_seconds is None:
         return False
     fastest = best.spread[0] if best.spread else best.step_seconds
-    return trial.step_seconds < min(best.step_seconds * (1 - MARGIN), fastest)
+    return trial.step_seconds < min(best.step_seconds * (1 - trials.MARGIN), fastest)
 
 
 class _Failed(Exception):
@@ -370,9 +357,10 @@ def _checked(step: Step, eager: float) -> Step:
 def _check_loss(compiled: float, eager: float) -> None:
     if math.isfinite(eager) and not math.isfinite(compiled):
         raise _LossMismatch(f"loss {compiled} where the eager loss was {eager:.6g}")
-    if math.isfinite(eager) and abs(compiled - eager) > LOSS_RTOL * abs(eager) + LOSS_ATOL:
+    rtol, atol = trials.LOSS_RTOL, trials.LOSS_ATOL
+    if math.isfinite(eager) and abs(compiled - eager) > rtol * abs(eager) + atol:
         raise _LossMismatch(f"loss {compiled:.6g} differs from the eager {eager:.6g} on the "
-                            f"same batch by more than {LOSS_RTOL:.0%} + {LOSS_ATOL}")
+                            f"same batch by more than {rtol:.0%} + {atol}")
 
 
 @contextlib.contextmanager

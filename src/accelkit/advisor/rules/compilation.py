@@ -76,7 +76,7 @@ def _evidence(ctx: Context, fit: bool) -> dict[str, Any]:
     return evidence
 
 
-def _measured(ctx: Context, trial: tuning.Trial, fit: bool) -> Advice:
+def _measured(ctx: Context, trial: tuning.Compared, fit: bool) -> Advice:
     evidence = {**_evidence(ctx, fit), **trial.evidence()}
     ratio = trial.speedup or 0.0
     base_ms, cand_ms = trial.baseline_seconds * 1e3, trial.step_seconds * 1e3
@@ -108,7 +108,7 @@ def _measured(ctx: Context, trial: tuning.Trial, fit: bool) -> Advice:
     )
 
 
-def _failed(ctx: Context, trial: tuning.Trial) -> Advice:
+def _failed(ctx: Context, trial: tuning.Compared) -> Advice:
     return Advice(
         id="compile",
         severity=Severity.INFO,
@@ -121,7 +121,7 @@ def _failed(ctx: Context, trial: tuning.Trial) -> Advice:
     )
 
 
-def _estimated(ctx: Context, fit: bool, trial: tuning.Trial | None) -> Advice:
+def _estimated(ctx: Context, fit: bool, trial: tuning.Compared | None) -> Advice:
     evidence = _evidence(ctx, fit)
     if trial is not None:
         evidence.update(trial.evidence())

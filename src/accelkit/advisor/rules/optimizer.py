@@ -87,7 +87,7 @@ def _action(name: str, target: str, opt: dict[str, Any], param_bytes: Any) -> st
     return code + "; " + "; ".join(notes)
 
 
-def _gain(trial: tuning.Trial | None, measured: float | None, tensors: Any, kind: str,
+def _gain(trial: tuning.Compared | None, measured: float | None, tensors: Any, kind: str,
           target: str) -> str:
     if measured is not None and trial is not None:
         return (f"measured {measured:.2f}x: {trial.baseline_seconds * 1e3:.2f} ms / "
