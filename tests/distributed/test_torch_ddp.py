@@ -118,3 +118,15 @@ def test_scaling_benchmark_script_runs_under_torchrun(tmp_path) -> None:
     assert result["scaling_efficiency"] > 0
     assert result["global"]["tokens_per_second"] == pytest.approx(
         result["global"]["samples_per_second"] * 256)
+
+
+def test_tune_under_ddp_takes_rank_zeros_verdicts_on_every_rank(trained) -> None:
+    ranks, _, _ = trained
+    tunings = [result["tuned"]["tuning"] for result in ranks]
+    assert all(t["decision"] == "tuned" for t in tunings)
+    statuses = [[c["status"] for c in t["candidates"]] for t in tunings]
+    assert statuses[0] == statuses[1] and tunings[0]["chosen"] == tunings[1]["chosen"]
+    assert tunings[0]["optimizer"] == tunings[1]["optimizer"]
+    # The same verdicts, so the same implementation on both ranks: the weights agree.
+    checksums = ranks[0]["tuned"]["checksums"]
+    assert checksums[0] == checksums[1]
