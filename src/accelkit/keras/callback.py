@@ -1,11 +1,13 @@
 """`ProfileCallback`: the profiled-fit measurements for any `model.fit`.
 
 Keras' TensorFlow trainer fetches each batch inside its compiled train function,
-where no host timer can see the wait. For the default `steps_per_execution=1`
-the callback therefore replaces `model.train_function` with one that takes the
-batch from the iterator in Python (timed: that is the input wait), counts the
-first batch's FLOPs, and hands the batch to Keras' own compiled step through
-the path Keras uses for Python iterators. The step itself is unchanged.
+where no host timer can see the wait. The callback therefore replaces
+`model.train_function` with one that takes the batch from the iterator in Python
+(timed: that is the input wait), counts the first batch's FLOPs, and hands the
+batch to Keras' own compiled step through the path Keras uses for Python
+iterators. The step itself is unchanged. With `steps_per_execution > 1` only the
+first call goes that way; later calls run Keras' compiled loop as they are and
+count the batches it runs (`accelkit.keras.train_function`).
 
 The timing, the NVML figures, the precision the layers ran in and the checks
 work on any Keras backend. What reads TensorFlow itself is measured on the
@@ -17,7 +19,6 @@ figures, calibration.
 
 from __future__ import annotations
 
-import time
 import warnings
 from typing import Any
 
@@ -28,6 +29,7 @@ from accelkit.configure import current_plan
 from accelkit.hardware import detect, environment
 from accelkit.hardware.info import HardwareInfo
 from accelkit.keras import batches, checks, head, strategies
+from accelkit.keras.train_function import StepCounter
 from accelkit.planning import Plan, Request
 from accelkit.planning import plan as make_plan
 from accelkit.profiling import world
@@ -104,14 +106,12 @@ class ProfileCallback(keras.callbacks.Callback):
             framework="tensorflow"))
         # Token ids through a 16-bit float, 16-bit outputs: critical verdicts in the report.
         self.facts.update(checks.mixed_precision_facts(self.model))
-        self._batch_checked = False
         self._tf = _tensorflow()
         self._gpus = (self._tf.config.list_physical_devices("GPU") if self._tf is not None
                       else list(self.plan.hardware.gpus))
         self._flops: FlopCount | None = None
         self._count_first = self.flops_per_step is None
         self._batch: tuple[int | None, int] = (None, 0)  # (samples, tokens) of the last batch
-        self._last_logs: Any = None
         self._losses: list[float] = []
         self._epochs = 0
         self._first_batch_size: int | None = None
@@ -125,6 +125,9 @@ class ProfileCallback(keras.callbacks.Callback):
             self._tf.config.experimental.reset_memory_stats("GPU:0")
         self._wrap_train_function()
         self._sampler.start()
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self._steps.epoch_begin((self.params or {}).get("steps"))
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         self._epochs = epoch + 1
@@ -168,70 +171,22 @@ class ProfileCallback(keras.callbacks.Callback):
     # -- the train function ------------------------------------------------------------
 
     # No per-batch hook: Keras (JAX) then keeps its async dispatch instead of waiting for
-    # each step's logs. Steps are counted where Keras calls its train function.
+    # each step's logs. Steps are counted where Keras calls its train function
+    # (`accelkit.keras.train_function`), every batch of a multi-step call included.
 
     def _wrap_train_function(self) -> None:
-        """Take each step's batch where Keras hands it to its train function: the last
-        argument, an iterator of batches on the TensorFlow and JAX trainers (fetched here,
-        timed: the input wait), the batch itself on the PyTorch trainer (already fetched)."""
-        model = self.model
-        backend = keras.config.backend()
-        if self._tf is None and self._count_first:
-            self._notes["flops_per_step"] = (f"counted on the TensorFlow backend only "
-                                             f"(Keras runs on {backend}): pass flops_per_step=")
+        if self._count_first and self._tf is None:
+            self._notes["flops_per_step"] = (f"counted on the TensorFlow backend only (Keras "
+                                             f"runs on {keras.config.backend()}): pass "
+                                             "flops_per_step=")
             self._count_first = False
-        original = self._original = model.train_function
-        if model.steps_per_execution != 1 or getattr(model, "run_eagerly", False):
-            self._wrap_counting_only(original)
-            return
-        if backend == "torch":
-            self._notes["input_wait_share"] = ("not measured on Keras' PyTorch backend: its "
-                                               "trainer fetches the batch before the step")
-        stop = (StopIteration,) if self._tf is None else (StopIteration,
-                                                          self._tf.errors.OutOfRangeError)
-        clock, tokens_per_sample = self.clock, self.tokens_per_sample
-
-        def timed(*args: Any) -> Any:
-            *head, source = args
-            if hasattr(source, "__next__"):
-                start = time.perf_counter()
-                try:
-                    data = next(source)
-                except stop:
-                    raise StopIteration from None
-                clock.fetched(time.perf_counter() - start)
-                source = iter((data,))  # Keras' path for Python iterators: one step
-            else:
-                data = source
-            samples, tokens = batches.sizes(data, tokens_per_sample)
-            if not self._batch_checked:
-                self._first_batch(data, samples)
-            result = original(*head, source)
-            self._last_logs = result
-            clock.step_done(samples=samples or 0, tokens=tokens)
-            return result
-
-        model.train_function = timed
-
-    def _wrap_counting_only(self, original: Any) -> None:
-        """Several steps per call (`steps_per_execution`) or eager steps: count calls."""
-        model = self.model
-        why = (f"steps_per_execution={model.steps_per_execution}" if
-               model.steps_per_execution != 1 else "run_eagerly=True")
-        self._notes["input_wait_share"] = f"not measured with {why}"
-        self._notes["samples_per_second"] = f"batch sizes not seen with {why}"
-        if self._count_first:
-            self._notes["flops_per_step"] = f"not counted with {why}: pass flops_per_step="
+        elif self._count_first and getattr(self.model, "run_eagerly", False):
+            self._notes["flops_per_step"] = "not counted with run_eagerly=True: pass flops_per_step="
             self._count_first = False
-        per_call = int(model.steps_per_execution)
-
-        def counted(*args: Any) -> Any:
-            result = self._last_logs = original(*args)
-            for _ in range(per_call):
-                self.clock.step_done(samples=0, tokens=0)
-            return result
-
-        model.train_function = counted
+        self._steps = StepCounter(self.model, self.clock, self._tf,
+                                  tokens_per_sample=self.tokens_per_sample,
+                                  first_batch=self._first_batch, notes=self._notes)
+        self._steps.wrap()
 
     def _first_batch(self, data: Any, samples: int | None) -> None:
         """Once per fit: its batch size, the 16-bit checks, the FLOP count."""
@@ -243,16 +198,15 @@ class ProfileCallback(keras.callbacks.Callback):
 
     def _check_first_batch(self, data: Any) -> None:
         """Integers past float16's exact range fed to a float input: a fact, or an error."""
-        self._batch_checked = True
         x, _, _ = keras.utils.unpack_x_y_sample_weight(batches.first_replica(data))
         found = checks.check_first_batch(x, self.model, allow_float_ids=self.allow_float_ids)
         if found:
             self.facts["ids_over_float16"] = found
 
     def _restore_train_function(self) -> None:
-        if getattr(self, "_original", None) is not None:
-            self.model.train_function = self._original
-            self._original = None
+        steps = getattr(self, "_steps", None)
+        if steps is not None:
+            steps.restore()
 
     def _count(self, data: Any) -> FlopCount:
         from accelkit.profiling.flops_tensorflow import count_train_step_flops
@@ -273,7 +227,7 @@ class ProfileCallback(keras.callbacks.Callback):
 
     def _sync(self) -> None:
         """Wait for queued device work: reading a loss value of the last step does."""
-        logs = self._last_logs
+        logs = self._steps.last_logs
         if isinstance(logs, tuple):  # the JAX trainer returns (logs, state)
             logs = logs[0]
         if logs:
@@ -308,6 +262,8 @@ class ProfileCallback(keras.callbacks.Callback):
             epochs=self._epochs, losses=self._losses, interrupted=self.interrupted, notes=notes,
             facts=facts, single_device_samples_per_second=self.single_device_samples_per_second,
         ))
+        if "input_wait_share" in notes:  # the clock saw no wait where none was timed
+            report.input_wait_share = None
         if not self._gpus:
             report.note("peak_memory_bytes", "CPU run: device memory is not tracked")
         elif self._tf is None:

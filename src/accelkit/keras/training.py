@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import inspect
-import sys
+import logging
+import re
 import warnings
 from contextlib import nullcontext
 from typing import Any
@@ -19,6 +20,8 @@ from accelkit.keras.facts import input_facts
 from accelkit.keras.head import float32_head, outputs_float32
 from accelkit.planning import Distribution, Plan
 from accelkit.profiling.run_report import RunReport
+
+_log = logging.getLogger("accelkit")
 
 
 def fit(model: Any, x: Any = None, y: Any = None, *fit_args: Any, plan: Plan | None = None,
@@ -92,8 +95,13 @@ def fit(model: Any, x: Any = None, y: Any = None, *fit_args: Any, plan: Plan | N
                                    single_device, single_device_samples_per_second),
                                allow_float_ids=allow_float_ids)
     callback.facts["loader"] = input_facts(x)
-    history = _train(model, callback, _fit_arguments(model, x, y, fit_args, fit_kwargs))
+    arguments = _fit_arguments(model, x, y, fit_args, fit_kwargs)
+    _check_epochs(arguments.get("epochs", 1), arguments.get("initial_epoch", 0))
+    history = _train(model, callback, arguments)
     report = callback.finish()
+    if report.steps == 0 and not report.interrupted:
+        raise ValueError("the training data yielded no batch: give x (and y) with at least one "
+                         "sample, or a dataset, generator or PyDataset that yields a batch")
     _keep_history(report, history if history is not None else model.history, model)
     report.notes.update(notes)
     return report
@@ -144,23 +152,63 @@ def _fit_arguments(model: Any, x: Any, y: Any, fit_args: tuple[Any, ...],
     return dict(bound.arguments)
 
 
+def _check_epochs(epochs: Any, initial_epoch: Any) -> None:
+    """Refuse a fit that would train no epoch (Keras runs none and returns quietly)."""
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs={epochs!r}: give a whole number of epochs >= 1")
+    if isinstance(initial_epoch, int) and not isinstance(initial_epoch, bool) \
+            and epochs <= initial_epoch:
+        raise ValueError(f"epochs={epochs} must be greater than initial_epoch={initial_epoch} "
+                         "(epochs is the index of the last epoch, not a count from initial_epoch)")
+
+
+def _user_callbacks(callbacks: Any) -> list[Any]:
+    """The callbacks given to fit as a list, in every form Keras takes: None, one
+    callback, a (nested) list or tuple, a `CallbackList`."""
+    if callbacks is None:
+        return []
+    if isinstance(callbacks, keras.callbacks.CallbackList):
+        return list(callbacks.callbacks)
+    return list(keras.tree.flatten(callbacks))
+
+
+def _interrupted(error: BaseException) -> bool:
+    """True for a KeyboardInterrupt that arrives wrapped: raised in a generator or a
+    `PyDataset` that TensorFlow ran, it comes back as an `UnknownError` naming it."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    message = str(getattr(error, "message", "") or error)
+    return isinstance(error, tf.errors.OpError) and bool(
+        re.search(r"(^|\s)KeyboardInterrupt(:|\s*$)", message, re.MULTILINE))
+
+
 def _train(model: Any, callback: ProfileCallback, fit_kwargs: dict[str, Any]) -> Any:
     """`model.fit` measured by `callback`: its History, or None when interrupted.
 
-    A KeyboardInterrupt marks the callback interrupted; any other error stops the GPU
-    sampler and propagates (a lost worker's error explained, its type kept).
+    A KeyboardInterrupt (raised here, or wrapped by TensorFlow when raised in the data
+    pipeline) marks the callback interrupted; any other error stops the GPU sampler and
+    propagates (a lost worker's error explained, its type kept).
     """
     # First, so a step is counted before a user callback can stop the fit.
-    callbacks = [callback, *(fit_kwargs.get("callbacks") or [])]
+    callbacks = [callback, *_user_callbacks(fit_kwargs.get("callbacks"))]
     multi_worker = strategies.is_multi_worker(model.distribute_strategy)
     try:
         with _multi_worker.multi_worker_fit(model) if multi_worker else nullcontext():
             return model.fit(**{**fit_kwargs, "callbacks": callbacks})
     except KeyboardInterrupt:
         callback.interrupted = True
-        print("accelkit: interrupted; returning a partial report", file=sys.stderr)
+        _log.warning("accelkit: interrupted; returning a partial report")
         return None
     except tf.errors.OpError as error:
+        if _interrupted(error):
+            callback.interrupted = True
+            _log.warning("accelkit: interrupted in the input pipeline; returning a partial report")
+            return None
         callback.stop_sampler()
         if multi_worker and _lost_worker(error):
             raise _explained(error, model.distribute_strategy) from error
