@@ -23,6 +23,7 @@ from typing import Any
 from accelkit.advisor.context import DEFAULT_MFU, Context
 from accelkit.advisor.projection import Projection, project
 from accelkit.advisor.rules import FALLBACK, RULES, FallbackRule, Rule
+from accelkit.advisor.rules.needs import may_run
 from accelkit.advisor.types import Advice, Severity, rank
 from accelkit.hardware.info import HardwareInfo
 from accelkit.planning.types import Plan
@@ -51,10 +52,14 @@ def advise(hardware: HardwareInfo | None, plan: Plan | None,
     """
     ctx = Context.build(hardware, plan, measurements)
     found: list[Advice] = []
+    # A rule missing a declared input stays quiet (`rules.needs`): no verdict without
+    # its evidence, whatever the rule's own code would do with a default.
     for rule in RULES if rules is None else rules:
-        found.extend(_as_list(rule(ctx)))
+        if may_run(rule, ctx):
+            found.extend(_as_list(rule(ctx)))
     for late in FALLBACK if fallback is None else fallback:
-        found.extend(_as_list(late(ctx, list(found))))
+        if may_run(late, ctx):
+            found.extend(_as_list(late(ctx, list(found))))
     return rank(found)
 
 

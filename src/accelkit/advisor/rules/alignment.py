@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from accelkit.advisor.context import Context
+from accelkit.advisor.rules.needs import needs
 from accelkit.advisor.types import Advice, Severity
 from accelkit.hardware import capabilities
 
@@ -52,6 +53,10 @@ class _Dim(NamedTuple):
         return f"{self.layer} ({self.kind} {self.dim}={self.value})"
 
 
+@needs(("fact:layers", "batch_size"),
+       optional=("compute_capability", "figure:matmul_dtype", "plan", "measured_here"),
+       evidence={"misaligned": None, "multiple": None, "matmul_dtype": None,
+                 "vocabulary": "fact:layers", "vocabulary_multiple": "fact:layers"})
 def alignment(ctx: Context) -> Advice | None:
     """Names the vocabulary, layers and batch whose dimensions are misaligned.
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from accelkit.advisor import tuning
 from accelkit.advisor.context import Context
+from accelkit.advisor.rules.needs import needs
 from accelkit.advisor.types import Advice, Severity, amdahl
 
 # How much faster torch.compile ran the non-matmul part of the step, from docs/benchmarks.md
@@ -36,6 +37,16 @@ WARN_MEASURED = 1.10  # a measured figure needs less margin
 QUIET_BELOW = 1.05  # an estimate under 5% is within what the assumed F can be off by
 
 
+@needs("gpu", "measured_here", ("fact:compiled", "fact:model_compiled"),
+       optional=("tuning", "figure:step_time_s", "figure:mfu", "figure:mfu_calibrated",
+                 "figure:input_wait_share", "figure:flops_per_step"),
+       evidence={"compiled": None, "model_compiled": None, "gpu": None,
+                 "step_time_ms": "figure:step_time_s", "tune.*": "tuning",
+                 "mfu": ("figure:mfu", "figure:mfu_calibrated"),
+                 "mfu_against": ("figure:mfu", "figure:mfu_calibrated"),
+                 "non_matmul_share": ("figure:mfu", "figure:mfu_calibrated"),
+                 "input_wait_share": "figure:input_wait_share",
+                 "flops_per_step": "figure:flops_per_step"})
 def torch_compile(ctx: Context) -> Advice | None:
     """An uncompiled PyTorch run measured on a GPU: compile it, with the measured or
     estimated gain. Quiet for Keras, CPU runs, compiled runs and runs whose tuning
@@ -143,8 +154,9 @@ def _estimated(ctx: Context, fit: bool, trial: tuning.Compared | None) -> Advice
     speedup = amdahl(rest, FUSION)
     if speedup < QUIET_BELOW:
         return None  # the step is nearly all matmuls (or input wait): little left to fuse
-    evidence.update(mfu=round(mfu, 4), mfu_against=against, input_wait_share=round(wait, 4),
-                    non_matmul_share=round(rest, 4))
+    evidence.update(mfu=round(mfu, 4), mfu_against=against, non_matmul_share=round(rest, 4))
+    if ctx.get("input_wait_share") is not None:
+        evidence["input_wait_share"] = round(wait, 4)
     if ctx.get("flops_per_step"):
         evidence["flops_per_step"] = ctx.get("flops_per_step")
     return Advice(

@@ -10,9 +10,11 @@ DistributedDataParallel even on one machine.
 from __future__ import annotations
 
 from accelkit.advisor.context import Context
+from accelkit.advisor.rules.needs import needs
 from accelkit.advisor.types import Advice, Severity
 
 
+@needs("fact:data_parallel", evidence={"data_parallel": None, "visible_gpus": None})
 def data_parallel(ctx: Context) -> Advice | None:
     """Fires when the model is wrapped in `torch.nn.DataParallel`.
 
@@ -38,6 +40,11 @@ def data_parallel(ctx: Context) -> Advice | None:
     )
 
 
+@needs(("gpu", "fact:visible_gpus"),
+       optional=("fact:devices_used", "figure:world_size", "fact:data_parallel",
+                 "fact:distributed"),
+       evidence={"visible_gpus": None, "devices_used": "fact:devices_used",
+                 "world_size": "figure:world_size"})
 def idle_gpus(ctx: Context) -> Advice | None:
     """Fires when several GPUs are visible and one process trains on one of them.
 
@@ -65,7 +72,9 @@ def idle_gpus(ctx: Context) -> Advice | None:
         id="idle_gpus",
         severity=Severity.WARNING,
         title=f"{visible} GPUs visible, the run trained on {used}",
-        evidence={"visible_gpus": visible, "devices_used": used, "world_size": world},
+        evidence={"visible_gpus": visible,
+                  **({"devices_used": used} if ctx.fact("devices_used") is not None else {}),
+                  **({"world_size": world} if ctx.get("world_size") is not None else {})},
         action=action,
         expected_gain=(f"up to {visible}x samples/s: {visible} GPUs at perfect scaling, same "
                        "per-GPU batch (an upper bound; NCCL all-reduce costs a few percent)"),

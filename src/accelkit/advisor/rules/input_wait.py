@@ -21,13 +21,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from accelkit.advisor.context import Context
+from accelkit.advisor.rules.needs import needs
 from accelkit.advisor.types import Advice, Severity, removing_share, unbounded_gain
 
 HIGH = 0.20  # a fifth of every step idle: the pipeline is the bottleneck
 MODERATE = 0.05
 _PYDATASET_WORKERS = 8  # what the Keras action suggests
+_UNSEEN = ("the loader's settings were not recorded (a Meter does not see the loader: "
+           "meter.facts.update(accelkit.torch.facts.loader_facts(loader)) records them)")
 
 
+@needs("figure:input_wait_share", optional=("figure:step_time_s", "fact:loader"),
+       evidence={"input_wait_share": None, "step_time_ms": "figure:step_time_s",
+                 "input_wait_per_step_ms": "figure:step_time_s", "loader.*": "fact:loader"})
 def input_bound(ctx: Context) -> Advice | None:
     """Fires when `input_wait_share` >= 5% (info) or >= 20% (warning).
 
@@ -40,12 +46,12 @@ def input_bound(ctx: Context) -> Advice | None:
     if share is None or share < MODERATE:
         return None
     step = ctx.get("step_time_s")
-    loader = ctx.fact("loader") or {}
+    loader = ctx.fact("loader")  # None: not seen, so nothing is said about its settings
     evidence: dict[str, Any] = {"input_wait_share": round(share, 4)}
     if step:
         evidence["step_time_ms"] = round(step * 1e3, 3)
         evidence["input_wait_per_step_ms"] = round(share * step * 1e3, 3)
-    evidence.update({f"loader.{k}": v for k, v in loader.items() if v is not None})
+    evidence.update({f"loader.{k}": v for k, v in (loader or {}).items() if v is not None})
     cap, bound = _cap(ctx, loader)
     speedup = removing_share(share, cap)
     high = share >= HIGH
@@ -70,8 +76,18 @@ def _suggested_workers(ctx: Context) -> int:
     return min(max(cpus // max(ctx.hardware.gpu_count, 1) - 1, 2), 16) if cpus else 2
 
 
-def _cap(ctx: Context, loader: Mapping[str, Any]) -> tuple[float, str]:
-    """The most the suggested change can speed the step up, and why (module docstring)."""
+def _cap(ctx: Context, loader: Mapping[str, Any] | None) -> tuple[float, str]:
+    """The most the suggested change can speed the step up, and why (module docstring).
+
+    With the loader unseen its workers are unknown; the bound is then the one from none,
+    the largest the suggested workers can give, and the text says it assumes so."""
+    if loader is None:
+        added = _suggested_workers(ctx) if ctx.torch else ctx.hardware.cpu_count or 2
+        return float(added + 1), (f"{added} loading processes overlap the step, which then "
+                                  f"takes at least max(compute, loading / {added}), if it "
+                                  "loads in the training process now: "
+                                  + ("the loader's settings were not recorded" if ctx.torch
+                                     else "the input pipeline was not recorded"))
     kind = loader.get("type")
     if ctx.torch:
         workers = 0 if kind not in (None, "DataLoader") else int(loader.get("num_workers") or 0)
@@ -93,10 +109,17 @@ def _cap(ctx: Context, loader: Mapping[str, Any]) -> tuple[float, str]:
     return added / workers, f"{added} loading processes instead of {workers}"
 
 
-def _torch_action(ctx: Context, loader: Mapping[str, Any]) -> str:
+def _torch_action(ctx: Context, loader: Mapping[str, Any] | None) -> str:
     cpus = ctx.hardware.cpu_count
     suggested = _suggested_workers(ctx)
     pin = bool(ctx.hardware.gpus)  # page-locked buffers only help host-to-GPU copies
+    if loader is None:
+        return (f"DataLoader(dataset, batch_size=..., num_workers={suggested}"
+                f"{', pin_memory=True' if pin else ''}, persistent_workers=True, "
+                f"prefetch_factor=4)\n{_UNSEEN}: with fewer workers than that, about one per "
+                "free CPU core " + (f"({cpus} cores here)" if cpus else
+                                    "(CPU count unknown: start at 2)")
+                + "; workers survive between epochs; 4 batches queued per worker")
     if loader.get("type") not in (None, "DataLoader"):
         return (f"DataLoader(dataset, batch_size=..., num_workers={suggested}"
                 f"{', pin_memory=True' if pin else ''}, persistent_workers=True, "
@@ -126,7 +149,12 @@ def _torch_action(ctx: Context, loader: Mapping[str, Any]) -> str:
     return f"DataLoader(dataset, {', '.join(args)})\n" + "; ".join(why)
 
 
-def _tf_action(loader: Mapping[str, Any]) -> str:
+def _tf_action(loader: Mapping[str, Any] | None) -> str:
+    if loader is None:
+        return ("the input pipeline was not recorded: with tf.data, "
+                ".map(fn, num_parallel_calls=tf.data.AUTOTUNE), .cache() after the expensive "
+                "steps and .prefetch(tf.data.AUTOTUNE) last; with arrays or a generator, feed "
+                "model.fit such a tf.data pipeline")
     kind = loader.get("type")
     if kind == "tf.data.Dataset":
         steps = []

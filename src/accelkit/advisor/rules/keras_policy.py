@@ -16,12 +16,17 @@ what to do on that hardware, with that plan's policy.
 from __future__ import annotations
 
 from accelkit.advisor.context import DEFAULT_MFU, Context
+from accelkit.advisor.rules.needs import needs
 from accelkit.advisor.types import Advice, Severity, amdahl
 from accelkit.hardware import capabilities
 
 _SHOWN = 6
 
 
+@needs("fact:keras_policy", "fact:keras_layers_off_policy",
+       optional=("fact:keras_matmul_layers", "spec", "figure:mfu", "plan", "measured_here"),
+       evidence={"global_policy": None, "off_policy_layers": None,
+                 "matmul_layers": "fact:keras_matmul_layers"})
 def keras_policy(ctx: Context) -> Advice | None:
     """Fires when matmul layers compute in another dtype than the global mixed policy.
 

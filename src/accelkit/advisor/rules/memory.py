@@ -10,6 +10,7 @@ CUDA context, allocator fragmentation and library workspaces.
 from __future__ import annotations
 
 from accelkit.advisor.context import Context
+from accelkit.advisor.rules.needs import needs
 from accelkit.advisor.types import Advice, Severity
 
 LOW = 0.50  # peak below half the device: the batch could at least double
@@ -17,6 +18,12 @@ HIGH = 0.90  # peak within 10% of the device: fragmentation or a longer batch OO
 USABLE = 0.90
 
 
+@needs("figure:peak_memory_bytes", "gpu",
+       optional=("fact:model_state_bytes", "batch_size", "figure:gpu_utilization",
+                 "measured_here", "spec", "figure:matmul_dtype", "plan"),
+       evidence={"peak_memory_gb": None, "device_memory_gb": None, "peak_share": None,
+                 "model_state_gb": "fact:model_state_bytes", "batch_size": "batch_size",
+                 "per_sample_mb": "batch_size", "batch_that_fits": "batch_size"})
 def memory(ctx: Context) -> Advice | None:
     """Low peak memory (batch that would fit) or near the limit (OOM risk).
 

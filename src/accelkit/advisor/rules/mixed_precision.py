@@ -18,12 +18,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from accelkit.advisor.context import Context
+from accelkit.advisor.rules.needs import needs
 from accelkit.advisor.types import Advice, Severity
 from accelkit.hardware import capabilities, float_formats
 
 _NO_GAIN = "no speed-up: a correctness fix"
 
 
+@needs(("fact:float_id_inputs", "fact:ids_over_float16"),
+       optional=("fact:keras_policy", "figure:precision", "plan", "measured_here"),
+       evidence={k: None for k in (
+           "layer", "lookup", "input", "input_dtype", "cast_by", "rounded_in", "exact_up_to",
+           "vocabulary", "ids_changed", "ids_changed_share", "ids_out_of_range", "examples",
+           "dtype", "max_id", "example")}
+       | {"first_batch_*": "fact:ids_over_float16"})
 def float_ids(ctx: Context) -> list[Advice] | None:
     """Fires (critical) for each Keras integer lookup fed float ids through a layer that
     casts them to a 16-bit dtype under the policy in force (the what-if plan's policy when
@@ -56,6 +64,9 @@ def float_ids(ctx: Context) -> list[Advice] | None:
     return advice or None
 
 
+@needs("fact:float16_outputs", optional=("fact:keras_policy", "plan", "measured_here"),
+       evidence={k: None for k in ("outputs", "policy", "output_dtype", "relative_precision",
+                                   "largest_value")})
 def float16_outputs(ctx: Context) -> Advice | None:
     """Fires (critical) when a Keras model's outputs are 16-bit under a mixed policy (on
     a what-if plan: when that plan's policy is mixed too).
@@ -87,6 +98,9 @@ def float16_outputs(ctx: Context) -> Advice | None:
     )
 
 
+@needs("fact:half_integer_inputs",
+       evidence={k: None for k in ("input", "dtype", "shape", "max", "exact_up_to",
+                                   "examples")})
 def half_ids(ctx: Context) -> list[Advice] | None:
     """Fires (critical) for each PyTorch batch tensor that arrived in float16/bfloat16
     holding only whole numbers, past what the dtype holds exactly: ids already rounded.

@@ -15,11 +15,15 @@ from typing import Any
 
 from accelkit.advisor import tuning
 from accelkit.advisor.context import Context
+from accelkit.advisor.rules.needs import needs
 from accelkit.advisor.types import Advice, Severity
 
 WARN_MEASURED = 1.10  # a measured gain this large is a warning
 
 
+@needs("gpu", "measured_here", "fact:optimizer",
+       optional=("tuning", "fact:parameter_bytes"),
+       evidence={"optimizer.*": None, "tune.*": "tuning"})
 def fused_optimizer(ctx: Context) -> Advice | None:
     """A GPU run whose optimizer runs the for-loop (foreach or fused available), or
     foreach where a fused kernel is available.

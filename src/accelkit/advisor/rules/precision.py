@@ -9,10 +9,17 @@ up by 1 / ((1 - u) + u / R), and never by more than R.
 from __future__ import annotations
 
 from accelkit.advisor.context import DEFAULT_MFU, Context
+from accelkit.advisor.rules.needs import needs
 from accelkit.advisor.types import Advice, Severity, amdahl
 from accelkit.hardware import capabilities
 
 
+@needs("gpu", "compute_capability",
+       optional=("spec", "figure:mfu", "figure:matmul_dtype", "figure:precision", "plan",
+                 "measured_here", "fact:loss_scale"),
+       evidence={"matmul_dtype": None, "gpu": None, "compute_capability": None,
+                 "peak_*_tflops": "spec", "mfu": "figure:mfu",
+                 "loss_scale_min": "fact:loss_scale"})
 def precision(ctx: Context) -> Advice | None:
     """fp32/tf32 matmuls on a tensor-core GPU, or fp16 on a GPU with bf16.
 
@@ -47,9 +54,10 @@ def _faster_dtype(ctx: Context, cc: tuple[int, int], dtype: str) -> Advice:
         evidence[f"peak_{dtype}_tflops"] = now
         evidence[f"peak_{target}_tflops"] = then
         mfu, measured = ctx.mfu, True
-        if mfu is None:
+        if mfu is None:  # assumed, said so in the gain; evidence is what was measured
             mfu, measured = DEFAULT_MFU, False
-        evidence["mfu"] = round(mfu, 4)
+        else:
+            evidence["mfu"] = round(mfu, 4)
         speedup = min(amdahl(min(mfu, 1.0), ratio), ratio)
         gain = (f"about {speedup:.2f}x: 1 / ((1 - MFU) + MFU / R) with MFU {mfu:.1%} "
                 f"({'measured' if measured else 'assumed: not measured on this GPU'}) and "

@@ -8,11 +8,14 @@ cards can have it turned off. The longer the run, the likelier one is.
 from __future__ import annotations
 
 from accelkit.advisor.context import Context
+from accelkit.advisor.rules.needs import needs
 from accelkit.advisor.types import Advice, Severity
 
 LONG_S = 3600.0
 
 
+@needs("gpu", "measured_here", "fact:run_seconds", optional=("spec",),
+       evidence={"gpu": None, "ecc_enabled": None, "run_hours": None, "segment": "spec"})
 def no_ecc(ctx: Context) -> Advice | None:
     """Fires on a run of an hour or more on a GPU whose memory has no ECC.
 
@@ -37,7 +40,7 @@ def no_ecc(ctx: Context) -> Advice | None:
         title=(f"a {seconds / 3600:.1f} h run on {gpu.name} without ECC memory: an undetected "
                "bit flip can corrupt the weights or end the run"),
         evidence={"gpu": gpu.name, "ecc_enabled": False, "run_hours": round(seconds / 3600, 2),
-                  "segment": spec.segment if spec else None},
+                  **({"segment": spec.segment} if spec else {})},
         action=ctx.pick(
             torch="checkpoint every 15-30 min: torch.save({'model': model.state_dict(), "
                   "'optimizer': optimizer.state_dict(), 'step': step}, path), and watch the "

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from accelkit.advisor.context import Context
+from accelkit.advisor.rules.needs import needs
 from accelkit.advisor.types import Advice, Severity
 from accelkit.hardware.info import HardwareInfo
 
@@ -23,6 +24,17 @@ POOR = 0.75
 SLOW_INPUT = 0.05  # the slowest rank waits this much more of its step for input than the rest
 
 
+@needs("figure:world_size", "figure:scaling_efficiency",
+       optional=("figure:ranks", "figure:slowest_rank", "figure:global_samples_per_second",
+                 "figure:single_device_samples_per_second", "batch_size"),
+       evidence={"scaling_efficiency": None, "world_size": None,
+                 "global_samples_per_second": "figure:global_samples_per_second",
+                 "single_device_samples_per_second": "figure:single_device_samples_per_second",
+                 "ideal_samples_per_second": "figure:single_device_samples_per_second",
+                 "slowest_*": ("figure:slowest_rank",), "fastest_step_ms": "figure:slowest_rank",
+                 "other_ranks_input_wait_share": "figure:slowest_rank",
+                 "nodes": None, "gpus_per_node": None, "interconnect": None,
+                 "infiniband": None})
 def scaling(ctx: Context) -> Advice | None:
     """Fires when `scaling_efficiency` < 0.9 (info) or < 0.75 (warning) on several devices.
 

@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from accelkit.advisor.context import Context
+from accelkit.advisor.rules.needs import needs
 from accelkit.advisor.types import Advice, Severity
 from accelkit.hardware import capabilities
 
@@ -19,6 +20,12 @@ COLLAPSED = 1.0  # scale below 1: gradients are scaled down to fit, fp16 has run
 FALLEN = 2.0**10  # fell 1024-fold: at least ten net overflow steps skipped
 
 
+@needs(("figure:losses", "fact:first_nonfinite_loss_step"),
+       optional=("fact:loss_scale", "figure:precision", "plan", "compute_capability"),
+       evidence={"precision": ("figure:precision", "plan"), "nonfinite_epochs": "figure:losses",
+                 "epochs_recorded": "figure:losses",
+                 "first_nonfinite_by_step": "fact:first_nonfinite_loss_step",
+                 "loss_scale_last": "fact:loss_scale"})
 def nonfinite_loss(ctx: Context) -> Advice | None:
     """Fires when a recorded loss is NaN or infinite.
 
@@ -31,7 +38,9 @@ def nonfinite_loss(ctx: Context) -> Advice | None:
     first = ctx.fact("first_nonfinite_loss_step")
     if not bad and first is None:
         return None
-    evidence: dict[str, Any] = {"precision": ctx.precision}
+    evidence: dict[str, Any] = {}
+    if ctx.plan is not None or ctx.get("precision"):  # else ctx.precision is a default
+        evidence["precision"] = ctx.precision
     if bad:
         evidence["nonfinite_epochs"] = bad
         evidence["epochs_recorded"] = len(losses)
@@ -51,6 +60,9 @@ def nonfinite_loss(ctx: Context) -> Advice | None:
     )
 
 
+@needs("fact:loss_scale",
+       optional=("figure:precision", "plan", "compute_capability"),
+       evidence={k: None for k in ("initial_scale", "lowest_scale", "last_scale", "samples")})
 def loss_scale(ctx: Context) -> Advice | None:
     """Fires when the fp16 loss scale collapsed below 1 (critical) or fell 1024-fold (warning).
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from accelkit.advisor.context import Context
 from accelkit.advisor.rules.input_wait import HIGH as INPUT_BOUND
+from accelkit.advisor.rules.needs import needs
 from accelkit.advisor.types import Advice, Severity, removing_share, unbounded_gain
 
 BUSY = 70.0  # percent; a well-fed GPU reports 90-100
@@ -24,6 +25,11 @@ LOW_MFU = 0.30
 BATCH_FACTOR = 2  # the action doubles the batch
 
 
+@needs("gpu", "measured_here", "figure:gpu_utilization",
+       optional=("figure:input_wait_share", "figure:step_time_s", "batch_size", "fact:compiled"),
+       evidence={"gpu_utilization": None, "idle_not_input_share": None,
+                 "input_wait_share": "figure:input_wait_share",
+                 "step_time_ms": "figure:step_time_s", "batch_size": "batch_size"})
 def launch_overhead(ctx: Context) -> Advice | None:
     """Fires when NVML utilisation is below 70% and the run is not input-bound.
 
@@ -45,8 +51,9 @@ def launch_overhead(ctx: Context) -> Advice | None:
     step = ctx.get("step_time_s")
     speedup = removing_share(idle, BATCH_FACTOR)
     evidence: dict[str, object] = {"gpu_utilization": round(util, 1),
-                                   "input_wait_share": round(share, 4),
                                    "idle_not_input_share": round(idle, 4)}
+    if ctx.get("input_wait_share") is not None:
+        evidence["input_wait_share"] = round(share, 4)
     if step:
         evidence["step_time_ms"] = round(step * 1e3, 3)
     if ctx.batch_size:
@@ -91,6 +98,9 @@ def _action(ctx: Context, short: bool) -> str:
     return "; ".join(steps)
 
 
+@needs("measured_here", ("figure:mfu", "figure:mfu_calibrated"),
+       optional=("figure:step_time_s",),
+       evidence={"mfu": None, "against": None, "step_time_ms": "figure:step_time_s"})
 def where_to_look(ctx: Context, found: list[Advice]) -> Advice | None:
     """Low MFU with no warning or critical verdict to explain it: how to profile next.
 
@@ -125,7 +135,8 @@ def where_to_look(ctx: Context, found: list[Advice]) -> Advice | None:
         title=(f"MFU is {mfu:.1%} of {against} and no rule above explains it: look for "
                "small or memory-bound kernels"),
         evidence={"mfu": round(mfu, 4), "against": against,
-                  "step_time_ms": round(ctx.get("step_time_s", 0.0) * 1e3, 3)},
+                  **({"step_time_ms": round(ctx.get("step_time_s") * 1e3, 3)}
+                     if ctx.get("step_time_s") is not None else {})},
         action=profile + ("; look for non-matmul kernels (norms, softmax, element-wise) that "
                           "dominate: they are what fusion (compile=True) removes"),
         expected_gain="not estimated: the profile shows where the time goes",
