@@ -21,6 +21,7 @@ from accelkit.configure import auto_configure, plan_for
 from accelkit.hardware import detect, environment
 from accelkit.hardware.what_if import UnknownGPUError
 from accelkit.planning import Framework, Precision, Request, plan
+from accelkit.profiling import world
 from accelkit.profiling.run_report import RunReport
 from accelkit.report.assemble import with_advice
 from accelkit.report.render import describe_hardware, render_projections, table
@@ -229,11 +230,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.save:
         _check_writable(args.save)  # before the run, not after it
+    # read (and check) a reference report before the run too; its errors name the field
+    single = world.single_device_rate(_rate_or_path(args.single_device))
     result = bench.run(args.model, args.framework, steps=args.steps, batch_size=args.batch_size,
                        precision=args.precision, compile=args.compile,
                        calibrate=args.calibrate, progress=not args.json,
                        compare_single=args.compare_single,
-                       single_device=_rate_or_path(args.single_device))
+                       single_device=single)
     if environment.is_rank_zero():  # every rank holds the whole run's report; one prints it
         if args.json:
             _emit_json(result.to_dict())
@@ -268,8 +271,8 @@ def _rate_or_path(text: str | None) -> float | str | None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     try:
-        result = RunReport.load(args.path)
-    except (OSError, json.JSONDecodeError) as error:
+        result = RunReport.load(args.path)  # a bad file or field: ValueError, naming both
+    except OSError as error:
         raise ValueError(f"cannot read {args.path}: {error}") from None
     with_advice(result)  # the current rules, on the saved figures and facts
     projections = _projections(result, args.project, args.price, args.mfu)

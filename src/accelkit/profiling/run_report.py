@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from accelkit.hardware import environment
+from accelkit.profiling import report_schema
 
 logger = logging.getLogger("accelkit")
 
@@ -174,17 +175,39 @@ class RunReport:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunReport:
-        fields = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in fields})
+        """The report `to_dict` gave, each field checked against its annotation above
+        (`accelkit.profiling.report_schema`); keys of a newer report are ignored.
+
+        Raises:
+            ValueError: `data` is not a mapping, a required field is missing, or a
+                field has the wrong type; the message names the field.
+        """
+        return cls(**report_schema.check_report(data, cls))
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RunReport:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-        if data.get("schema") != SCHEMA:
-            raise ValueError(f"{path} is not an accelkit run report (schema {data.get('schema')!r}, "
+        """The report saved at `path` (`save`), checked field by field.
+
+        Raises:
+            OSError: the file cannot be read.
+            ValueError: it is not JSON, not a run report, or a field is missing or of
+                the wrong type; the message names the file and the field.
+
+        Example:
+            >>> RunReport.load("run.json").samples_per_second  # doctest: +SKIP
+            1234.5
+        """
+        data = report_schema.read_json(path)
+        schema = data.get("schema") if isinstance(data, Mapping) else None
+        if schema != SCHEMA:
+            found = (f"schema {schema!r}" if isinstance(data, Mapping)
+                     else f"it holds {report_schema.describe(data)}, not an object")
+            raise ValueError(f"{os.fspath(path)} is not an accelkit run report ({found}, "
                              f"expected {SCHEMA!r})")
-        return cls.from_dict(data)
+        try:
+            return cls.from_dict(data)
+        except ValueError as error:
+            raise ValueError(f"{os.fspath(path)}: {error}") from None
 
     def __str__(self) -> str:
         # Forwarding to the renderer, imported on call (docs/architecture.md).

@@ -1,0 +1,206 @@
+"""Checking a saved run report field by field before anything reads it.
+
+The schema is the record's own dataclass: each field's annotation on `RunReport`
+(and, inside ``tuning``, on `Trial` and `TuneResult`) says what a value must be, so a
+new field is checked the day it is added, with no second list to keep in step. No
+JSON Schema library is needed: the annotations use a handful of shapes (numbers,
+strings, flags, lists, string-keyed objects, unions with None), checked here.
+
+A report that fails names the field (``tuning.candidates[1].step_seconds``) and what
+it holds, so ``accelkit report`` can say which file and which field are wrong
+instead of failing later in a format string.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+from accelkit.profiling.tuning import Trial, TuneResult
+
+# Keys of ``report.tuning`` that `TuneResult.to_dict` derives rather than stores.
+_TUNING_DERIVED: dict[str, Any] = {"baseline": str, "chosen": str, "speedup": float | None,
+                                   "candidates": list[dict[str, Any]]}
+
+# A figure that is a ratio to another: one without the other is a damaged report.
+_NEEDS = {"mfu": "peak_tflops", "mfu_calibrated": "calibrated_tflops"}
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """The JSON document at `path`.
+
+    Raises:
+        OSError: the file cannot be opened.
+        ValueError: it is not UTF-8 JSON; the message names the file.
+    """
+    with open(path, encoding="utf-8") as handle:
+        try:
+            return json.load(handle)
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ValueError(f"{os.fspath(path)} is not a JSON file: {error}") from None
+
+
+def check_report(data: Any, cls: type) -> dict[str, Any]:
+    """`check_fields` for the run report `cls` (`RunReport`), then its ``tuning``
+    (`check_tuning`) and the figures that only mean something with another.
+
+    Raises:
+        ValueError: naming the field.
+    """
+    values = check_fields(data, cls)
+    check_tuning(values.get("tuning"))
+    for figure, basis in _NEEDS.items():
+        if values.get(figure) is not None and values.get(basis) is None:
+            raise ValueError(f"field {figure!r} is {values[figure]!r} but {basis!r} is "
+                             f"{'missing' if basis not in values else 'null'}: {figure} is "
+                             f"measured against {basis}")
+    return values
+
+
+def check_fields(data: Any, cls: type, where: str = "") -> dict[str, Any]:
+    """The entries of `data` that are fields of the dataclass `cls`, checked against
+    the fields' annotations; keys `cls` does not have (a newer report's) are dropped.
+
+    Args:
+        data: a decoded JSON object.
+        cls: the dataclass whose fields it fills (`RunReport`, `Trial`).
+        where: the dotted path of `data` in the report, for messages ('' at the top).
+
+    Raises:
+        ValueError: `data` is not an object, a field without a default is missing, or a
+            value has the wrong type; the message names the field.
+
+    Example:
+        >>> check_fields({"name": "eager", "settings": {}, "steps": "3"}, Trial)
+        Traceback (most recent call last):
+        ValueError: field 'steps' must be a whole number, got the string '3'
+    """
+    if not isinstance(data, Mapping):  # a file's content: ValueError, as json's own errors
+        raise ValueError(  # noqa: TRY004
+            f"{_field(where) if where else 'the report'} must be an object, got {describe(data)}")
+    hints = _hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    missing = [name for name, f in fields.items()
+               if name not in data and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]
+    if missing:
+        names = ", ".join(repr(_join(where, name)) for name in missing)
+        raise ValueError(f"missing required field{'s' if len(missing) > 1 else ''} {names}")
+    values = {name: data[name] for name in fields if name in data}
+    for name, value in values.items():
+        check_value(value, hints[name], _join(where, name))
+    return values
+
+
+def check_tuning(tuning: Any, where: str = "tuning") -> None:
+    """Check ``report.tuning`` (`TuneResult.to_dict`'s mapping, or None).
+
+    Every key is optional, as `TuneResult.from_dict` reads them; those present must
+    have `TuneResult`'s types, and each candidate `Trial`'s.
+
+    Raises:
+        ValueError: naming the field, e.g. ``tuning.candidates[0].spread``.
+    """
+    if tuning is None:
+        return
+    check_value(tuning, dict[str, Any], where)
+    expected = {**_hints(TuneResult), **_TUNING_DERIVED}
+    for key, hint in expected.items():
+        if key in tuning and key != "trials":
+            check_value(tuning[key], hint, _join(where, key))
+    for index, candidate in enumerate(tuning.get("candidates") or ()):
+        check_fields(candidate, Trial, f"{where}.candidates[{index}]")
+
+
+def check_value(value: Any, hint: Any, where: str) -> None:
+    """Raise ValueError naming `where` unless `value` (decoded JSON) fits `hint`."""
+    problem = _mismatch(value, hint, where)
+    if problem:
+        raise ValueError(problem)
+
+
+def _mismatch(value: Any, hint: Any, where: str) -> str | None:
+    """Why `value` does not fit `hint`, naming the innermost field; None when it fits."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return None
+    if origin in (typing.Union, types.UnionType):
+        if any(_mismatch(value, arg, where) is None for arg in args):
+            return None
+        # one non-None alternative that is a container: report the innermost field
+        inner = [arg for arg in args if arg is not type(None)]
+        if len(inner) == 1 and isinstance(value, (list, dict)) \
+                and typing.get_origin(inner[0]) in (list, dict):
+            return _mismatch(value, inner[0], where)
+        return _wrong(value, hint, where)
+    if origin is list:
+        if not isinstance(value, list):
+            return _wrong(value, hint, where)
+        return next((p for i, item in enumerate(value)
+                     if (p := _mismatch(item, args[0], f"{where}[{i}]"))), None)
+    if origin in (dict, Mapping) or hint in (dict, Mapping):
+        if not isinstance(value, dict):
+            return _wrong(value, hint, where)
+        item_hint = args[1] if args else Any
+        return next((p for key, item in value.items()
+                     if (p := _mismatch(item, item_hint, _join(where, str(key))))), None)
+    return None if _is_scalar(value, hint) else _wrong(value, hint, where)
+
+
+def _is_scalar(value: Any, hint: Any) -> bool:
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:  # JSON writes 2.0 as 2
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def _wrong(value: Any, hint: Any, where: str) -> str:
+    return f"{_field(where)} must be {_expected(hint)}, got {describe(value)}"
+
+
+def _expected(hint: Any) -> str:
+    """`hint` in words: 'a number or null', 'a list of numbers'."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_expected(arg) for arg in args)
+    if origin is list:
+        return f"a list of {_expected(args[0]).removeprefix('a ').removeprefix('an ')}s" \
+            if args and args[0] is not Any else "a list"
+    if origin in (dict, Mapping) or hint in (dict, Mapping):
+        return "an object"
+    return {type(None): "null", bool: "true or false", int: "a whole number",
+            float: "a number", str: "a string"}.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def describe(value: Any) -> str:
+    """A decoded JSON value in words: 'the string \'abc\'', 'a list of 3 items'."""
+    kind = {type(None): "null", bool: "a boolean", int: "the number", float: "the number",
+            str: "the string", list: "a list", dict: "an object"}.get(type(value), "a value")
+    if isinstance(value, (list, dict)):
+        return f"{kind} of {len(value)} item{'s' if len(value) != 1 else ''}"
+    text = repr(value)
+    return kind if value is None else f"{kind} {text[:60]}{'...' if len(text) > 60 else ''}"
+
+
+def _field(where: str) -> str:
+    return f"field {where!r}"
+
+
+def _join(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
