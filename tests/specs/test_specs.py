@@ -369,8 +369,11 @@ def test_rtx_3080_told_apart_by_memory():
         (81559, 700, "h100-sxm"),
         (81559, 350, "h100-pcie"),
         (81559, 310, "h100-pcie"),
-        (95830, 400, "h100-nvl"),
-        (95830, None, "h100-nvl"),
+        # A 94 GB "NVIDIA H100" is the H100 SXM5 94GB (PCI 0x2339), not the NVL (which
+        # NVML names "NVIDIA H100 NVL"): no datasheet row, so unknown, never NVL figures.
+        (95830, 400, None),
+        (95830, 350, None),
+        (95830, None, None),
         (81559, None, None),  # SXM or PCIe: no guess
         (65536, 700, None),  # no 64 GB row
         (95830, 700, None),  # 94 GB at 700 W is none of the three
@@ -379,6 +382,13 @@ def test_rtx_3080_told_apart_by_memory():
 def test_h100_variants_by_memory_and_power(memory_mib, power_w, key):
     found = lookup("NVIDIA H100", memory_bytes=memory_mib * MIB, power_limit_w=power_w)
     assert (found and found.key) == key
+
+
+def test_the_h100_nvl_is_found_by_its_own_name_at_any_power_limit():
+    for power in (None, 350, 400):
+        found = lookup("NVIDIA H100 NVL", memory_bytes=95830 * MIB, power_limit_w=power)
+        assert found.key == "h100-nvl"
+    assert lookup("h100 nvl").key == "h100-nvl"
 
 
 def test_h200_variants_by_name_not_by_a_capped_power_limit():
@@ -457,8 +467,9 @@ def test_unknown_message_names_the_gpu_and_the_nearest_rows():
 
 def test_unknown_message_for_an_ambiguous_name_lists_the_rows():
     message = unknown_message("h100")
-    for key in ("h100-sxm", "h100-pcie", "h100-nvl"):
+    for key in ("h100-sxm", "h100-pcie"):
         assert by_key(key).name in message
+    assert by_key("h100-nvl").name not in message  # the NVL answers to its own name only
 
 
 def test_docstring_examples():

@@ -158,7 +158,7 @@ def lookup(
         'a100-sxm4-80gb'
         >>> lookup("h100", memory_bytes=80 * 2**30, power_limit_w=350).key
         'h100-pcie'
-        >>> lookup("h100") is None  # three H100 rows share the name
+        >>> lookup("h100") is None  # the SXM5 and PCIe rows share the name
         True
         >>> lookup("NVIDIA A1000") is None
         True
