@@ -44,7 +44,7 @@ def set_current_plan(plan: Plan | None) -> None:
 
 def auto_configure(framework: str = "auto", precision: str = "auto", distribute: str = "auto",
                    compile: bool = False, dry_run: bool = False, verbose: bool = True, *,
-                   hardware: HardwareInfo | None = None) -> Plan:
+                   deterministic: bool = False, hardware: HardwareInfo | None = None) -> Plan:
     """Detect the GPUs, plan the settings for them and apply the plan.
 
     Call it at the top of a training script, before building models. Values the
@@ -70,8 +70,16 @@ def auto_configure(framework: str = "auto", precision: str = "auto", distribute:
             ``ACCELKIT_PRECISION`` takes the place of ``"auto"``.
         distribute: ``"auto"`` or ``"none"``.
         compile: ask for ``torch.compile`` / XLA in the fit helpers.
-        dry_run: plan but apply nothing (so does ``ACCELKIT_DISABLE=1``).
+        dry_run: plan but apply nothing (so does ``ACCELKIT_DISABLE=1``). The plan is
+            marked unapplied (``plan.not_applied``): a fit that finds it as the current
+            plan trains as the script alone would (float32, no channels-last, no
+            compile); one given it as ``plan=`` follows it.
         verbose: print the plan table to stderr (rank 0 only).
+        deterministic: the run must repeat bit for bit: no cuDNN benchmarking (planned
+            off). Without it, a script that called
+            ``torch.use_deterministic_algorithms(True)`` or set
+            ``torch.backends.cudnn.deterministic = True`` keeps benchmarking off too
+            ("kept user value").
         hardware: plan for this snapshot instead of detecting.
 
     Returns:
@@ -94,7 +102,7 @@ def auto_configure(framework: str = "auto", precision: str = "auto", distribute:
                          "(accelkit.detect(), accelkit.what_if(...)) or None to detect")
     decision = frameworks.resolve(framework)
     hardware = hardware if hardware is not None else detect()
-    requests = {chosen: _request(chosen, precision, distribute, compile)
+    requests = {chosen: _request(chosen, precision, distribute, compile, deterministic)
                 for chosen in (decision.framework, *decision.at_import)}
     plans = {chosen: plan(hardware, request) for chosen, request in requests.items()}
     result = plans[decision.framework]
@@ -106,9 +114,11 @@ def auto_configure(framework: str = "auto", precision: str = "auto", distribute:
     if not is_available(decision.framework.value):
         notes.append(f"{decision.framework.value} is not installed: nothing applied "
                      f"(pip install 'accelkit[{decision.framework.value}]')")
+        result = result.as_unapplied(notes[-1])
     elif dry_run or environment.flag(DISABLE_ENV):
         notes.append("dry run: nothing applied" if dry_run
                      else f"{DISABLE_ENV}={os.environ[DISABLE_ENV]}: nothing applied")
+        result = result.as_unapplied(notes[-1])
     elif decision.at_import:
         frameworks.at_import(decision, _applier_at_import(plans, notes[1:], verbose))
         deferred = True
@@ -139,7 +149,8 @@ def _applier_at_import(plans: Mapping[Framework, Plan], notes: list[str],
     return apply_at_import
 
 
-def _request(framework: Any, precision: str, distribute: str, compile: bool) -> Request:
+def _request(framework: Any, precision: str, distribute: str, compile: bool,
+             deterministic: bool) -> Request:
     env_precision = os.environ.get(PRECISION_ENV, "").strip()
     if env_precision and str(precision).strip().lower() == "auto":
         try:
@@ -148,7 +159,7 @@ def _request(framework: Any, precision: str, distribute: str, compile: bool) -> 
             raise ValueError(f"{PRECISION_ENV}: {error}") from None
         precision = env_precision
     return Request(framework=framework, precision=precision, distribute=distribute,
-                   compile=compile)
+                   compile=compile, deterministic=deterministic)
 
 
 def apply(plan: Plan) -> Plan:
@@ -170,6 +181,7 @@ def apply(plan: Plan) -> Plan:
 
 
 def _apply(plan: Plan) -> Plan:
+    plan = dataclasses.replace(plan, not_applied="")  # a dry run's plan, applied now
     try:
         return frameworks.apply(plan)
     except ImportError:
@@ -188,7 +200,8 @@ def plan_for(gpu: str | None = None, count: int = 1, framework: str = "torch",
         gpu: a GPU name or alias (`accelkit specs` lists them).
         count: how many.
         framework: ``"torch"`` or ``"tensorflow"``.
-        **request: ``precision``, ``distribute``, ``compile``, ``fixed_shapes``, and
+        **request: ``precision``, ``distribute``, ``compile``, ``fixed_shapes``,
+            ``deterministic``, and
             ``environ`` (launcher variables such as torchrun's or TF_CONFIG).
 
     Raises:

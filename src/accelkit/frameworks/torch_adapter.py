@@ -70,11 +70,37 @@ def apply_tf32_cudnn(setting: Setting) -> Outcome:
 
 
 def apply_cudnn_benchmark(setting: Setting) -> Outcome:
-    torch = _torch()
-    if torch.backends.cudnn.benchmark == bool(setting.value):
-        return Status.ALREADY_SET, f"benchmark={torch.backends.cudnn.benchmark}"
-    torch.backends.cudnn.benchmark = bool(setting.value)
+    """cuDNN's autotuner, unless the script asked for determinism or set it itself.
+
+    Benchmarking picks kernels by timing, so two runs may compute differently: a script
+    that set ``torch.backends.cudnn.deterministic = True`` or called
+    ``torch.use_deterministic_algorithms(True)`` keeps it off. ``benchmark = False`` alone
+    cannot be told from PyTorch's default; ``auto_configure(deterministic=True)`` says it.
+    """
+    cudnn = _torch().backends.cudnn
+    wanted, current = bool(setting.value), bool(cudnn.benchmark)
+    if current == wanted:
+        return Status.ALREADY_SET, f"benchmark={current}"
+    asked = user_determinism()
+    if wanted and asked:
+        return Status.KEPT_USER_VALUE, (f"benchmark={current}: the script asked for "
+                                        f"determinism ({asked})")
+    if current and not is_ours(setting.key, current):
+        return Status.KEPT_USER_VALUE, f"benchmark={current} set by the user"
+    cudnn.benchmark = wanted
+    set_by_us(setting.key, wanted)
     return Status.APPLIED, ""
+
+
+def user_determinism() -> str:
+    """The PyTorch flags by which the script asked for deterministic kernels, or ""."""
+    torch = _torch()
+    asked = []
+    if torch.are_deterministic_algorithms_enabled():
+        asked.append("torch.use_deterministic_algorithms(True)")
+    if torch.backends.cudnn.deterministic:
+        asked.append("torch.backends.cudnn.deterministic=True")
+    return ", ".join(asked)
 
 
 # -- allocator ---------------------------------------------------------------------

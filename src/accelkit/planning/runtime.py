@@ -17,7 +17,15 @@ def settings(hardware: HardwareInfo, request: Request, precision: Precision) -> 
 def _torch(hardware: HardwareInfo, request: Request, precision: Precision) -> list[Setting]:
     out: list[Setting] = []
     if hardware.gpus:
-        if request.fixed_shapes:
+        if request.deterministic:
+            out.append(Setting(
+                Key.CUDNN_BENCHMARK, False,
+                "deterministic=True: cuDNN benchmarking times the algorithms and may pick "
+                "another one on the next run, so results differ (PyTorch reproducibility "
+                "notes); also call torch.use_deterministic_algorithms(True) (PyTorch "
+                "releases whose notes still ask for it: CUBLAS_WORKSPACE_CONFIG=:4096:8 "
+                "before CUDA initialises)"))
+        elif request.fixed_shapes:
             out.append(Setting(
                 Key.CUDNN_BENCHMARK, True,
                 "input shapes are fixed: cuDNN times its convolution algorithms once per "

@@ -144,6 +144,14 @@ class Request:
     """What the caller asks of the planner; `auto` lets the planner choose.
 
     Validated on construction: a bad value raises `ValueError` naming the valid ones.
+
+    Attributes:
+        deterministic: the run must repeat bit for bit: the planner leaves out what
+            picks kernels by timing (cuDNN benchmarking) and plans it off.
+
+    Example:
+        >>> Request(framework="torch", precision="bf16", deterministic=True).deterministic
+        True
     """
 
     framework: Framework = Framework.TORCH
@@ -151,6 +159,7 @@ class Request:
     distribute: Distribution = Distribution.AUTO
     compile: bool = False
     fixed_shapes: bool = True
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "framework", Framework.parse(self.framework, name="framework"))
@@ -164,8 +173,10 @@ class Request:
         if self.framework is Framework.AUTO:
             raise ValueError("framework='auto' must be resolved before planning; "
                              "use 'torch' or 'tensorflow'")
-        if not isinstance(self.compile, bool):
-            raise ValueError(f"compile={self.compile!r} is not valid; use True or False")
+        for name in ("compile", "fixed_shapes", "deterministic"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(  # noqa: TRY004 - every bad argument is a ValueError (STYLE.md)
+                    f"{name}={getattr(self, name)!r} is not valid; use True or False")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,6 +200,9 @@ class Plan:
     settings: tuple[Setting, ...]
     hardware: HardwareInfo
     notes: tuple[str, ...] = ()
+    # Why `auto_configure` planned this plan but applied none of it (a dry run,
+    # ACCELKIT_DISABLE, the framework missing); "" for any other plan.
+    not_applied: str = ""
 
     # -- reading -------------------------------------------------------------
 
@@ -232,6 +246,28 @@ class Plan:
     def with_settings(self, settings: Iterable[Setting], notes: Iterable[str] = ()) -> Plan:
         return dataclasses.replace(self, settings=tuple(settings), notes=self.notes + tuple(notes))
 
+    def as_unapplied(self, why: str) -> Plan:
+        """This plan marked as planned but not applied (`why`: a dry run,
+        ACCELKIT_DISABLE...), so a fit that picks it up as the current plan trains the
+        model as the script left it (`without_helpers`)."""
+        return dataclasses.replace(self, not_applied=why)
+
+    def without_helpers(self) -> Plan:
+        """The plan a fit follows in place of an unapplied one: float32, and none of the
+        settings a helper would apply (autocast, loss scaling, channels-last, compile,
+        a strategy), so the run computes what the script alone would.
+
+        Example:
+            >>> plan = accelkit.auto_configure(dry_run=True)
+            >>> plan.without_helpers().precision
+            <Precision.FP32: 'fp32'>
+        """
+        kept = tuple(s for s in self.settings if s.kind is not Kind.HELPER)
+        note = (f"not applied ({self.not_applied or 'by request'}): a fit following it trains "
+                "in float32 with none of its helper settings")
+        return dataclasses.replace(self, precision=Precision.FP32, settings=kept,
+                                   notes=self.notes + (note,))
+
     # -- PyTorch helpers ---------------------------------------------------------
     # Thin forwarding to `accelkit.torch.precision`, imported on call: the only
     # imports in planning that point down the stack (docs/architecture.md).
@@ -264,6 +300,7 @@ class Plan:
             "env": self.env,
             "notes": list(self.notes),
             "hardware": self.hardware.to_dict(),
+            **({"not_applied": self.not_applied} if self.not_applied else {}),
         }
 
     @classmethod
@@ -277,6 +314,7 @@ class Plan:
             settings=tuple(Setting.from_dict(s) for s in data["settings"]),
             hardware=HardwareInfo.from_dict(data["hardware"]),
             notes=tuple(data.get("notes", ())),
+            not_applied=data.get("not_applied", ""),
         )
 
     def __str__(self) -> str:

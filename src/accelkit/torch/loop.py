@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import math
 import sys
 import time
@@ -23,6 +24,8 @@ from accelkit.torch.step import Step
 from accelkit.torch.tuner import Tuner
 from accelkit.utils import arguments
 from accelkit.utils.imports import require
+
+_log = logging.getLogger("accelkit")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +61,9 @@ def train(run: Prepared, step: Step, meter: Meter, schedule: Schedule, *,
     ``meter.record_loss``; a KeyboardInterrupt ends the run early (``meter.interrupted``).
     With a `tuner`, the first batches of the first epoch train through its trials and
     the rest of the run through the step it keeps; the trials are the meter's warm-up.
+    A loader that yields nothing in a later epoch (a generator, a one-shot iterator)
+    ends the run there: ``meter.epochs`` becomes the epochs trained, with a note and a
+    warning.
 
     Args:
         run, step: from `prepare` and `make_step`.
@@ -124,6 +130,9 @@ def train(run: Prepared, step: Step, meter: Meter, schedule: Schedule, *,
                     if limit_reached():
                         break
                 else:
+                    if epoch and not epoch_steps:
+                        _ran_dry(meter, epoch, schedule.epochs)
+                        break
                     meter.facts.setdefault("steps_per_epoch", epoch_steps)
             if epoch_steps:
                 meter.record_loss((running / epoch_steps).item())
@@ -143,6 +152,17 @@ def train(run: Prepared, step: Step, meter: Meter, schedule: Schedule, *,
         print(f"accelkit: {where}interrupted after {done} steps; returning a partial "
               "report", file=sys.stderr)
     return step
+
+
+def _ran_dry(meter: Meter, trained: int, asked: int) -> None:
+    """The loader yielded nothing in epoch `trained` + 1: it was an iterator spent by the
+    epochs before, so the run ends with the epochs it trained, saying so."""
+    why = (f"the loader yielded no batch in epoch {trained + 1} of {asked}: a one-shot "
+           f"iterator or generator, spent after {trained} epoch(s); pass a loader that can "
+           "be iterated again (a DataLoader, a list) to train every epoch")
+    meter.epochs = trained
+    meter.note("epochs", why)
+    _log.warning("accelkit.torch.fit: %s", why)
 
 
 def end_progress(meter: Meter) -> None:

@@ -38,6 +38,7 @@ from accelkit.profiling.flop_count import FlopCount
 from accelkit.profiling.run_report import RunReport
 from accelkit.profiling.sampler import NvmlSampler
 from accelkit.report.assemble import build_report, with_advice
+from accelkit.torch.meter_guard import StepGuard
 from accelkit.utils import arguments
 from accelkit.utils.imports import require
 
@@ -135,6 +136,7 @@ class Meter:
         self._notes: dict[str, str] = {}
         self._batch_facts: dict[str, Any] = {}  # what the meter saw in the batches
         self._started = False
+        self._guard = StepGuard()
         self._report: RunReport | None = None
         # What accelkit.torch.fit's tuner measured (TuneResult.to_dict()), for the report.
         self.tuning: dict[str, Any] | None = None
@@ -186,10 +188,22 @@ class Meter:
                 dimension of its token ids or of its first tensor.
             samples: the sample count, when the batch does not tell it.
 
+        A step inside another step, or after `report`, runs unmeasured (the outermost
+        counts each step once; the report is built): a warning and a note say so.
+
         Example:
             >>> with meter.step({"input_ids": ids, "attention_mask": mask, "labels": ids}):
             ...     model(**batch).loss.backward()
         """
+        measured = self._guard.enter(self._report)
+        try:
+            with self._measure(batch, samples) if measured else contextlib.nullcontext():
+                yield
+        finally:
+            self._guard.leave()
+
+    @contextlib.contextmanager
+    def _measure(self, batch: Any, samples: int | None) -> Iterator[None]:
         self.start()
         self.clock.step_begin()
         counter = self._flop_counter() if self._count_first else None
@@ -250,6 +264,10 @@ class Meter:
     def record_loss(self, value: float) -> None:
         self.losses.append(float(value))
 
+    def note(self, field: str, reason: str) -> None:
+        """Say in the report why `field` is missing or how it was obtained."""
+        self._notes[field] = f"{self._notes[field]}; {reason}" if field in self._notes else reason
+
     def _window_end(self, step_s: float, step: int) -> None:
         """At a synchronised window boundary: read what would cost a sync elsewhere."""
         if self._scaler is not None:
@@ -296,7 +314,7 @@ class Meter:
         calibration = None
         if self.calibrate:
             calibration = self._calibrate()
-        notes = dict(self._notes)
+        notes = {**self._notes, **self._guard.notes()}
         notes.update({k: v for k, v in {"gpu_utilization": "; ".join(self._sampler.notes)}.items()
                       if v})
         try:

@@ -8,6 +8,7 @@ after it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -33,6 +34,8 @@ class Prepared:
             follow it), else None.
         group: this process's place in the process group, or None when it trains alone.
         sampling: what was done to the loader for the process group, or None.
+        changes: what was done in place to the user's module (moved to a device,
+            converted to channels-last), for the report; `restore` undoes the layout.
     """
 
     model: Any
@@ -42,6 +45,7 @@ class Prepared:
     layout: Any = None
     group: parallel.World | None = None
     sampling: str | None = None
+    changes: tuple[str, ...] = ()
 
 
 def prepare(model: Any, loader: Iterable[Any], plan: Plan, *, device: Any,
@@ -65,14 +69,20 @@ def prepare(model: Any, loader: Iterable[Any], plan: Plan, *, device: Any,
     torch = require("torch")
     module = parallel.unwrap(model)
     layout = None
+    changes: list[str] = []
     if module is not model:  # the script's own DDP (its options kept): already placed
         device = next(module.parameters()).device
     else:
         device = torch.device(device) if device is not None else _default_device(torch, plan)
+        before = _devices(module)
         model = module = module.to(device)
+        if before != _devices(module):
+            changes.append(f"moved to {device} in place (nn.Module.to)")
         if _wants_channels_last(torch, module, plan, channels_last):
             model = module = module.to(memory_format=torch.channels_last)
             layout = torch.channels_last  # images follow: the first conv needs no transpose
+            changes.append("converted to channels-last memory format in place "
+                           "(undone if the fit raises)")
     sampling = None
     if group is not None:
         model = parallel.wrap(model, device)
@@ -81,7 +91,25 @@ def prepare(model: Any, loader: Iterable[Any], plan: Plan, *, device: Any,
         model = module  # distributed=False: the module alone, even if the script wrapped it
     model.train()
     return Prepared(model=model, module=module, loader=loader, device=device, layout=layout,
-                    group=group, sampling=sampling)
+                    group=group, sampling=sampling, changes=tuple(changes))
+
+
+def restore(run: Prepared) -> None:
+    """Undo the channels-last conversion `prepare` made to the user's module (when a fit
+    raises, the script's own recovery gets the layout it built). Never raises: the fit's
+    error is the one to see.
+
+    Example:
+        >>> restore(run)  # in an except block, before re-raising
+    """
+    if run.layout is None:
+        return
+    with contextlib.suppress(Exception):  # the fit's own error is the one to raise
+        run.module.to(memory_format=require("torch").contiguous_format)
+
+
+def _devices(module: Any) -> set[Any]:
+    return {t.device for t in (*module.parameters(), *module.buffers())}
 
 
 def _default_device(torch: Any, plan: Plan) -> Any:

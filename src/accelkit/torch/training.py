@@ -9,6 +9,7 @@ a `Meter`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -21,12 +22,14 @@ from accelkit.torch import loop
 from accelkit.torch.facts import loader_facts, steps_per_epoch
 from accelkit.torch.loop import Schedule
 from accelkit.torch.meter import Meter
-from accelkit.torch.prepare import prepare
+from accelkit.torch.prepare import Prepared, prepare, restore
 from accelkit.torch.step import Step, make_step
 from accelkit.torch.trials import TuneResult, check_mode, trial_steps
 from accelkit.torch.tuner import Tuner
 from accelkit.utils import arguments
 from accelkit.utils.imports import require
+
+_log = logging.getLogger("accelkit")
 
 
 def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[..., Any] | None,
@@ -73,7 +76,12 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
         epochs: passes over `loader`.
         steps: stop after this many steps in all (None: run every epoch to the end).
         plan: the plan to follow; defaults to the last `auto_configure()` plan, or calls
-            `auto_configure(framework="torch")` when there is none.
+            `auto_configure(framework="torch")` when there is none. A default plan that
+            was not applied (``dry_run=True``, ``ACCELKIT_DISABLE=1``) is not applied here
+            either: the model trains in float32, without channels-last or compile
+            (`Plan.without_helpers`), and ``report.notes["precision"]`` says so. A plan
+            given here is followed whatever its origin (a what-if plan from `plan_for`
+            trains under its precision on this machine).
         device: where to train; defaults to the GPU of this rank, or the CPU.
         accumulation_steps: batches per optimizer step.
         compile: ``torch.compile`` the model (default: the plan's choice).
@@ -97,6 +105,12 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
             baseline's step time; True always; False never. ``report.tuning`` says what
             was measured and kept.
 
+    The model is changed in place where the plan says (moved to the device, converted
+    to channels-last); ``report.facts["model_changes"]`` lists what was done, and the
+    channels-last conversion is undone when the fit raises. A loader that runs dry
+    before `epochs` (a generator, a one-shot iterator) ends the fit there:
+    ``report.epochs`` is the epochs trained, with a note and a warning saying so.
+
     Returns:
         The `RunReport` (throughput, FLOPs, MFU, input wait, GPU figures, losses).
 
@@ -119,13 +133,51 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
     arguments.whole("tokens_per_sample", tokens_per_sample, 1, none="finding them")
     check_mode(tune)
     single = world.single_device_rate(single_device)
-    plan = plan or current_plan("torch") or auto_configure(framework="torch", verbose=False)
+    plan, held_back = _plan_to_follow(plan)
     group = parallel.world() if distributed else None
     rank_zero = group.is_zero if group is not None else (
         not distributed or parallel.is_rank_zero())
     progress = progress and rank_zero
     alone = parallel.why_alone(plan, group, distributed, chatty=progress)
     run = prepare(model, loader, plan, device=device, channels_last=channels_last, group=group)
+    try:
+        report = _train(run, plan, loss_fn, optimizer, schedule, tune=tune, compile=compile,
+                        max_grad_norm=max_grad_norm, flops_per_step=flops_per_step,
+                        tokens_per_sample=tokens_per_sample, warmup=warmup, window=window,
+                        calibrate=calibrate, single=single, progress=progress)
+    except BaseException:
+        restore(run)
+        raise
+    if alone:
+        report.note("world_size", alone)
+    if held_back:
+        report.note("precision", held_back)
+    return report
+
+
+def _plan_to_follow(given: Plan | None) -> tuple[Plan, str]:
+    """The plan the fit follows, and why it is not the current one when it is not: a
+    current plan `auto_configure` did not apply is followed without its helpers."""
+    if given is not None:
+        return given, ""
+    plan = current_plan("torch") or auto_configure(framework="torch", verbose=False)
+    if not plan.not_applied:
+        return plan, ""
+    why = (f"the current plan was not applied ({plan.not_applied}), so neither is its "
+           f"{plan.precision.value} autocast, channels-last or compile: trained as the "
+           "script is; pass plan= to train under a plan")
+    _log.info("accelkit.torch.fit: %s", why)
+    return plan.without_helpers(), why
+
+
+def _train(run: Prepared, plan: Plan, loss_fn: Callable[..., Any] | None, optimizer: Any,
+           schedule: Schedule, *, tune: bool | str, compile: bool | None,
+           max_grad_norm: float | None, flops_per_step: float | None,
+           tokens_per_sample: int | None, warmup: int, window: int, calibrate: bool,
+           single: float | None, progress: bool) -> RunReport:
+    """Build the step, the tuner and the meter for `run` and train it."""
+    group = run.group
+    epochs = schedule.epochs
     step = make_step(run, plan, loss_fn, optimizer, compile=compile,
                      max_grad_norm=max_grad_norm)
     tuner = _tuner(tune, step, run, optimizer, plan, compile, schedule)
@@ -137,6 +189,8 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
     meter.facts.update(_loader_facts(run.loader), compiled=step.compiled)
     if group is not None:
         meter.facts.update(distributed=True, sampler=run.sampling)
+    if run.changes:
+        meter.facts["model_changes"] = list(run.changes)
     with meter:
         kept = loop.train(run, step, meter, schedule, count_flops=flops_per_step is None,
                           progress=progress, tuner=tuner)
@@ -145,10 +199,7 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
             meter.tuning = tuner.result.to_dict()
     if progress:
         loop.end_progress(meter)
-    report = meter.report()
-    if alone:
-        report.note("world_size", alone)
-    return report
+    return meter.report()
 
 
 def tune(model: Any, loader: Iterable[Any], optimizer: Any,
