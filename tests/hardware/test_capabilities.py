@@ -73,3 +73,24 @@ def test_the_datasheet_table_agrees_with_the_generations() -> None:
         # A datasheet bf16 or fp8 peak only where the generation has those tensor cores.
         assert (spec.peak("bf16") is not None) <= caps.has_bf16(spec.compute_capability), spec.key
         assert (spec.peak("fp8") is not None) <= caps.has_fp8(spec.compute_capability), spec.key
+
+
+@pytest.mark.parametrize(("name", "tensor_cores"), [
+    ("NVIDIA GeForce GTX 1660 Ti", False), ("NVIDIA GeForce GTX 1660 SUPER", False),
+    ("NVIDIA GeForce GTX 1650", False), ("GeForce GTX 1630", False),
+    ("NVIDIA GeForce RTX 2060", True), ("Tesla T4", True), (None, True)])
+def test_gtx_16_at_7_5_has_no_tensor_cores(name, tensor_cores) -> None:
+    """Issue 13, item 22: a GTX 16 reports 7.5 like the RTX 20 series; by compute
+    capability alone it would get fp16 mixed precision on tensor cores it lacks."""
+    assert caps.has_tensor_cores((7, 5), name) is tensor_cores
+    assert caps.has_tensor_cores((6, 1), "NVIDIA GeForce GTX 1080 Ti") is False
+
+
+def test_the_precision_rule_gives_a_gtx_16_no_tensor_core_advice() -> None:
+    from accelkit.advisor import advise
+    from accelkit.hardware.info import GpuInfo, HardwareInfo
+
+    gpu = GpuInfo(0, "NVIDIA GeForce GTX 1660 SUPER", compute_capability=(7, 5))
+    hardware = HardwareInfo(gpus=(gpu,), source="snapshot")
+    m = {"device": "cuda:0", "hardware": hardware.to_dict(), "matmul_dtype": "fp32"}
+    assert "precision" not in [a.id for a in advise(hardware, None, m)]

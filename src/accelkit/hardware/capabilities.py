@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -68,8 +69,22 @@ def _at_least(cc: ComputeCapability | None, floor: ComputeCapability) -> bool:
     return cc is not None and tuple(cc) >= floor
 
 
-def has_tensor_cores(cc: ComputeCapability | None) -> bool:
-    """fp16 tensor cores (Volta and later)."""
+# Turing's GeForce GTX 16 parts (TU116, TU117) report compute capability 7.5 like the RTX
+# 20 series but have no tensor cores (bitsandbytes-foundation/bitsandbytes#292: "technically
+# Turing, but they lack tensor cores"); only the name tells them apart.
+_NO_TENSOR_CORES = re.compile(r"\bgtx 16\d0\b")
+
+
+def has_tensor_cores(cc: ComputeCapability | None, name: str | None = None) -> bool:
+    """fp16 tensor cores (Volta and later), except the GTX 16 series when `name` is given.
+
+    Example:
+        >>> has_tensor_cores((7, 5), "NVIDIA GeForce RTX 2060"), has_tensor_cores(
+        ...     (7, 5), "NVIDIA GeForce GTX 1660 SUPER")
+        (True, False)
+    """
+    if name and _NO_TENSOR_CORES.search(name.lower()):
+        return False
     return _at_least(cc, TENSOR_CORES)
 
 

@@ -30,7 +30,7 @@ def precision(ctx: Context) -> Advice | None:
         'precision'
     """
     cc = ctx.compute_capability
-    if not capabilities.has_tensor_cores(cc):
+    if not capabilities.has_tensor_cores(cc, ctx.gpu.name if ctx.gpu else None):
         return None
     dtype = ctx.matmul_dtype
     if dtype in ("fp32", "tf32"):
