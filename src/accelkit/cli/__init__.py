@@ -19,7 +19,7 @@ from accelkit import __version__, specs
 from accelkit.advisor.projection import project, ranked
 from accelkit.configure import auto_configure, plan_for
 from accelkit.hardware import detect, environment
-from accelkit.hardware.what_if import UnknownGPUError
+from accelkit.hardware.what_if import MAX_GPUS, MAX_GPUS_PER_NODE, UnknownGPUError, check_count
 from accelkit.planning import Framework, Precision, Request, plan
 from accelkit.profiling import world
 from accelkit.profiling.run_report import RunReport
@@ -64,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
         "plan", help="the plan for this machine, or for GPUs you name (--gpu)")
     plan_cmd.add_argument("--gpu", help="GPU name or alias (see 'accelkit specs'); "
                                         "default: this machine")
-    plan_cmd.add_argument("--count", type=_positive_int, default=1, help="number of GPUs")
+    plan_cmd.add_argument("--count", type=_gpus_in_one_server, default=1,
+                          help=f"GPUs in the machine, 1 to {MAX_GPUS_PER_NODE}")
     plan_cmd.add_argument("--framework", choices=("torch", "tensorflow"), default="torch")
     plan_cmd.add_argument("--precision", choices=_values(Precision), default="auto")
     plan_cmd.add_argument("--compile", action="store_true")
@@ -103,8 +104,9 @@ def _parser() -> argparse.ArgumentParser:
         "report", help="render a saved run report with its advice, and what-if projections")
     report.add_argument("path", metavar="RUN.json")
     report.add_argument("--project", action="append", default=[], metavar="NAME[:COUNT]",
-                        help="estimate step and epoch time on COUNT (default 1) GPUs called "
-                             "NAME at the run's MFU; repeat to rank several")
+                        help=f"estimate step and epoch time on COUNT (default 1, at most "
+                             f"{MAX_GPUS:,}) GPUs called NAME at the run's MFU; repeat to "
+                             "rank several")
     report.add_argument("--price", action="append", default=[], metavar="NAME=USD_PER_HOUR",
                         help="price of one GPU-hour of NAME, for the cost per epoch")
     report.add_argument("--mfu", type=float, default=None,
@@ -127,6 +129,22 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
     return value
+
+
+def _gpu_count(text: str, maximum: int, what: str) -> int:
+    """`text` as a GPU count from 1 to `maximum`; a ValueError naming the range."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = None  # check_count names the valid range
+    return check_count(text if count is None else count, maximum, what)
+
+
+def _gpus_in_one_server(text: str) -> int:
+    try:
+        return _gpu_count(text, MAX_GPUS_PER_NODE, "--count")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _emit_json(document: Any) -> None:
@@ -318,10 +336,7 @@ def _projections(report: RunReport, targets: Sequence[str], prices: Sequence[str
         spec = specs.lookup(name)
         if spec is None:
             raise UnknownGPUError(specs.unknown_message(name))
-        try:
-            number = _positive_int(count)
-        except argparse.ArgumentTypeError as error:
-            raise ValueError(f"--project {target!r}: {error}") from None
+        number = _gpu_count(count, MAX_GPUS, f"--project {target!r}: COUNT")
         found.append(project(report, spec.key, number, by_key.get(spec.key), mfu=mfu))
     unused = set(by_key) - {p.key for p in found}
     if unused:

@@ -1,4 +1,18 @@
-"""Snapshots of hardware you don't have, built from the datasheet table."""
+"""Snapshots of hardware you don't have, built from the datasheet table.
+
+Counts are bounded by what exists, so a what-if stays a few thousand objects at most:
+
+- `MAX_GPUS_PER_NODE` = 16: the most GPUs NVIDIA has put in one server, the DGX-2 /
+  HGX-2 (16 V100 on NVSwitch, DGX-2 datasheet, 2018); today's HGX/DGX H100, H200 and
+  B200 boards hold 8 (DGX H100/H200 and DGX B200 datasheets).
+- `MAX_GPUS` = 16,384: the H100 count that trained Llama 3 405B (The Llama 3 Herd of
+  Models, 2024, section 3.3.1), the largest training run with its GPU count and
+  topology published. Projections (`--project NAME:COUNT`) go up to that size; a
+  what-if of it builds in about a second.
+
+Links are built within a node only (pairs across nodes meet over the network, not
+peer-to-peer), so the topology is O(count), never count x (count - 1) / 2 pairs.
+"""
 
 from __future__ import annotations
 
@@ -9,35 +23,71 @@ from accelkit import specs
 from accelkit.hardware.environment import read_launcher
 from accelkit.hardware.info import GpuInfo, HardwareInfo, Link
 
+MAX_GPUS_PER_NODE = 16
+MAX_GPUS = 16_384
+
 
 class UnknownGPUError(ValueError):
     """No datasheet row matches the GPU name; the message names the nearest ones."""
+
+
+def check_count(count: object, maximum: int = MAX_GPUS, what: str = "count") -> int:
+    """`count` when it is a whole number from 1 to `maximum`.
+
+    Args:
+        count: the number of GPUs asked for.
+        maximum: the largest valid count (`MAX_GPUS`, or `MAX_GPUS_PER_NODE` for one machine).
+        what: how the caller names it, for the message (``"count"``, ``"--count"``).
+
+    Raises:
+        ValueError: naming the valid range and why it ends there.
+
+    Example:
+        >>> check_count(8)
+        8
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= maximum:
+        why = ("the most GPUs one server holds, a DGX-2" if maximum == MAX_GPUS_PER_NODE
+               else "the largest published training run, Llama 3 405B")
+        raise ValueError(f"{what}={count!r} is not valid; use a whole number from 1 to "
+                         f"{maximum:,} ({why})")
+    return count
+
+
+def nodes_for(count: int) -> int:
+    """Servers a what-if of `count` GPUs spans (`MAX_GPUS_PER_NODE` each).
+
+    Example:
+        >>> nodes_for(8), nodes_for(17)
+        (1, 2)
+    """
+    return -(-count // MAX_GPUS_PER_NODE)
 
 
 def what_if(gpu: str | None, count: int = 1, *,
             environ: Mapping[str, str] | None = None) -> HardwareInfo:
     """A `HardwareInfo` for `count` GPUs of the model `gpu`, as its datasheet describes it.
 
-    The topology comes from the datasheet: every pair has peer-to-peer access
-    when the model supports it (GeForce RTX 40/50-series do not), over NVLink
-    when the model has NVLink.
+    The topology comes from the datasheet: every pair in a server has peer-to-peer
+    access when the model supports it (GeForce RTX 40/50-series do not), over NVLink
+    when the model has NVLink. More than `MAX_GPUS_PER_NODE` GPUs fill servers of
+    that many, with links only within each (O(count) links).
 
     Args:
         gpu: a name or alias from the table (`accelkit specs` lists them), or None
             for a machine without a GPU.
-        count: number of GPUs (>= 1; ignored when `gpu` is None).
+        count: number of GPUs, 1 to `MAX_GPUS` (ignored when `gpu` is None).
         environ: launcher variables to plan under (torchrun's, TF_CONFIG); none by default.
 
     Raises:
         UnknownGPUError: `gpu` matches no row (the message suggests the nearest names).
-        ValueError: `count` < 1.
+        ValueError: `count` is not a whole number from 1 to `MAX_GPUS`.
 
     Example:
         >>> what_if("H100 SXM", count=8).gpu_count
         8
     """
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"count={count!r} is not valid; use a whole number >= 1")
+    check_count(count)
     launcher = read_launcher(environ or {})
     if gpu is None:
         return HardwareInfo(launcher=launcher, source="what-if",
@@ -61,13 +111,17 @@ def what_if(gpu: str | None, count: int = 1, *,
     links = tuple(
         Link(a=a, b=b, p2p=spec.p2p, nvlink=spec.nvlink_gbps is not None,
              common_ancestor="datasheet")
-        for a, b in itertools.combinations(range(count), 2)
+        for first in range(0, count, MAX_GPUS_PER_NODE)
+        for a, b in itertools.combinations(range(first, min(first + MAX_GPUS_PER_NODE, count)), 2)
     )
+    nodes = nodes_for(count)
+    across = (f", {nodes} servers of up to {MAX_GPUS_PER_NODE} (links within each)"
+              if nodes > 1 else "")
     return HardwareInfo(
         gpus=gpus,
         links=links,
         launcher=launcher,
         source="what-if",
-        notes=(f"what-if: {count} x {spec.name}, figures and topology from the datasheet "
-               f"({spec.source})",),
+        notes=((f"what-if: {count} x {spec.name}{across}, figures and topology from the "
+                f"datasheet ({spec.source})"),),
     )

@@ -7,6 +7,7 @@ hosts it can take every GPU of the machine out of service.
 from __future__ import annotations
 
 from accelkit.hardware.info import HardwareInfo
+from accelkit.hardware.what_if import MAX_GPUS_PER_NODE, nodes_for
 from accelkit.planning.keys import CrossDevice, Key
 from accelkit.planning.types import Distribution, Framework, Request, Setting
 
@@ -80,16 +81,50 @@ def _torch(hardware: HardwareInfo) -> tuple[Distribution, list[Setting]]:
                        "share GPU 0")] if hardware.gpus else []),
         ]
     if hardware.gpu_count > 1:
-        count = hardware.gpu_count
-        return Distribution.NONE, [Setting(
-            Key.LAUNCH, f"torchrun --nproc-per-node {count} your_script.py",
-            f"{count} GPUs visible but one process: relaunch under torchrun for "
-            "DistributedDataParallel (DataParallel is slower and single-process)")]
+        return Distribution.NONE, [_launch(hardware)]
     return Distribution.NONE, []
 
 
-def nccl_settings(hardware: HardwareInfo) -> list[Setting]:
-    """NCCL variables the topology calls for; none where NCCL's defaults are right."""
+def _launch(hardware: HardwareInfo) -> Setting:
+    """The torchrun command for GPUs visible to one process, with the NCCL variables the
+    launched run will get: `nccl_settings` for the same GPUs under that launch, so the
+    advice and the launched plan are one decision."""
+    count = hardware.gpu_count
+    nodes = nodes_for(count)  # a what-if past one server's GPUs spans several
+    per_node = min(count, MAX_GPUS_PER_NODE)
+    nccl = nccl_settings(hardware, nodes=nodes)
+    # variables with a literal value go on the command line; the others are named
+    env = "".join(f"{s.key.value}={s.value} " for s in nccl if not str(s.value).startswith("<"))
+    if nodes > 1:
+        where = (f"--nnodes {nodes} --nproc-per-node {per_node} --rdzv-backend c10d "
+                 "--rdzv-endpoint HOST:29500")
+        seen = (f"{count} GPUs span {nodes} servers of up to {per_node}: run this on each, "
+                "HOST being the first server, for DistributedDataParallel")
+    else:
+        where = f"--nproc-per-node {count}"
+        seen = (f"{count} GPUs visible but one process: relaunch under torchrun for "
+                "DistributedDataParallel (DataParallel is slower and single-process)")
+    launched = ("; the launched run's plan has " + "; ".join(
+        f"{s.key.value}={s.value} ({s.reason})" for s in nccl)) if nccl else ""
+    return Setting(Key.LAUNCH, f"{env}torchrun {where} your_script.py", seen + launched)
+
+
+def nccl_settings(hardware: HardwareInfo, nodes: int | None = None) -> list[Setting]:
+    """NCCL variables the topology calls for; none where NCCL's defaults are right.
+
+    Never one in `NEVER_SET` (NVLink multicast stays NCCL's own choice).
+
+    Args:
+        hardware: the GPUs, their links and the launcher.
+        nodes: servers the run spans; default: the launcher's count. The launch advice
+            of a run not yet launched passes the servers it will span.
+
+    Example:
+        >>> from accelkit.hardware import what_if
+        >>> [s.key.value for s in nccl_settings(what_if("RTX 4090", 2))]
+        ['NCCL_P2P_DISABLE']
+    """
+    nodes = hardware.launcher.nodes if nodes is None else nodes
     out: list[Setting] = []
     blocked = [(link.a, link.b) for link in hardware.links if link.p2p is False]
     if blocked:
@@ -98,10 +133,10 @@ def nccl_settings(hardware: HardwareInfo) -> list[Setting]:
             Key.NCCL_P2P_DISABLE, "1",
             f"no peer-to-peer access between GPUs {pairs} (NVML): NCCL goes through host "
             "memory instead of trying P2P, which hangs on e.g. GeForce RTX 40-series"))
-    if hardware.launcher.nodes > 1 and not hardware.infiniband:
+    if nodes > 1 and not hardware.infiniband:
         out.append(Setting(
             Key.NCCL_SOCKET_IFNAME, "<fast interface>",
-            f"{hardware.launcher.nodes} nodes and no InfiniBand device: NCCL uses TCP "
+            f"{nodes} nodes and no InfiniBand device: NCCL uses TCP "
             "sockets; set NCCL_SOCKET_IFNAME to the fastest interface (e.g. 'eth0') so it "
             "does not pick a slow or unreachable one"))
     return out

@@ -1,0 +1,49 @@
+"""What-if counts are bounded by what exists, and the topology grows linearly."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accelkit.hardware.what_if import MAX_GPUS, MAX_GPUS_PER_NODE, check_count, what_if
+
+
+@pytest.mark.parametrize("count", [0, -1, MAX_GPUS + 1, 100_000, 10**12, 2.0, True, "8"])
+def test_counts_outside_what_exists_are_refused_naming_the_range(count) -> None:
+    with pytest.raises(ValueError, match=f"from 1 to {MAX_GPUS:,}"):
+        what_if("L4", count)
+
+
+def test_the_largest_what_if_builds_fast_with_links_only_within_servers() -> None:
+    start = time.perf_counter()
+    hardware = what_if("L4", MAX_GPUS)
+    assert time.perf_counter() - start < 10
+    pairs_per_server = MAX_GPUS_PER_NODE * (MAX_GPUS_PER_NODE - 1) // 2
+    assert len(hardware.links) == MAX_GPUS // MAX_GPUS_PER_NODE * pairs_per_server
+    assert hardware.all_peers_reachable is True
+
+
+@settings(max_examples=60, deadline=None)
+@given(count=st.integers(1, 3 * MAX_GPUS_PER_NODE + 1))
+def test_links_join_every_pair_of_a_server_and_none_across(count) -> None:
+    hardware = what_if("H100 SXM", count)
+    server = {g.index: g.index // MAX_GPUS_PER_NODE for g in hardware.gpus}
+    pairs = {(link.a, link.b) for link in hardware.links}
+    expected = {(a, b) for a in range(count) for b in range(a + 1, count)
+                if server[a] == server[b]}
+    assert pairs == expected
+    assert all(link.p2p and link.nvlink for link in hardware.links)
+
+
+def test_one_server_is_every_pair() -> None:
+    hardware = what_if("NVIDIA H200", 8)
+    assert len(hardware.links) == 28 and hardware.all_nvlink
+
+
+def test_check_count_names_what_it_checks() -> None:
+    with pytest.raises(ValueError, match="--count=17 is not valid; use a whole number from 1 to 16"):
+        check_count(17, MAX_GPUS_PER_NODE, "--count")
+    assert check_count(16, MAX_GPUS_PER_NODE) == 16

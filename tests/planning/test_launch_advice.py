@@ -1,0 +1,49 @@
+"""A plan for several GPUs without a launcher says how to launch them, and which NCCL
+variables the launched run will get: the same ones its own plan then sets."""
+
+from __future__ import annotations
+
+import shlex
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accelkit import plan_for, specs
+from accelkit.hardware.what_if import MAX_GPUS_PER_NODE
+from accelkit.planning.distribution import NEVER_SET
+
+GPUS = sorted({row.name for row in specs.all_specs()})
+
+
+def _launched(gpu: str, count: int):
+    environ = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(count),
+               "LOCAL_WORLD_SIZE": str(count), "MASTER_ADDR": "localhost"}
+    return plan_for(gpu, count, environ=environ)
+
+
+def test_geforce_40_series_launch_names_nccl_p2p_disable() -> None:
+    advice = plan_for("NVIDIA GeForce RTX 4090", 4).get("launch")
+    assert advice.value == "NCCL_P2P_DISABLE=1 torchrun --nproc-per-node 4 your_script.py"
+    assert "NCCL_P2P_DISABLE=1" in advice.reason and "peer-to-peer" in advice.reason
+    assert _launched("NVIDIA GeForce RTX 4090", 4).env["NCCL_P2P_DISABLE"] == "1"
+
+
+def test_nvlink_servers_launch_with_nccl_defaults() -> None:
+    advice = plan_for("H100 SXM", 8).get("launch")
+    assert advice.value == "torchrun --nproc-per-node 8 your_script.py"
+
+
+def test_past_one_server_the_launch_spans_servers() -> None:
+    advice = plan_for("L4", 40).get("launch")
+    assert "--nnodes 3 --nproc-per-node 16" in advice.value
+    assert "NCCL_SOCKET_IFNAME" in advice.reason and "<" not in advice.value
+
+
+@settings(max_examples=80, deadline=None)
+@given(gpu=st.sampled_from(GPUS), count=st.integers(2, MAX_GPUS_PER_NODE))
+def test_the_launch_advice_sets_what_the_launched_plan_sets(gpu, count) -> None:
+    words = shlex.split(plan_for(gpu, count).get("launch").value)
+    prefix = dict(w.split("=", 1) for w in words[:words.index("torchrun")])
+    launched = {k: v for k, v in _launched(gpu, count).env.items() if k.startswith("NCCL_")}
+    assert prefix == launched
+    assert not set(prefix) & NEVER_SET
