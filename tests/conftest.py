@@ -10,6 +10,7 @@ import importlib.util
 import os
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -33,9 +34,21 @@ def _cuda_reason() -> str | None:
     return None
 
 
+def _in_reliability_suite(item: pytest.Item) -> bool:
+    """The fault-injection and bad-input suite: tests/reliability/, test modules named
+    ``test_*reliability*.py`` or ``test_*_properties.py``, and tests marked ``reliability``
+    (docs/reliability.md)."""
+    path = str(getattr(item, "path", ""))
+    name = os.path.basename(path)
+    return (f"{os.sep}reliability{os.sep}" in path or "reliability" in name
+            or name.endswith("_properties.py") or "reliability" in item.keywords)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     reasons: dict[str, str | None] = {}
     for item in items:
+        if _in_reliability_suite(item):
+            item.add_marker(pytest.mark.reliability)
         for marker in ("torch", "tensorflow", "gpu"):
             if marker not in item.keywords:
                 continue
@@ -46,6 +59,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     reasons[marker] = None if _installed(marker) else f"needs {marker} installed"
             if reasons[marker]:
                 item.add_marker(pytest.mark.skip(reason=reasons[marker]))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print the reliability suite's case count, so CI's log shows what it ran."""
+    outcomes: dict[str, int] = {}
+    for outcome in ("passed", "failed", "skipped", "error"):
+        for report in terminalreporter.stats.get(outcome, ()):
+            if report.when == "call" or outcome in ("skipped", "error"):
+                if "reliability" in getattr(report, "keywords", {}):
+                    outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    total = sum(outcomes.values())
+    if total:
+        detail = ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items()))
+        terminalreporter.write_line(f"reliability suite (fault injection, bad input): "
+                                    f"{total} cases: {detail}")
 
 
 # Variables some machine images export (the GPU image sets the allocator's), and
