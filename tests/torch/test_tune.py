@@ -121,6 +121,15 @@ def test_tune_false_and_auto_on_the_cpu_run_the_plan_as_it_is() -> None:
     assert report.warmup_steps == 3  # no trial, no longer warm-up
 
 
+def test_auto_leaves_a_deterministic_run_as_it_is() -> None:
+    torch.use_deterministic_algorithms(True)
+    try:
+        report = fit(tune="auto")
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert "deterministic algorithms" in report.tuning["decision"]
+
+
 @pytest.mark.parametrize("value", ["yes", 1, None, "AUTO"])
 def test_a_bad_tune_value_names_the_valid_ones(value: Any) -> None:
     with pytest.raises(ValueError, match=r"tune=.* is not one of 'auto', True, False"):

@@ -140,6 +140,10 @@ class Tuner:
         """"tuned", or why not, where no measurement is needed to tell."""
         if self._mode is True:
             return "tuned"
+        torch = self._torch
+        if torch.are_deterministic_algorithms_enabled() or torch.backends.cudnn.deterministic:
+            # A reproducible run keeps the kernels it asked for; compiled kernels differ.
+            return "not tuned: the script asked for deterministic algorithms (tune=True tunes)"
         if self._device.type != "cuda":
             return "not tuned: tune='auto' tunes GPU runs (tune=True tunes this one)"
         if self._planned is None:
