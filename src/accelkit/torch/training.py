@@ -101,9 +101,10 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
         tune: measure the options on this model during the first steps and keep the
             fastest (`accelkit.torch.tune`: the optimizer's fused implementation, then
             ``torch.compile``; only those the script left open). ``"auto"`` tunes a GPU
-            run estimated at 10 minutes or more (`tune.AUTO_MIN_RUN_S`) from the
-            baseline's step time; True always; False never. ``report.tuning`` says what
-            was measured and kept.
+            run of 200 steps or more estimated at 10 minutes or more from the baseline's
+            step time (`accelkit.torch.trials`), unless the script asked for
+            deterministic algorithms; True always; False never. ``report.tuning`` says
+            what was measured and kept.
 
     The model is changed in place where the plan says (moved to the device, converted
     to channels-last); ``report.facts["model_changes"]`` lists what was done, and the
