@@ -94,3 +94,16 @@ def test_the_precision_rule_gives_a_gtx_16_no_tensor_core_advice() -> None:
     hardware = HardwareInfo(gpus=(gpu,), source="snapshot")
     m = {"device": "cuda:0", "hardware": hardware.to_dict(), "matmul_dtype": "fp32"}
     assert "precision" not in [a.id for a in advise(hardware, None, m)]
+
+
+def test_all_have_tensor_cores_judges_every_gpu_of_known_capability() -> None:
+    from accelkit.hardware.info import GpuInfo
+
+    rtx = GpuInfo(0, "NVIDIA GeForce RTX 2080", compute_capability=(7, 5))
+    gtx = GpuInfo(1, "NVIDIA GeForce GTX 1660", compute_capability=(7, 5))
+    unknown = GpuInfo(2, "NVIDIA GeForce RTX 2080")
+    assert caps.all_have_tensor_cores([rtx]) is True
+    assert caps.all_have_tensor_cores([rtx, gtx]) is False
+    assert caps.all_have_tensor_cores([rtx, unknown]) is True
+    assert caps.all_have_tensor_cores([unknown]) is False
+    assert caps.all_have_tensor_cores([]) is False

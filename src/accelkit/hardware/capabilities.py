@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 ComputeCapability = tuple[int, int]
@@ -86,6 +86,27 @@ def has_tensor_cores(cc: ComputeCapability | None, name: str | None = None) -> b
     if name and _NO_TENSOR_CORES.search(name.lower()):
         return False
     return _at_least(cc, TENSOR_CORES)
+
+
+def all_have_tensor_cores(gpus: Iterable[Any]) -> bool:
+    """True when every GPU of known compute capability (objects with ``compute_capability``
+    and ``name``, such as `accelkit.hardware.info.GpuInfo`) has fp16 tensor cores; False
+    when none has a known one.
+
+    A plan must suit the slowest GPU, and a GTX 16 card reports the same compute
+    capability (7.5) as an RTX 20 card, so each GPU is judged by its name too. GPUs whose
+    compute capability is unknown are left out, as `HardwareInfo.min_compute_capability`
+    leaves them out.
+
+    Example:
+        >>> from accelkit.hardware.info import GpuInfo
+        >>> all_have_tensor_cores([GpuInfo(0, "NVIDIA GeForce RTX 2080", compute_capability=(7, 5)),
+        ...                        GpuInfo(1, "NVIDIA GeForce GTX 1660", compute_capability=(7, 5))])
+        False
+    """
+    found = [gpu for gpu in gpus if gpu.compute_capability]
+    return bool(found) and all(
+        has_tensor_cores(gpu.compute_capability, gpu.name) for gpu in found)
 
 
 def has_bf16(cc: ComputeCapability | None) -> bool:

@@ -15,8 +15,15 @@ def _cc(hardware: HardwareInfo) -> tuple[int, int] | None:
 
 
 def _gpu_label(hardware: HardwareInfo) -> str:
-    gpu = min(hardware.gpus, key=lambda g: g.compute_capability or (0, 0))
+    # The GPU that limits the plan: the lowest compute capability, and among equals one
+    # without tensor cores (a GTX 1660 beside an RTX 2080, both 7.5).
+    gpu = min(hardware.gpus, key=lambda g: (
+        g.compute_capability or (0, 0), capabilities.has_tensor_cores(g.compute_capability, g.name)))
     return f"{gpu.name} (compute capability {_fmt(gpu.compute_capability or (0, 0))})"
+
+
+def _no_tensor_cores(label: str) -> str:
+    return f"{label}: no tensor cores, mixed precision gives no speed-up"
 
 
 def validate(hardware: HardwareInfo, precision: Precision) -> None:
@@ -48,23 +55,24 @@ def choose(hardware: HardwareInfo, request: Request) -> tuple[Precision, str]:
             return Precision.FP32, "GPU compute capability unknown: fp32 is the safe choice"
         return Precision.FP32, "no NVIDIA GPU detected: fp32 on the CPU"
     label = _gpu_label(hardware)
+    tensor_cores = capabilities.all_have_tensor_cores(hardware.gpus)
     if request.framework is Framework.TENSORFLOW:
-        if capabilities.has_tensor_cores(cc):
+        if tensor_cores:
             return Precision.FP16, (
                 f"{label}: tensor cores; TensorFlow's mixed-precision guide recommends "
                 "mixed_float16 on NVIDIA GPUs (loss scaling is automatic in Keras)"
             )
-        return Precision.FP32, f"{label}: no tensor cores, mixed precision gives no speed-up"
+        return Precision.FP32, _no_tensor_cores(label)
     if capabilities.has_bf16(cc):
         return Precision.BF16, (
             f"{label}: bf16 tensor cores; bf16 keeps fp32's exponent range, "
             "so no loss scaling is needed"
         )
-    if capabilities.has_tensor_cores(cc):
+    if tensor_cores:
         return Precision.FP16, (
             f"{label}: fp16 tensor cores but no native bf16; fp16 mixed with dynamic loss scaling"
         )
-    return Precision.FP32, f"{label}: no tensor cores, mixed precision gives no speed-up"
+    return Precision.FP32, _no_tensor_cores(label)
 
 
 def settings(hardware: HardwareInfo, request: Request, precision: Precision,

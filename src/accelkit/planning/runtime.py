@@ -37,7 +37,7 @@ def _torch(hardware: HardwareInfo, request: Request, precision: Precision) -> li
             "avoids OOMs when tensor sizes vary; read only before CUDA initialises "
             "(PyTorch >= 2.9 also reads PYTORCH_ALLOC_CONF; a user value in either is kept)"))
         if (capabilities.is_mixed(precision)
-                and capabilities.has_tensor_cores(hardware.min_compute_capability)):
+                and capabilities.all_have_tensor_cores(hardware.gpus)):
             out.append(Setting(
                 Key.CHANNELS_LAST, True,
                 "convolution nets only: tensor-core convolutions run NHWC natively, NCHW "
