@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from accelkit.hardware.info import GpuInfo, HardwareInfo
+from accelkit.hardware.what_if import what_if
 from accelkit.planning import Framework, Precision, Request, plan
 from accelkit.planning.keys import Key
 
@@ -50,3 +51,32 @@ def test_a_gpu_of_unknown_capability_does_not_decide():
     gpus = (GpuInfo(index=0, name="NVIDIA GeForce RTX 2080", compute_capability=(7, 5)),
             GpuInfo(index=1, name="NVIDIA GeForce RTX 2080"))
     assert plan(HardwareInfo(gpus=gpus, source="snapshot"), Request()).precision is Precision.FP16
+
+
+@pytest.mark.parametrize(("gpu", "precision"), [
+    ("NVIDIA GeForce GTX 1660 SUPER", Precision.FP32),
+    ("NVIDIA GeForce GTX 1080 Ti", Precision.FP32),
+    ("NVIDIA TITAN V", Precision.FP16),
+])
+def test_what_if_plans_for_the_new_rows(gpu, precision):
+    assert plan(what_if(gpu, count=2), Request()).precision is precision
+
+
+def test_a_what_if_of_a_gpu_without_published_peaks_plans_and_says_so():
+    hardware = what_if("NVIDIA H800", count=8)
+    assert plan(hardware, Request()).precision is Precision.BF16
+    assert "peaks are unknown" in hardware.notes[0]
+    assert hardware.gpus[0].memory_bytes == 80 * 10**9
+
+
+def test_a_what_if_of_a_gpu_of_unknown_memory_and_power_plans(monkeypatch):
+    import dataclasses
+
+    from accelkit import specs
+    from accelkit.hardware import what_if as module
+
+    named_only = dataclasses.replace(specs.by_key("h800-sxm"), memory_gb=None, tdp_w=None)
+    monkeypatch.setattr(module.specs, "lookup", lambda name: named_only)
+    hardware = what_if("anything", count=2)
+    assert hardware.gpus[0].memory_bytes is None and hardware.gpus[0].power_limit_w is None
+    assert plan(hardware, Request()).precision is Precision.BF16

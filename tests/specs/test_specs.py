@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import accelkit.specs
+from accelkit.hardware import capabilities as caps
 from accelkit.hardware.info import GpuInfo
 from accelkit.specs import (
     DTYPES,
@@ -109,6 +110,20 @@ REQUIRED_KEYS = [
     "rtx-5070-ti",
     "rtx-5080",
     "rtx-5090",
+    # issue 13, item 22: Pascal and Turing consumer cards, the TITANs, the RTX 4090 D, the H800
+    "gtx-1080-ti",
+    "gtx-1080",
+    "gtx-1070",
+    "gtx-1060-6gb",
+    "gtx-1050-ti",
+    "gtx-1660-ti",
+    "gtx-1660-super",
+    "gtx-1660",
+    "gtx-1650",
+    "titan-xp",
+    "titan-v",
+    "rtx-4090-d",
+    "h800-sxm",
 ]
 
 
@@ -130,10 +145,11 @@ def test_by_key():
 def _expected_cc(spec) -> tuple[int, int]:
     if spec.architecture == "ampere":
         return (8, 0) if spec.key.startswith(("a100", "a30")) else (8, 6)
+    if spec.architecture == "pascal":
+        return (6, 0) if spec.segment == "datacenter" else (6, 1)  # GP100 vs GP10x
     if spec.architecture == "blackwell":
         return (12, 0) if spec.segment == "geforce" else (10, 0)
     return {
-        "pascal": (6, 0),
         "volta": (7, 0),
         "turing": (7, 5),
         "ada": (8, 9),
@@ -149,21 +165,33 @@ def test_row_sanity(spec):
     assert spec.segment in ("datacenter", "workstation", "geforce")
     assert set(peaks) <= set(DTYPES)
     assert all(value > 0 for value in peaks.values()), "absent, never 0"
-    assert {"fp64", "fp32", "fp16"} <= set(peaks)
-    assert peaks["fp16"] >= peaks["fp32"]
+    memory_bandwidth_and_power = (spec.memory_gb, spec.bandwidth_gbps, spec.tdp_w)
+    assert all(value is None or value > 0 for value in memory_bandwidth_and_power)
+    assert spec.source.strip() and "https://" in spec.source
+    if spec.peaks_unknown:  # a known name without public figures: say so, list none
+        assert "Peaks unknown" in spec.notes, "say why no peak is listed"
+        return
+    assert {"fp64", "fp32"} <= set(peaks)
+    # fp16 is listed for tensor cores (and the P100's fast half2 path); Pascal GP10x
+    # consumer cards run fp16 at 1/64 of fp32 and GTX 16 cards have no tensor cores.
+    tensor_cores = caps.has_tensor_cores(cc, spec.name)
+    assert ("fp16" in peaks) == (tensor_cores or spec.key.startswith("p100")), spec.key
+    if "fp16" not in peaks:
+        assert "No fp16" in spec.notes, "say in notes why fp16 is missing"
+    else:  # fp16 >= fp32 holds only for chips with fast fp16, which are the ones listing it
+        assert peaks["fp16"] >= peaks["fp32"]
     assert ("tf32" in peaks) == (cc >= (8, 0))
     assert ("bf16" in peaks) == (cc >= (8, 0))
     assert ("fp8" in peaks) == (cc >= (8, 9))
-    if cc < (7, 5):
+    if cc < (7, 5) or not tensor_cores:
         assert "int8" not in peaks
-    memory_bandwidth_and_power = (spec.memory_gb, spec.bandwidth_gbps, spec.tdp_w)
-    assert all(value > 0 for value in memory_bandwidth_and_power)
-    assert spec.source.strip() and "https://" in spec.source
+    assert None not in memory_bandwidth_and_power, "every row with peaks has these figures"
 
 
 @pytest.mark.parametrize("row", RAW, ids=lambda r: r["key"])
 def test_int8_left_out_only_with_a_reason(row):
-    if tuple(row["compute_capability"]) >= (7, 5) and "int8" not in row["peak_tflops"]:
+    peaks = row["peak_tflops"]
+    if peaks and tuple(row["compute_capability"]) >= (7, 5) and "int8" not in peaks:
         assert "int8" in row.get("notes", ""), "say in notes why int8 is missing"
 
 
@@ -192,6 +220,21 @@ def test_geforce_fp16_is_the_fp32_accumulate_rate():
     assert by_key("rtx-3090").peak("bf16") == 71
 
 
+def test_consumer_pascal_turing_and_titan_rows():
+    """Issue 13, item 22: fp32 = 2 x CUDA cores x boost clock, no tensor figures without
+    tensor cores, the TITAN V's 110 TFLOPS tensor figure, and the H800 named without peaks."""
+    gtx1080ti = by_key("gtx-1080-ti")
+    assert gtx1080ti.peak("fp32") == pytest.approx(2 * 3584 * 1.582e-3, abs=0.01)
+    assert gtx1080ti.compute_capability == (6, 1) and gtx1080ti.peak("fp16") is None
+    assert lookup("NVIDIA GeForce GTX 1660 SUPER").peak("fp16") is None
+    assert lookup("titan v").peak("fp16") == 110
+    assert lookup("NVIDIA GeForce RTX 4090 D").peak("bf16") == pytest.approx(
+        by_key("rtx-4090").peak("bf16") * 114 / 128, abs=0.1)
+    h800 = lookup("NVIDIA H800")
+    assert h800.key == "h800-sxm" and h800.peaks_unknown and h800.peak("bf16") is None
+    assert "Peaks unknown" in h800.notes
+
+
 def test_headline_figures():
     a100 = by_key("a100-sxm4-80gb")
     assert (a100.peak("bf16"), a100.peak("fp32"), a100.peak("tf32")) == (312, 19.5, 156)
@@ -216,7 +259,7 @@ def test_interconnect_and_ecc_rules():
         else:
             assert spec.ecc and spec.p2p, spec.key
     rtx_40_50 = [s for s in SPECS if s.key.startswith(("rtx-4", "rtx-5"))]
-    assert len(rtx_40_50) == 14 and not any(s.p2p for s in rtx_40_50)
+    assert len(rtx_40_50) == 15 and not any(s.p2p for s in rtx_40_50)
 
 
 def test_to_dict_is_json_ready():
@@ -411,8 +454,9 @@ def test_a100_alias_by_memory_and_power():
         "",
         "   ",
         "NVIDIA GeForce RTX 4090 Laptop GPU",
-        "NVIDIA GeForce RTX 4090 D",
-        "NVIDIA A100-SXM-64GB",
+        "NVIDIA A100-SXM-64GB",  # known names whose figures have no public source
+        "NVIDIA H800 PCIe",
+        "NVIDIA GeForce GTX 1060 3GB",  # 1152 cores, not the 6 GB card's 1280
         "Quadro RTX 6000",
         "NVIDIA H20-3e",
         "AMD Instinct MI300X",

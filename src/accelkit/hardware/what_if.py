@@ -101,7 +101,7 @@ def what_if(gpu: str | None, count: int = 1, *,
             name=spec.name,
             compute_capability=spec.compute_capability,
             architecture=spec.architecture,
-            memory_bytes=int(spec.memory_gb * 1e9),
+            memory_bytes=None if spec.memory_gb is None else int(spec.memory_gb * 1e9),
             ecc_enabled=spec.ecc,
             power_limit_w=spec.tdp_w,
             nvlink_links=None,
@@ -114,6 +114,8 @@ def what_if(gpu: str | None, count: int = 1, *,
         for first in range(0, count, MAX_GPUS_PER_NODE)
         for a, b in itertools.combinations(range(first, min(first + MAX_GPUS_PER_NODE, count)), 2)
     )
+    unknown = ("; its datasheet peaks are unknown, so MFU will be None: "
+               f"{spec.notes}") if spec.peaks_unknown else ""
     nodes = nodes_for(count)
     across = (f", {nodes} servers of up to {MAX_GPUS_PER_NODE} (links within each)"
               if nodes > 1 else "")
@@ -123,5 +125,5 @@ def what_if(gpu: str | None, count: int = 1, *,
         launcher=launcher,
         source="what-if",
         notes=((f"what-if: {count} x {spec.name}{across}, figures and topology from the "
-                f"datasheet ({spec.source})"),),
+                f"datasheet ({spec.source}){unknown}"),),
     )

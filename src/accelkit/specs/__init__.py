@@ -101,6 +101,7 @@ def _row(entry: dict[str, Any]) -> _Row:
         tdp_w=entry["tdp_w"],
         peak_tflops=dict(entry["peak_tflops"]),
         source=entry["source"],
+        notes=entry.get("notes", ""),
     )
     names = [*entry["nvml_names"], entry["name"], entry["key"], *entry.get("aliases", ())]
     return _Row(

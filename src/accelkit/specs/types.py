@@ -22,15 +22,18 @@ class GpuSpec:
             ``"ada"``, ``"hopper"`` or ``"blackwell"``.
         compute_capability: ``(major, minor)``.
         segment: ``"datacenter"``, ``"workstation"`` or ``"geforce"``.
-        memory_gb: memory size in GB as the datasheet states it.
-        bandwidth_gbps: memory bandwidth in GB/s.
+        memory_gb: memory size in GB as the datasheet states it; None when no public
+            source gives it.
+        bandwidth_gbps: memory bandwidth in GB/s; None when unknown.
         nvlink_gbps: total NVLink bandwidth per GPU in GB/s (both directions), None without NVLink.
         p2p: whether peer-to-peer over PCIe/NVLink is supported between two of these
             cards (False for GeForce 40/50 series).
         ecc: whether the memory has ECC.
-        tdp_w: board power (the default power limit).
-        peak_tflops: dense peaks by dtype (keys from `DTYPES`; absent when the chip lacks it).
+        tdp_w: board power (the default power limit); None when unknown.
+        peak_tflops: dense peaks by dtype (keys from `DTYPES`; absent when the chip lacks
+            it, or when no public source gives it: `notes` then says which).
         source: where the figures come from (datasheet title and URL).
+        notes: how figures not printed in the source were derived, and which are unknown.
     """
 
     key: str
@@ -38,18 +41,25 @@ class GpuSpec:
     architecture: str
     compute_capability: tuple[int, int]
     segment: str
-    memory_gb: float
-    bandwidth_gbps: float
+    memory_gb: float | None
+    bandwidth_gbps: float | None
     nvlink_gbps: float | None
     p2p: bool
     ecc: bool
-    tdp_w: float
+    tdp_w: float | None
     peak_tflops: dict[str, float]
     source: str
+    notes: str = ""
 
     def peak(self, dtype: str) -> float | None:
-        """The dense peak in TFLOP/s for `dtype`, None when the chip has no such path."""
+        """The dense peak in TFLOP/s for `dtype`; None when the chip has no such path or no
+        public source gives the figure (`peaks_unknown`, `notes`)."""
         return self.peak_tflops.get(dtype)
+
+    @property
+    def peaks_unknown(self) -> bool:
+        """True for a row that names a known GPU whose peaks no public source gives."""
+        return not self.peak_tflops
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
