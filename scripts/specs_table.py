@@ -36,8 +36,8 @@ def table() -> str:
         cc = ".".join(map(str, spec.compute_capability))
         peaks = " | ".join(_number(spec.peak(dtype)) for dtype in COLUMNS)
         lines.append(
-            f"| {spec.name} | `{spec.key}` | {cc} | {spec.memory_gb:g} | "
-            f"{spec.bandwidth_gbps:g} | {peaks} | {_links(spec.source)} |"
+            f"| {spec.name} | `{spec.key}` | {cc} | {_number(spec.memory_gb)} | "
+            f"{_number(spec.bandwidth_gbps)} | {peaks} | {_links(spec.source)} |"
         )
     return "\n".join(lines)
 

@@ -171,7 +171,7 @@ class Context:
         if gpu is not None and gpu.memory_bytes:
             return int(gpu.memory_bytes)
         spec = self.spec
-        return None if spec is None else int(spec.memory_gb * 1e9)
+        return None if spec is None or spec.memory_gb is None else int(spec.memory_gb * 1e9)
 
     @property
     def batch_size(self) -> int | None:

@@ -232,8 +232,9 @@ def cmd_specs(args: argparse.Namespace) -> int:
         return 0
     headers = ("gpu", "cc", "memory", "GB/s", "fp32", "tf32", "bf16", "fp16", "fp8", "source")
     body = [(
-        r.name, f"{r.compute_capability[0]}.{r.compute_capability[1]}", f"{r.memory_gb:g} GB",
-        f"{r.bandwidth_gbps:g}", *(_peak(r.peak(d)) for d in ("fp32", "tf32", "bf16", "fp16", "fp8")),
+        r.name, f"{r.compute_capability[0]}.{r.compute_capability[1]}",
+        "-" if r.memory_gb is None else f"{r.memory_gb:g} GB",
+        _peak(r.bandwidth_gbps), *(_peak(r.peak(d)) for d in ("fp32", "tf32", "bf16", "fp16", "fp8")),
         r.source,
     ) for r in rows]
     print("dense peak TFLOP/s (no sparsity; fp16/bf16 with fp32 accumulate)")

@@ -42,6 +42,8 @@ def peak(hardware: HardwareInfo, dtype: str, devices: int = 1, gpu: int = 0) -> 
         return Peak(None, dtype, f"{specs.unknown_message(info.name)}; "
                                  "calibrate=True measures the achievable rate instead")
     value = spec.peak(dtype)
+    if value is None and spec.peaks_unknown:
+        return Peak(None, dtype, f"{spec.name}: {spec.notes}")  # the notes say why and what to do
     if value is None:
         return Peak(None, dtype, f"{spec.name} has no {dtype} tensor path in its datasheet")
     return Peak(value * devices, dtype, f"{spec.name} dense {dtype} {value:g} TFLOP/s"
