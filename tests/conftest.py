@@ -34,14 +34,24 @@ def _cuda_reason() -> str | None:
     return None
 
 
+# Bad-input and fault tests that live beside the code they test (docs/reliability.md).
+RELIABILITY_MODULES = frozenset({
+    "test_report_schema.py", "test_cli_report_files.py", "test_cli_counts.py",
+    "test_what_if_bounds.py", "test_rule_needs.py", "test_gain_bounds.py",
+    "test_launch_advice.py", "test_torch_batches.py", "test_torch_determinism.py",
+    "test_peak_unknown.py", "test_tune.py", "test_torch_failures.py",
+})
+
+
 def _in_reliability_suite(item: pytest.Item) -> bool:
     """The fault-injection and bad-input suite: tests/reliability/, test modules named
-    ``test_*reliability*.py`` or ``test_*_properties.py``, and tests marked ``reliability``
-    (docs/reliability.md)."""
+    ``test_*reliability*.py`` or ``test_*_properties.py``, `RELIABILITY_MODULES`, and
+    tests marked ``reliability`` (docs/reliability.md)."""
     path = str(getattr(item, "path", ""))
     name = os.path.basename(path)
     return (f"{os.sep}reliability{os.sep}" in path or "reliability" in name
-            or name.endswith("_properties.py") or "reliability" in item.keywords)
+            or name.endswith("_properties.py") or name in RELIABILITY_MODULES
+            or "reliability" in item.keywords)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
