@@ -1,0 +1,129 @@
+"""`AccelkitCallback`: the profiled-fit measurements for `lightning.Trainer.fit`.
+
+Each training batch is one `accelkit.torch.Meter` step, opened in
+`on_train_batch_start` and closed in `on_train_batch_end` (`_meter_steps`): forward,
+backward and optimizer step are inside it, the data loading between batches is the
+input wait. The first batch's FLOPs are counted through the module's own
+`training_step` (forward + loss + backward, no optimizer step), under the
+Trainer's precision. At every window boundary, where the meter synchronises the
+device anyway, rank 0 logs the window's figures to the Trainer's loggers
+(`accelkit.lightning.metrics`). Under DDP every rank closes its meter at the end of
+the fit, so every rank's `report` holds the whole run's figures.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from accelkit.lightning import metrics
+from accelkit.lightning._flops import count_training_step
+from accelkit.lightning._framework import lightning_pytorch
+from accelkit.lightning._meter_steps import OpenStep
+from accelkit.planning import Plan
+from accelkit.profiling import mfu
+from accelkit.profiling.run_report import RunReport
+from accelkit.torch.meter import Meter
+
+_pl = lightning_pytorch()
+
+
+class AccelkitCallback(_pl.Callback):
+    """Measures a Lightning fit; `callback.report` holds the `RunReport` once it ends.
+
+    Args:
+        plan: the plan in force (default: the last `auto_configure()` plan).
+        flops_per_step: FLOPs of one step, if known; counted on the first batch otherwise.
+        tokens_per_sample: for tokens/s (found automatically for integer (B, T) token ids).
+        warmup: steps left out of steady-state figures (at least 1 when counting FLOPs).
+        window: steps between device synchronisations, and between logged rows.
+        sample_gpu: sample NVML in a background thread.
+        calibrate: measure the achievable matmul rate after the fit.
+        single_device: the same run on one device, for `report.scaling_efficiency`.
+
+    Example:
+        >>> callback = accelkit.lightning.AccelkitCallback()
+        >>> lightning.Trainer(callbacks=[callback], logger=CSVLogger("logs")).fit(model, loader)
+        >>> callback.report.samples_per_second, callback.report.advice
+    """
+
+    def __init__(self, plan: Plan | None = None, *, flops_per_step: float | None = None,
+                 tokens_per_sample: int | None = None, warmup: int = 3, window: int = 50,
+                 sample_gpu: bool = True, calibrate: bool = False,
+                 single_device: Any = None) -> None:
+        super().__init__()
+        self._options = {"plan": plan, "flops_per_step": flops_per_step,
+                         "tokens_per_sample": tokens_per_sample, "warmup": warmup,
+                         "window": window, "sample_gpu": sample_gpu, "calibrate": calibrate,
+                         "single_device": single_device}
+        self.report: RunReport | None = None
+        self.meter: Meter | None = None
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        options = dict(self._options)
+        # A manual-optimization training_step steps its optimizers: count it inline instead.
+        inline = not getattr(pl_module, "automatic_optimization", True)
+        self._count = options["flops_per_step"] is None and not inline
+        if self._count:
+            options["warmup"] = max(options["warmup"], 1)  # the counted step runs slower
+        optimizers = getattr(trainer, "optimizers", None) or [None]
+        self.meter = Meter(pl_module, count_flops=inline, optimizer=optimizers[0], **options)
+        self.meter.on_window = self._log_window
+        self._flops = options["flops_per_step"]
+        self._peak = (mfu.peak(self.meter.plan.hardware, self.meter.plan.matmul_dtype).tflops
+                      if self.meter.device_label != "cpu" else None)
+        self._steps = OpenStep(self.meter)
+        self._trainer, self._epochs, self.report = trainer, 0, None
+        self._window_at = (0, time.perf_counter())  # (step, time) of the last boundary
+        self.meter.start()
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
+                             batch_idx: int) -> None:
+        if self._count:
+            self._count = False
+            self._count_flops(trainer, pl_module, batch)
+        self._steps.begin(batch)
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        self._steps.end()
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        self._epochs += 1
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self._steps.end()
+        self.meter.epochs = self._epochs
+        self.report = self.meter.close()
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        """The user's error goes on unchanged (Lightning re-raises it); the sampler stops.
+        An interrupted fit (Ctrl-C) still gets its report, marked interrupted."""
+        if self.meter is None or self.report is not None:
+            return
+        self._steps.abandon(exception)
+        self.meter.epochs = self._epochs
+        self.meter.__exit__(type(exception), exception, exception.__traceback__)
+        if isinstance(exception, KeyboardInterrupt):
+            self.report = self.meter.close()
+
+    def _count_flops(self, trainer: Any, pl_module: Any, batch: Any) -> None:
+        count = count_training_step(trainer, pl_module, batch)
+        if count.total is None:
+            self.meter.note("flops_per_step", "; ".join(count.notes))
+            return
+        self.meter.set_flops(count)
+        self._flops = count.total
+
+    def _log_window(self, step_s: float, step: int) -> None:
+        last_step, since = self._window_at
+        self._window_at = (step, time.perf_counter())
+        wait = self._steps.take_wait()
+        if not self._trainer.is_global_zero:
+            return
+        row = metrics.window_figures(
+            step_s=step_s, steps=step - last_step, samples=self.meter.last_batch_size,
+            tokens=self._steps.tokens, flops=self._flops, peak_tflops=self._peak,
+            input_wait_s=wait, gpu=self._steps.gpu_since(since))
+        for logger in self._trainer.loggers:
+            logger.log_metrics(row, step=self._trainer.global_step)
