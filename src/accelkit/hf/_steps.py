@@ -1,0 +1,109 @@
+"""An optimizer step of a Hugging Face `Trainer`, measured on a `Meter`'s clock.
+
+The Trainer tells its callbacks where a step begins and ends, but not its batches: the
+micro-batches reach only ``model(**inputs)``. `TrainerSteps` registers a forward
+pre-hook on the model that keeps the keyword arguments of each training-mode call made
+while a step is open (the Trainer's batch dicts: ``input_ids``, ``attention_mask``,
+``labels``), and closes the step on the meter's public clock with their samples and
+tokens. Nothing here changes what the Trainer computes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from accelkit.profiling import torch_batches
+from accelkit.profiling.flops_torch import count_train_step_flops
+
+
+class TrainerSteps:
+    """Opens and closes the meter's steps; one step is one optimizer step.
+
+    Args:
+        meter: the `accelkit.torch.Meter` whose clock, facts and FLOP count are used.
+        fallback_samples: samples of a step whose batches were not seen (a model whose
+            hooks do not run, e.g. under some compilers): per-device batch size x
+            gradient accumulation.
+        count_flops: count the first step's FLOPs on its first micro-batch.
+
+    Attributes:
+        samples, tokens: totals over all closed steps.
+        flops: the counted FLOPs of one step (None until counted, or when not).
+
+    Example:
+        >>> steps = TrainerSteps(meter, fallback_samples=8, count_flops=True)
+        >>> steps.attach(model)
+        >>> steps.begin(); trainer_step(); steps.end(model)
+    """
+
+    def __init__(self, meter: Any, *, fallback_samples: int, count_flops: bool) -> None:
+        self.meter = meter
+        self.fallback_samples = fallback_samples
+        self.samples = self.tokens = 0
+        self.flops: int | None = None  # counted FLOPs of one step
+        self._count = count_flops
+        self._batches: list[dict[str, Any]] | None = None
+        self._hook: Any = None
+
+    def attach(self, model: Any) -> None:
+        self._hook = model.register_forward_pre_hook(self._seen, with_kwargs=True)
+
+    def detach(self) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def _seen(self, module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        if self._batches is not None and module.training and not args:
+            self._batches.append(dict(kwargs))
+
+    def begin(self) -> None:
+        self.meter.start()
+        self.meter.clock.step_begin()
+        self._batches = []
+
+    def end(self, model: Any) -> None:
+        """Close the open step (no-op when none is open)."""
+        batches, self._batches = self._batches, None
+        if batches is None:
+            return
+        samples = sum(torch_batches.batch_size(b) or 0 for b in batches)
+        tokens, real = 0, None if not batches else 0
+        for batch in batches:
+            ids = torch_batches.token_ids(batch)
+            tokens += int(ids.numel()) if ids is not None else 0
+            mask = torch_batches.attention_mask(batch, ids) if ids is not None else None
+            real = None if mask is None or real is None else real + mask.sum()
+        if not batches:
+            samples = self.fallback_samples
+            if self.meter.clock.steps == 0:
+                self.meter.note("samples_per_second", "the Trainer's batches were not seen "
+                                "(no forward hook ran): samples from the batch size arguments")
+        if self.meter.clock.steps == 0:
+            self._first(model, batches, samples)
+        self.samples += samples
+        self.tokens += tokens
+        self.meter.last_batch_size = samples
+        self.meter.clock.step_done(samples=samples, tokens=tokens,
+                                   real_tokens=real if tokens else None)
+
+    def _first(self, model: Any, batches: list[dict[str, Any]], samples: int) -> None:
+        from accelkit.torch.facts import half_integer_inputs
+
+        self.meter.facts.setdefault("batch_size", samples)
+        found = half_integer_inputs(batches[0]) if batches else None
+        if found:
+            self.meter.facts.setdefault("half_integer_inputs", found)
+        if not self._count:
+            return
+        if not batches:
+            self.meter.note("flops_per_step", "no batch seen to count on")
+            return
+        count = count_train_step_flops(model, batches[0])
+        if count.total is not None and len(batches) > 1:
+            count = dataclasses.replace(
+                count, total=count.total * len(batches), forward=None,
+                notes=(*count.notes, f"first micro-batch x {len(batches)} (gradient accumulation)"))
+        self.flops = count.total
+        self.meter.set_flops(count)
