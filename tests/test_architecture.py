@@ -25,8 +25,8 @@ STAGES = [
     ("accelkit.profiling",),
     ("accelkit.advisor",),
     ("accelkit.report",),
-    ("accelkit.torch", "accelkit.keras", "accelkit.hf", "accelkit.bench", "accelkit.dispatch",
-     "accelkit.cli", "accelkit.__main__", "accelkit"),
+    ("accelkit.torch", "accelkit.keras", "accelkit.lightning", "accelkit.hf", "accelkit.bench",
+     "accelkit.dispatch", "accelkit.cli", "accelkit.__main__", "accelkit"),
 ]
 
 # (importer, imported): thin forwarding methods, imported on call (docs/architecture.md).
@@ -37,11 +37,11 @@ FORWARDING = {
 }
 
 # Where a framework may be imported (lazily everywhere: `import accelkit` imports none).
-FRAMEWORK_HOMES = ("accelkit.torch", "accelkit.keras", "accelkit.hf",
+FRAMEWORK_HOMES = ("accelkit.torch", "accelkit.keras", "accelkit.lightning", "accelkit.hf",
                    "accelkit.frameworks.torch_adapter",
                    "accelkit.frameworks.tensorflow_adapter", "accelkit.profiling.flops_",
                    "accelkit.profiling.calibrate", "accelkit.bench", "accelkit.utils.imports")
-FRAMEWORKS = ("torch", "tensorflow", "keras")
+FRAMEWORKS = ("torch", "tensorflow", "keras", "lightning", "pytorch_lightning")
 
 
 def _module_name(path: Path) -> str:
