@@ -24,6 +24,7 @@ from accelkit.planning import Framework, Precision, Request, plan
 from accelkit.profiling import world
 from accelkit.profiling.run_report import RunReport
 from accelkit.report.assemble import with_advice
+from accelkit.report.html import render_html
 from accelkit.report.render import describe_hardware, render_projections, table
 from accelkit.utils import versions
 
@@ -113,6 +114,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="MFU to assume in projections (default: the run's own when it "
                              "was measured on a GPU, else 0.4)")
     report.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    report.add_argument("--html", default=None, metavar="FILE",
+                        help="also write the report as one self-contained HTML page with charts")
     report.set_defaults(command=cmd_report)
     return parser
 
@@ -295,6 +298,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise ValueError(f"cannot read {args.path}: {error}") from None
     with_advice(result)  # the current rules, on the saved figures and facts
     projections = _projections(result, args.project, args.price, args.mfu)
+    if args.html:
+        try:
+            with open(args.html, "w", encoding="utf-8") as out:
+                out.write(render_html(result))
+        except OSError as error:
+            raise ValueError(f"cannot write {args.html}: {error}") from None
     if args.json:
         document = result.to_dict()
         if projections:

@@ -78,6 +78,7 @@ def report_from(m: Measurements) -> RunReport:
     _throughput(report, clock)
     _flops(report, m)
     _sampler(report, m.sampler)
+    report.series = _series(clock, m.sampler)
     # One process's figures; a data-parallel meter replaces them with every rank's.
     world.aggregate(report, [world.rank_figures(report, 0, clock.steady_samples, m.devices)],
                     m.single_device_samples_per_second)
@@ -148,3 +149,15 @@ def _sampler(report: RunReport, summary: SamplerSummary | None) -> None:
     report.gpu_memory_used_bytes = summary.memory_used_bytes
     report.power_w = summary.power_w
     report.sm_clock_mhz = summary.sm_clock_mhz
+
+
+def _series(clock: ClockSummary, sampler: SamplerSummary | None) -> dict[str, list[float | None]]:
+    """The clock's window series and the sampler's, on seconds since the run started."""
+    series = {name: list(values) for name, values in clock.series.items()}
+    gpu = dict(sampler.series) if sampler is not None else {}
+    times = gpu.pop("time", None)
+    if times:
+        zero = clock.started if clock.started is not None else times[0]
+        series["gpu_time_s"] = [t - zero for t in times]
+        series.update((name, list(values)) for name, values in gpu.items())
+    return series

@@ -20,10 +20,99 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 _now = time.perf_counter
+
+SERIES_POINTS = 512  # the most points a saved series holds, however long the run
+
+
+class BoundedSeries:
+    """Rows of numbers kept to at most `limit` points, however many are added.
+
+    When full, neighbouring points are merged in pairs and later rows are averaged in
+    groups of the same size, so every middle point covers as many rows; the first and
+    the last row are kept as they came. A column merges by its mean (None values left
+    out), or by its maximum when named in `peak` (memory: the peak must survive).
+
+    Example:
+        >>> series = BoundedSeries(("time_s", "step_s"), limit=5)
+        >>> for i in range(10):
+        ...     series.add((float(i), 1.0))
+        >>> series.columns()["time_s"]
+        [0.0, 4.5, 9.0]
+    """
+
+    def __init__(self, names: Sequence[str], *, limit: int = SERIES_POINTS,
+                 peak: Collection[str] = ()) -> None:
+        if limit < 5:
+            raise ValueError(f"limit={limit} must be >= 5 (the ends and three middle points)")
+        self.names = tuple(names)
+        self.limit = limit
+        self._peak = [name in peak for name in self.names]
+        self._first: Sequence[float | None] | None = None
+        self._last: Sequence[float | None] | None = None
+        self._middle: list[list[Any]] = []  # [rows, sums, counts, maxima] per point
+        self._open: list[Any] | None = None
+        self._stride = 1
+
+    def __len__(self) -> int:
+        return (self._first is not None) + (self._last is not None) + len(self._middle) \
+            + (self._open is not None)
+
+    def add(self, row: Sequence[float | None]) -> None:
+        """Append one row (a value per name, None where unknown)."""
+        if self._first is None:
+            self._first = row
+            return
+        if self._last is not None:
+            self._absorb(self._last)
+        self._last = row
+
+    def _absorb(self, row: Sequence[float | None]) -> None:
+        if self._open is None:
+            self._open = [0, [0.0] * len(row), [0] * len(row), [None] * len(row)]
+        bucket = self._open
+        bucket[0] += 1
+        for i, value in enumerate(row):
+            if value is not None:
+                bucket[1][i] += value
+                bucket[2][i] += 1
+                bucket[3][i] = value if bucket[3][i] is None else max(bucket[3][i], value)
+        if bucket[0] >= self._stride:
+            self._middle.append(bucket)
+            self._open = None
+            # an even count, so that every merged point covers as many rows
+            if len(self._middle) >= (self.limit - 3) // 2 * 2:
+                self._middle = [self._merge(*self._middle[i:i + 2])
+                                for i in range(0, len(self._middle), 2)]
+                self._stride *= 2
+
+    @staticmethod
+    def _merge(a: list[Any], b: list[Any] | None = None) -> list[Any]:
+        if b is None:
+            return a
+        maxima = [x if y is None else y if x is None else max(x, y) for x, y in zip(a[3], b[3])]
+        return [a[0] + b[0], [x + y for x, y in zip(a[1], b[1])],
+                [x + y for x, y in zip(a[2], b[2])], maxima]
+
+    def rows(self) -> list[tuple[float | None, ...]]:
+        """The points, oldest first: the first row, the merged middle, the last row."""
+        middle = self._middle + ([self._open] if self._open is not None else [])
+        out = [tuple(self._first)] if self._first is not None else []
+        for _, sums, counts, maxima in middle:
+            out.append(tuple(maxima[i] if self._peak[i] else
+                             (sums[i] / counts[i] if counts[i] else None)
+                             for i in range(len(self.names))))
+        if self._last is not None:
+            out.append(tuple(self._last))
+        return out
+
+    def columns(self) -> dict[str, list[float | None]]:
+        """The points as one list per name (what a `RunReport` saves)."""
+        rows = self.rows()
+        return {name: [row[i] for row in rows] for i, name in enumerate(self.names)}
 
 
 @dataclasses.dataclass
@@ -43,6 +132,11 @@ class ClockSummary:
     # Tokens that are not padding, when every steady step that had tokens said how
     # many (from an attention mask); else None.
     steady_real_tokens: int | None = None
+    # One point per steady-state window (bounded: `BoundedSeries`): its end in seconds
+    # since `started`, the step count there, seconds per step, samples per second and
+    # input wait per step.
+    series: dict[str, list[float | None]] = dataclasses.field(default_factory=dict)
+    started: float | None = None  # time.perf_counter() when the clock started
 
     @property
     def step_s(self) -> float | None:
@@ -55,6 +149,9 @@ class ClockSummary:
         if not self.steady_s:
             return None
         return min(1.0, self.input_wait_s / self.steady_s)
+
+
+WINDOW_COLUMNS = ("time_s", "step", "step_time_s", "samples_per_second", "input_wait_s")
 
 
 class StepClock:
@@ -93,6 +190,9 @@ class StepClock:
         self._real_seen = self._real_missing = False
         self._input_wait = 0.0
         self._window_step_s: list[float] = []
+        self._series = BoundedSeries(WINDOW_COLUMNS)
+        self._window_samples = 0  # counters at the last boundary
+        self._window_wait = 0.0
         self._last_step_end: float | None = None
         self._step_open: float | None = None
         self.on_window: Callable[[float, int], None] | None = None
@@ -150,10 +250,16 @@ class StepClock:
         if steps and self._steady_start is not None:
             per_step = (now - self._window_start) / steps
             self._window_step_s.append(per_step)
+            seconds = now - self._window_start
+            self._series.add((now - self._start, float(self.steps), per_step,
+                              (self._samples - self._window_samples) / seconds
+                              if seconds > 0 and self._samples else None,
+                              (self._input_wait - self._window_wait) / steps))
             if self.on_window is not None:
                 self.on_window(per_step, self.steps)
         self._window_start = now
         self._last_boundary_step = self.steps
+        self._window_samples, self._window_wait = self._samples, self._input_wait
 
     @property
     def warmup_end(self) -> float | None:
@@ -181,4 +287,6 @@ class StepClock:
             # After the boundary's synchronisation: reading a device count costs no wait.
             steady_real_tokens=(int(self._real_tokens)
                                 if self._real_seen and not self._real_missing else None),
+            series=self._series.columns() if len(self._series) else {},
+            started=self._start,
         )

@@ -62,6 +62,13 @@ class RunReport:
             ``history = accelkit.keras.fit(...)`` works where ``model.fit``'s return did:
             ``history.history["loss"]``, ``history.epoch``.
         trained_model: the model that trained (`accelkit.keras.fit`; not saved).
+        series: the run over time, for charts (`accelkit.report.html`), each list at
+            most 512 points (neighbouring windows averaged; the first and last kept). Per
+            steady-state window: ``time_s`` (its end, seconds since the run started),
+            ``step``, ``step_time_s``, ``samples_per_second``, ``input_wait_s`` (per
+            step). Per NVML tick, on its own axis ``gpu_time_s``: ``gpu_utilization``
+            (percent, mean of the devices), ``gpu_memory_used_bytes`` (the largest),
+            ``power_w``, ``sm_clock_mhz`` (means). Empty when nothing was measured.
         tuning: what `accelkit.torch.fit(tune=...)` measured and kept (see
             `accelkit.torch.trials.TuneResult.to_dict`: decision, chosen, speedup, seconds,
             candidates with their median step time, spread, compile seconds and status);
@@ -120,6 +127,7 @@ class RunReport:
     epoch: list[int] = dataclasses.field(default_factory=list)
     params: dict[str, Any] = dataclasses.field(default_factory=dict)
     tuning: dict[str, Any] | None = None
+    series: dict[str, list[float | None]] = dataclasses.field(default_factory=dict)
     # The model that trained (accelkit.keras.fit may have given it a float32 head);
     # not serialised.
     trained_model: Any = dataclasses.field(default=None, repr=False, compare=False)

@@ -4,6 +4,10 @@ It reads, per GPU in use: utilisation (share of time a kernel was running),
 memory used, power draw and SM clock. It never raises into the run: an NVML
 error stops the sampling and leaves a note. Use it as a context manager so the
 thread is gone when the run ends, however it ends.
+
+Besides the samples, it keeps one bounded series over the run (`BoundedSeries`: at
+most 512 points, neighbours averaged, memory by its maximum): per tick, the mean
+utilisation, power and SM clock of the devices and their largest memory use.
 """
 
 from __future__ import annotations
@@ -14,6 +18,11 @@ import threading
 import time
 from collections.abc import Sequence
 from typing import Any
+
+from accelkit.profiling.clock import BoundedSeries
+
+SERIES_COLUMNS = ("time", "gpu_utilization", "gpu_memory_used_bytes", "power_w",
+                  "sm_clock_mhz")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +42,8 @@ class SamplerSummary:
     memory_used_bytes: int | None  # max over the window
     power_w: float | None  # mean
     sm_clock_mhz: float | None  # mean
+    # The bounded series from `start` on (`SERIES_COLUMNS`; time is perf_counter()).
+    series: dict[str, list[float | None]] = dataclasses.field(default_factory=dict)
 
 
 class NvmlSampler:
@@ -54,6 +65,7 @@ class NvmlSampler:
         self.interval = interval
         self.samples: list[Sample] = []
         self.notes: list[str] = []
+        self.series = BoundedSeries(SERIES_COLUMNS, peak=("gpu_memory_used_bytes",))
         self._nvml = nvml
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -99,8 +111,10 @@ class NvmlSampler:
         while not self._stop.is_set():
             try:
                 now = time.perf_counter()
-                for index, handle in zip(self.devices, self._handles):
-                    self.samples.append(self._read(now, index, handle))
+                tick = [self._read(now, index, handle)
+                        for index, handle in zip(self.devices, self._handles)]
+                self.samples.extend(tick)
+                self.series.add(_row(now, tick))
             except Exception as error:  # noqa: BLE001 - a sampler must not kill the run
                 self.notes.append(f"NVML sampling stopped: {error}")
                 return
@@ -126,10 +140,27 @@ class NvmlSampler:
             return statistics.fmean(values) if values else None
 
         memory = [s.memory_used_bytes for s in chosen if s.memory_used_bytes is not None]
+        columns = self.series.columns()
+        keep = [i for i, t in enumerate(columns.get("time", ()))
+                if (start is None or t >= start) and (end is None or t <= end)]
         return SamplerSummary(
             samples=len(chosen),
             gpu_utilization=mean([s.utilization for s in chosen if s.utilization is not None]),
             memory_used_bytes=max(memory) if memory else None,
             power_w=mean([s.power_w for s in chosen if s.power_w is not None]),
             sm_clock_mhz=mean([s.sm_clock_mhz for s in chosen if s.sm_clock_mhz is not None]),
+            series={name: [values[i] for i in keep] for name, values in columns.items()}
+            if keep else {},
         )
+
+
+def _row(now: float, tick: Sequence[Sample]) -> tuple[float | None, ...]:
+    """One series point from the devices' samples of one tick."""
+
+    def mean(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return statistics.fmean(known) if known else None
+
+    memory = [s.memory_used_bytes for s in tick if s.memory_used_bytes is not None]
+    return (now, mean([s.utilization for s in tick]), float(max(memory)) if memory else None,
+            mean([s.power_w for s in tick]), mean([s.sm_clock_mhz for s in tick]))

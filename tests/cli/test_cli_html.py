@@ -1,0 +1,53 @@
+"""`accelkit report RUN.json --html FILE`: the page written beside the usual output;
+an unwritable path exits 2 with the path named, never a traceback."""
+
+from __future__ import annotations
+
+import json
+
+from accelkit.cli import EXIT_USAGE
+from accelkit.report.html import CHARTS
+
+from ..report.helpers import saved_report
+from .test_cli_report_files import _run
+
+
+def _saved(tmp_path) -> str:
+    path = tmp_path / "run.json"
+    document = saved_report()
+    document["series"] = {"time_s": [1.0, 2.0], "step": [5.0, 10.0],
+                          "step_time_s": [0.2, 0.25], "samples_per_second": [40.0, 32.0],
+                          "input_wait_s": [0.0, 0.05]}
+    path.write_text(json.dumps(document))
+    return str(path)
+
+
+def test_report_html_writes_a_page_with_every_chart(tmp_path):
+    page = tmp_path / "report.html"
+    code, out, err = _run("report", _saved(tmp_path), "--html", str(page))
+    assert code == 0, err
+    assert "accelkit run:" in out  # the terminal table as before
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>")
+    for chart in CHARTS:
+        assert f'id="{chart}"' in text
+    assert 'data-values="40.0,32.0"' in text
+    assert "<script" not in text and 'src="http' not in text
+
+
+def test_report_html_with_json_keeps_stdout_one_document(tmp_path):
+    page = tmp_path / "report.html"
+    code, out, _ = _run("report", _saved(tmp_path), "--json", "--html", str(page))
+    assert code == 0
+    assert json.loads(out)["series"]["samples_per_second"] == [40.0, 32.0]
+    assert page.exists()
+
+
+def test_report_html_to_an_unwritable_path_exits_2_naming_it(tmp_path):
+    target = tmp_path / "missing" / "report.html"
+    code, out, err = _run("report", _saved(tmp_path), "--html", str(target))
+    assert code == EXIT_USAGE
+    assert str(target) in err and "Traceback" not in err
+    assert out == ""
+    code, _, err = _run("report", _saved(tmp_path), "--html", str(tmp_path))  # a folder
+    assert code == EXIT_USAGE and str(tmp_path) in err
