@@ -34,6 +34,7 @@ FORWARDING = {
     ("accelkit.planning.types", "accelkit.torch"),  # Plan.autocast(), Plan.grad_scaler()
     ("accelkit.planning.types", "accelkit.report.render"),  # Plan.__str__
     ("accelkit.profiling.run_report", "accelkit.report.render"),  # RunReport.__str__
+    ("accelkit.profiling.run_report", "accelkit.report.html"),  # RunReport.to_html()
 }
 
 # Where a framework may be imported (lazily everywhere: `import accelkit` imports none).

@@ -162,3 +162,9 @@ def test_a_real_cpu_fit_charts_its_windows():
     assert page.series["chart-throughput"]["samples/s"] == s["samples_per_second"]
     for chart in CHARTS:
         assert chart in page.ids, chart
+
+
+def test_to_html_is_the_renderer_s_page() -> None:
+    report = RunReport(framework="torch", model="m", device="cpu", precision="fp32",
+                       matmul_dtype="fp32")
+    assert report.to_html() == render_html(report)

@@ -223,6 +223,17 @@ class RunReport:
 
         return render_run(self)
 
+    def to_html(self) -> str:
+        """The report as one self-contained HTML page: charts of the run, plan, advice.
+
+        Example:
+            >>> Path("run.html").write_text(report.to_html())  # doctest: +SKIP
+        """
+        # Forwarding to the renderer, imported on call (docs/architecture.md).
+        from accelkit.report.html import render_html
+
+        return render_html(self)
+
 
 def _json_safe(value: Any, where: str = "") -> tuple[Any, list[str]]:
     """`value` with numpy scalars as numbers, tuples as lists, keys as strings, and NaN or
