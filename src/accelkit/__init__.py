@@ -4,17 +4,23 @@
     plan = accelkit.auto_configure()
 
 `import accelkit` imports neither torch nor tensorflow; the framework adapters
-(`accelkit.torch`, `accelkit.keras`) import theirs when used.
+(`accelkit.torch`, `accelkit.keras`) import theirs when used. accelkit speaks through
+``logging.getLogger("accelkit")`` (`accelkit.utils.log`: INFO by default or
+``ACCELKIT_LOG_LEVEL``, rank 0 only under a launcher).
 """
 
 from accelkit._version import __version__
 from accelkit.configure import apply, auto_configure, current_plan, plan_for
 from accelkit.dispatch import fit
 from accelkit.hardware import detect
+from accelkit.hardware import environment as _environment
 from accelkit.hardware.info import GpuInfo, HardwareInfo
 from accelkit.hardware.what_if import UnknownGPUError, what_if
 from accelkit.planning import Distribution, Framework, Plan, Precision, Request, Setting, Status
 from accelkit.profiling.run_report import RunReport
+from accelkit.utils import log as _log
+
+_log.setup(_environment.is_rank_zero, *_environment.log_level())
 
 __all__ = [
     "Distribution",

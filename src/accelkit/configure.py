@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -126,8 +125,8 @@ def auto_configure(framework: str = "auto", precision: str = "auto", distribute:
         result = _apply(result)
     result = result.with_settings(result.settings, notes)
     _current = result
-    if verbose and environment.is_rank_zero():
-        print(f"accelkit: {notes[0]}" if deferred else result, file=sys.stderr)
+    if verbose:  # rank 0 only: the logger's filter (accelkit.utils.log)
+        _log.info("%s", f"accelkit: {notes[0]}" if deferred else result)
     return result
 
 
@@ -143,8 +142,8 @@ def _applier_at_import(plans: Mapping[Framework, Plan], notes: list[str],
         set_current_plan(applied)
         _log.info("accelkit applied the %s plan when the script imported %s",
                   framework.value, module)
-        if verbose and environment.is_rank_zero():
-            print(applied, file=sys.stderr)
+        if verbose:
+            _log.info("%s", applied)
 
     return apply_at_import
 

@@ -6,7 +6,7 @@ visible devices, host facts. The one place that parses them.
   `world_size`, which every part of accelkit uses (a RANK that is empty or not
   an integer is no launcher's: rank 0, as for a process started alone);
 - accelkit's variables: `flag` (``0/false/no/off`` and empty are off),
-  `dist_timeout` (``ACCELKIT_DIST_TIMEOUT``);
+  `dist_timeout` (``ACCELKIT_DIST_TIMEOUT``), `log_level` (``ACCELKIT_LOG_LEVEL``);
 - the host: visible GPUs, CPU count, memory, InfiniBand.
 
 Nothing here raises on bad input from the environment: a malformed variable
@@ -35,6 +35,9 @@ DISABLE_ENV = "ACCELKIT_DISABLE"
 PRECISION_ENV = "ACCELKIT_PRECISION"
 TIMEOUT_ENV = "ACCELKIT_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 600.0  # PyTorch's default NCCL collective timeout
+LOG_LEVEL_ENV = "ACCELKIT_LOG_LEVEL"
+_LOG_LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "WARN": 30, "ERROR": 40,
+               "CRITICAL": 50}
 
 _OFF = frozenset({"", "0", "false", "no", "off"})
 
@@ -104,6 +107,34 @@ def dist_timeout(environ: Mapping[str, str] | None = None) -> tuple[float, str, 
                                    f"number of seconds. Used the default, "
                                    f"{DEFAULT_TIMEOUT_S:g} s"), False
     return seconds, "", True
+
+
+def log_level(environ: Mapping[str, str] | None = None) -> tuple[int, str, bool]:
+    """The level of the ``accelkit`` logger, from ``ACCELKIT_LOG_LEVEL``.
+
+    A level name (``debug``, ``info``, ``warning``, ``error``, ``critical``, any case) or
+    a number >= 0; unset or empty gives INFO. Anything else gives INFO too, with a note
+    naming the valid values: a typo must not stop a run.
+
+    Returns:
+        (level, note or "", True when the user set a valid value).
+
+    Example:
+        >>> log_level({"ACCELKIT_LOG_LEVEL": " debug "})
+        (10, '', True)
+        >>> log_level({"ACCELKIT_LOG_LEVEL": "loud"})[0]
+        20
+    """
+    text = _environ(environ).get(LOG_LEVEL_ENV, "").strip()
+    if not text:
+        return _LOG_LEVELS["INFO"], "", False
+    if text.upper() in _LOG_LEVELS:
+        return _LOG_LEVELS[text.upper()], "", True
+    if text.isdigit():
+        return int(text), "", True
+    return _LOG_LEVELS["INFO"], (f"{LOG_LEVEL_ENV}={text!r} is not valid; use one of "
+                                 "debug, info, warning, error, critical or a number >= 0. "
+                                 "Used the default, info"), False
 
 
 def read_launcher(environ: Mapping[str, str], notes: list[str] | None = None) -> LauncherEnv:

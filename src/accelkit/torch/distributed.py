@@ -21,13 +21,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
-import sys
+import logging
 from typing import TYPE_CHECKING, Any
 
 from accelkit.hardware import environment
 from accelkit.planning.keys import Key
 from accelkit.planning.types import Status
 from accelkit.utils.imports import require
+
+_log = logging.getLogger("accelkit")
 
 if TYPE_CHECKING:
     from accelkit.planning.types import Plan
@@ -248,4 +250,5 @@ def launch_hint(plan: Any) -> str | None:
 
 
 def warn(message: str) -> None:
-    print(f"accelkit: {message}", file=sys.stderr, flush=True)
+    """Say `message` as a warning of the accelkit logger, from every rank."""
+    _log.warning("accelkit: %s", message)

@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import logging
 import math
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +21,7 @@ from accelkit.torch.meter import Meter
 from accelkit.torch.prepare import Prepared, to_device
 from accelkit.torch.step import Step
 from accelkit.torch.tuner import Tuner
-from accelkit.utils import arguments
+from accelkit.utils import arguments, log
 from accelkit.utils.imports import require
 
 _log = logging.getLogger("accelkit")
@@ -149,8 +148,8 @@ def train(run: Prepared, step: Step, meter: Meter, schedule: Schedule, *,
     except KeyboardInterrupt:
         meter.interrupted = True
         where = f"rank {run.group.rank}: " if ddp else ""
-        print(f"accelkit: {where}interrupted after {done} steps; returning a partial "
-              "report", file=sys.stderr)
+        _log.warning("accelkit: %sinterrupted after %d steps; returning a partial report",
+                     where, done)
     return step
 
 
@@ -166,13 +165,12 @@ def _ran_dry(meter: Meter, trained: int, asked: int) -> None:
 
 
 def end_progress(meter: Meter) -> None:
-    """End the live progress line on a terminal, once a window has printed it.
+    """End the live progress line on a terminal, if one is open (`accelkit.utils.log`).
 
     Example:
         >>> end_progress(meter)  # after the meter is closed, before the report prints
     """
-    if sys.stderr.isatty() and meter.clock.steps >= meter.clock.window:
-        print(file=sys.stderr)
+    log.end_progress_line()
 
 
 def _warmup_held(meter: Meter) -> Callable[[], None]:
@@ -206,7 +204,9 @@ def _watch_loss(meter: Meter, running: Any,
 
 
 def _progress_printer(meter: Meter, steps: int | None) -> Callable[[float, int], None]:
-    interactive = sys.stderr.isatty()
+    """The live progress line, an INFO record at window boundaries: redrawn in place on
+    a terminal by accelkit's default handler, else one record every 10 s."""
+    interactive = log.live_terminal()
     started = time.perf_counter()
     last = [0.0]
 
@@ -219,7 +219,6 @@ def _progress_printer(meter: Meter, steps: int | None) -> Callable[[float, int],
         total = f"/{steps}" if steps else ""
         line = (f"accelkit: step {step}{total}  {rate:,.1f} samples/s  "
                 f"{step_s * 1e3:.1f} ms/step  {now - started:.0f} s")
-        print(("\r" if interactive else "") + line, end="" if interactive else "\n",
-              file=sys.stderr, flush=True)
+        _log.info("%s", line, extra={log.PROGRESS: True})
 
     return show

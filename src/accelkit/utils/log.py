@@ -1,0 +1,168 @@
+"""accelkit's one logger, ``logging.getLogger("accelkit")``, and how it reaches a terminal.
+
+accelkit speaks only through this logger (the CLI alone prints). `setup`, called once
+by ``import accelkit``, gives it:
+
+- a level: INFO, or ``ACCELKIT_LOG_LEVEL`` (read by `accelkit.hardware.environment`);
+  ``logging.getLogger("accelkit").setLevel(logging.WARNING)`` silences the chatter;
+- a rank filter: under a launcher, INFO and DEBUG come from rank 0 only (warnings and
+  errors from every rank, which name their rank where it matters);
+- a default handler, as Lightning and transformers give their library loggers, so that
+  what users saw before (the plan table, the live progress line) still shows with no
+  logging configured. It writes to ``sys.stderr`` as it is at each record, the bare
+  message, and steps aside for a record that a console handler on the root logger
+  (``logging.basicConfig()``) shows already. Records still propagate, so an
+  application's handlers (and pytest's ``caplog``) receive them all.
+
+The live progress line is a record with ``extra={PROGRESS: True}``: on a terminal the
+default handler redraws it in place (``\\r``, no newline) and ends the line before the
+next record; elsewhere it is an ordinary line.
+
+This module imports nothing of accelkit: the rank rule is handed to `setup`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+
+NAME = "accelkit"
+PROGRESS = "accelkit_progress"  # the `extra` key of a live progress record
+
+logger = logging.getLogger(NAME)
+
+
+class RankZeroFilter(logging.Filter):
+    """Lets INFO and DEBUG through on rank 0 only; warnings and errors on every rank.
+
+    Args:
+        is_rank_zero: asked at each record (the launcher's variables may be set late).
+
+    Example:
+        >>> RankZeroFilter(lambda: False).filter(logging.makeLogRecord({"levelno": 20}))
+        False
+    """
+
+    def __init__(self, is_rank_zero: Callable[[], bool]) -> None:
+        super().__init__()
+        self._is_rank_zero = is_rank_zero
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or self._is_rank_zero()
+
+
+class ConsoleHandler(logging.Handler):
+    """accelkit's default handler: the bare message on the current ``sys.stderr``; a
+    progress record redrawn in place on a terminal.
+
+    Example:
+        >>> logging.getLogger("accelkit").info("shown on stderr with no logging configured")
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("%(message)s"))
+        self._open_line: object = None  # the stream whose progress line is not ended
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if _console_taken(record.levelno):
+            return
+        try:
+            stream = sys.stderr
+            text = self.format(record)
+            if getattr(record, PROGRESS, False) and _is_terminal(stream):
+                stream.write("\r" + text)
+                self._open_line = stream
+            else:
+                self._end_line()
+                stream.write(text + "\n")
+            stream.flush()
+        except Exception:  # noqa: BLE001 - logging's contract: report, never raise
+            self.handleError(record)
+
+    def end_line(self) -> None:
+        """End an open progress line (a newline), so the next output starts clean."""
+        with self.lock:  # type: ignore[union-attr]  # created by Handler.__init__
+            self._end_line()
+
+    def live(self) -> bool:
+        """True when a progress record would be redrawn in place: this handler shows it
+        and stderr is a terminal."""
+        return not _console_taken(logging.INFO) and _is_terminal(sys.stderr)
+
+    def _end_line(self) -> None:
+        stream, self._open_line = self._open_line, None
+        if stream is not None and stream is sys.stderr:
+            stream.write("\n")
+            stream.flush()
+
+
+def setup(is_rank_zero: Callable[[], bool], level: int = logging.INFO, note: str = "",
+          level_set: bool = False) -> None:
+    """Give the accelkit logger its rank filter, default handler and level (idempotent).
+
+    Args:
+        is_rank_zero: the one rank rule (`accelkit.hardware.environment.is_rank_zero`).
+        level: the level to use where the user set none.
+        note: why ``ACCELKIT_LOG_LEVEL`` was not used, logged as a warning.
+        level_set: the level comes from the user (``ACCELKIT_LOG_LEVEL``): applied even
+            over a level set on the logger before.
+
+    Example:
+        >>> setup(lambda: True, logging.DEBUG, level_set=True)
+    """
+    if not any(isinstance(f, RankZeroFilter) for f in logger.filters):
+        logger.addFilter(RankZeroFilter(is_rank_zero))
+    handler = default_handler()
+    if handler is None:
+        handler = ConsoleHandler()
+        handler.addFilter(RankZeroFilter(is_rank_zero))  # records of child loggers too
+        logger.addHandler(handler)
+    if level_set or logger.level == logging.NOTSET:
+        logger.setLevel(level)
+    if note:
+        logger.warning("accelkit: %s", note)
+
+
+def default_handler() -> ConsoleHandler | None:
+    """The handler `setup` installed, or None (removed by the application)."""
+    return next((h for h in logger.handlers if isinstance(h, ConsoleHandler)), None)
+
+
+def live_terminal() -> bool:
+    """True when a progress record is redrawn in place on a terminal, so it may come as
+    often as it changes; False when it becomes a line of a log (then say it seldom).
+
+    Example:
+        >>> live_terminal()  # under pytest, stderr is captured
+        False
+    """
+    handler = default_handler()
+    return handler is not None and handler.live()
+
+
+def end_progress_line() -> None:
+    """End the live progress line on a terminal, if one is open.
+
+    Example:
+        >>> end_progress_line()  # after the fit, before the report prints
+    """
+    handler = default_handler()
+    if handler is not None:
+        handler.end_line()
+
+
+def _console_taken(levelno: int) -> bool:
+    """True when a handler on the root logger writes this record to the console already."""
+    consoles = {id(s) for s in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+                if s is not None}
+    return any(type(h) is logging.StreamHandler and id(h.stream) in consoles
+               and h.level <= levelno for h in logging.getLogger().handlers)
+
+
+def _is_terminal(stream: object) -> bool:
+    try:
+        return bool(stream.isatty())  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
