@@ -29,12 +29,12 @@ from accelkit.configure import current_plan
 from accelkit.hardware import detect, environment
 from accelkit.hardware.info import HardwareInfo
 from accelkit.keras import batches, checks, head, strategies
+from accelkit.keras.epoch_logs import EpochClock
 from accelkit.keras.train_function import StepCounter
 from accelkit.planning import Plan, Request
 from accelkit.planning import plan as make_plan
-from accelkit.profiling import world
+from accelkit.profiling import mfu, world
 from accelkit.profiling.assemble import Measurements
-from accelkit.profiling.clock import StepClock
 from accelkit.profiling.flop_count import FlopCount
 from accelkit.profiling.run_report import RunReport
 from accelkit.profiling.sampler import NvmlSampler
@@ -59,6 +59,13 @@ class ProfileCallback(keras.callbacks.Callback):
             critical verdict in the report; False: the fit stops with
             `accelkit.keras.checks.UnsafeMixedPrecision` at the first batch that shows them
             (`accelkit.keras.fit` passes False unless told otherwise).
+
+    At each epoch's end the callback adds the epoch's figures to Keras' ``logs``
+    (``accelkit_samples_per_second``, ``accelkit_tokens_per_second``, ``accelkit_mfu``,
+    ``accelkit_input_wait_share``; see `accelkit.keras.epoch_logs`), so `History`,
+    `CSVLogger` and `TensorBoard` record them. Keras calls callbacks in list order
+    with one ``logs`` dict: put this callback before `CSVLogger` and `TensorBoard`
+    (`accelkit.keras.fit` puts it first).
 
     Under a distribution strategy the figures are this process's: its replicas'
     samples (MirroredStrategy: all of them). Under MultiWorkerMirroredStrategy each
@@ -118,7 +125,8 @@ class ProfileCallback(keras.callbacks.Callback):
         self._scales: list[list[float]] = []
         self._read_scale(0, initial=True)
         self.report = None
-        self.clock = StepClock(self._sync, warmup=self.warmup, window=self.window)
+        self.clock = EpochClock(self._sync, warmup=self.warmup, window=self.window)
+        self._peak: mfu.Peak | None = None
         nvml = [g.index for g in self.plan.hardware.gpus[:len(self._gpus)]]
         self._sampler = NvmlSampler(nvml if self.sample_gpu and self._gpus else [])
         if self._gpus and self._tf is not None:
@@ -134,6 +142,21 @@ class ProfileCallback(keras.callbacks.Callback):
         if logs and "loss" in logs:
             self._losses.append(float(logs["loss"]))
         self._read_scale(self.clock.steps)
+        if logs is not None:  # for the callbacks after this one: CSVLogger, History...
+            logs.update(self._epoch_logs())
+
+    def _epoch_logs(self) -> dict[str, float]:
+        """The figures of the windows that ended in this epoch (`keras.epoch_logs`)."""
+        if self._peak is None:
+            from accelkit.hardware.capabilities import matmul_dtype
+
+            hardware = self.plan.hardware if self._gpus else environment.cpu_host(
+                self.plan.hardware.launcher)
+            precision = head.precision_ran(self.model, self.plan) or self.plan.precision
+            self._peak = mfu.peak(hardware, matmul_dtype(precision, self._tf32_enabled()),
+                                  devices=self._replicas())
+        flops = self.flops_per_step or (self._flops.total if self._flops is not None else None)
+        return self.clock.epoch_logs(flops, self._peak.tflops, set(self._notes))
 
     def _read_scale(self, step: int, initial: bool = False) -> None:
         """The loss scale of a LossScaleOptimizer (mixed_float16), once per epoch."""
