@@ -124,7 +124,9 @@ class Tuner:
         self.result = TuneResult(decision=decision, trials=tuple(self._trials),
                                  compile=best.compiled, optimizer=optimizer_name,
                                  seconds=time.perf_counter() - started, steps=self._steps)
-        _log.info("tune: %s", trials.summary(self.result))
+        # Said at INFO once trials ran; a decision taken without one is only a debug line.
+        level = logging.INFO if self._steps else logging.DEBUG
+        _log.log(level, "tune: %s", trials.summary(self.result))
         return best
 
     @property
