@@ -14,7 +14,8 @@ from typing import Any
 
 from accelkit.frameworks._common import Outcome, apply_env, is_ours, set_by_us, walk
 from accelkit.hardware.capabilities import TorchTF32
-from accelkit.hardware.environment import TIMEOUT_ENV, dist_timeout
+from accelkit.hardware.environment import TIMEOUT_ENV, dist_timeout, read_launcher
+from accelkit.hardware.slurm import process_group_env
 from accelkit.planning.keys import Key
 from accelkit.planning.types import Plan, Setting, Status
 from accelkit.utils.imports import require
@@ -129,7 +130,8 @@ def apply_device(setting: Setting) -> Outcome:
 
 
 def apply_process_group(setting: Setting) -> Outcome:
-    """Start the process group torchrun's variables describe, unless the script did.
+    """Start the process group torchrun's variables describe (or SLURM's, exported for
+    ``env://`` by `export_slurm_env`), unless the script did.
 
     The group gets a timeout (``ACCELKIT_DIST_TIMEOUT``, default 600 s): a peer that
     never arrives (a wrong world size, a dead node, an unreachable MASTER_ADDR) ends
@@ -147,13 +149,30 @@ def apply_process_group(setting: Setting) -> Outcome:
     if backend == "nccl" and not torch.cuda.is_available():
         backend = "gloo"
     seconds, note, _ = dist_timeout()
+    exported = export_slurm_env()
     try:
         dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=seconds))
     except Exception as error:  # noqa: BLE001 - the run goes on without a process group
         return Status.FAILED, _rendezvous_failure(error, seconds)
     atexit.register(_destroy_at_exit, dist, dist.group.WORLD)
     detail = f"backend={backend}, world size {dist.get_world_size()}, timeout {seconds:g} s"
+    if exported:
+        detail += f"; from SLURM: {', '.join(f'{k}={v}' for k, v in exported.items())}"
     return Status.APPLIED, f"{detail}; {note}" if note else detail
+
+
+def export_slurm_env() -> dict[str, str]:
+    """Under srun without torchrun, set the variables ``init_method="env://"`` reads
+    (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT...) from SLURM's; a variable
+    already set (by the user or the job script) is kept. Returns those it set.
+
+    Exported rather than passed to `init_process_group`, so that code reading RANK or
+    LOCAL_RANK, as under torchrun, reads the same values.
+    """
+    wanted = process_group_env(read_launcher(os.environ))
+    exported = {name: value for name, value in wanted.items() if name not in os.environ}
+    os.environ.update(exported)
+    return exported
 
 
 def _destroy_at_exit(dist: Any, started: Any) -> None:

@@ -2,7 +2,8 @@
 visible devices, host facts. The one place that parses them.
 
 - the launcher: `read_launcher` (torchrun's RANK / LOCAL_RANK / WORLD_SIZE,
-  TF_CONFIG, CUDA_VISIBLE_DEVICES), and from it `rank`, `is_rank_zero` and
+  SLURM's srun variables through `accelkit.hardware.slurm` when torchrun's are
+  absent, TF_CONFIG, CUDA_VISIBLE_DEVICES), and from it `rank`, `is_rank_zero` and
   `world_size`, which every part of accelkit uses (a RANK that is empty or not
   an integer is no launcher's: rank 0, as for a process started alone);
 - accelkit's variables: `flag` (``0/false/no/off`` and empty are off),
@@ -138,7 +139,8 @@ def log_level(environ: Mapping[str, str] | None = None) -> tuple[int, str, bool]
 
 
 def read_launcher(environ: Mapping[str, str], notes: list[str] | None = None) -> LauncherEnv:
-    """Read torchrun's variables, TF_CONFIG and CUDA_VISIBLE_DEVICES.
+    """Read torchrun's variables (or SLURM's, for srun's tasks without torchrun),
+    TF_CONFIG and CUDA_VISIBLE_DEVICES.
 
     Args:
         environ: the environment, usually ``os.environ``.
@@ -151,20 +153,40 @@ def read_launcher(environ: Mapping[str, str], notes: list[str] | None = None) ->
         (1, 8, True)
     """
     notes = notes if notes is not None else []
-    torchrun = {
-        field: _integer(environ, variable, notes) for variable, field in _TORCHRUN_INTEGERS.items()
+    torchrun: dict[str, object] = {
+        field: integer(environ, variable, notes) for variable, field in _TORCHRUN_INTEGERS.items()
     }
-    workers, task = _read_tf_config(environ.get("TF_CONFIG"), notes)
+    torchrun.update(master_addr=environ.get("MASTER_ADDR") or None,
+                    master_port=integer(environ, "MASTER_PORT", notes))
+    from accelkit.hardware import slurm  # here: it reads its integers with `integer`
+
+    slurm_notes: list[str] = []
+    task = slurm.read_task(environ, slurm_notes)
+    if task is None or _torchrun_absent(environ, torchrun, task):
+        notes += slurm_notes
+        torchrun = task or torchrun
+    workers, tf_task = _read_tf_config(environ.get("TF_CONFIG"), notes)
     return LauncherEnv(
-        **torchrun,
-        master_addr=environ.get("MASTER_ADDR") or None,
+        **torchrun,  # type: ignore[arg-type]
         tf_config_workers=workers,
-        tf_config_task=task,
+        tf_config_task=tf_task,
         cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
     )
 
 
-def _integer(environ: Mapping[str, str], variable: str, notes: list[str]) -> int | None:
+def _torchrun_absent(environ: Mapping[str, str], torchrun: Mapping[str, object],
+                     task: Mapping[str, object]) -> bool:
+    """True when SLURM, not torchrun, started this process: torchrun's variables are
+    unset, or say what SLURM's do (exported from them, by accelkit for ``env://`` or by
+    the job script). torchrun's own variables, under srun or not, win."""
+    if environ.get("TORCHELASTIC_RUN_ID"):
+        return False
+    return all(torchrun[field] is None or torchrun[field] == task[field]
+               for field in ("rank", "local_rank", "world_size"))
+
+
+def integer(environ: Mapping[str, str], variable: str, notes: list[str]) -> int | None:
+    """The integer in `variable`; None when unset or empty, or not an integer (noted)."""
     text = environ.get(variable)
     if text is None or not text.strip():
         return None

@@ -99,7 +99,14 @@ class Link:
 
 @dataclasses.dataclass(frozen=True)
 class LauncherEnv:
-    """What the launcher told this process (torchrun, TF_CONFIG, CUDA_VISIBLE_DEVICES)."""
+    """What the launcher told this process (torchrun, SLURM's srun, TF_CONFIG,
+    CUDA_VISIBLE_DEVICES).
+
+    Under ``srun`` (several tasks, no torchrun) the rank fields come from SLURM_PROCID,
+    SLURM_LOCALID and SLURM_NTASKS, ``master_addr`` from the first node of
+    SLURM_JOB_NODELIST and ``master_port`` from SLURM_JOB_ID (`accelkit.hardware.slurm`),
+    and ``scheduler`` is ``"slurm"``.
+    """
 
     rank: int | None = None
     local_rank: int | None = None
@@ -109,10 +116,20 @@ class LauncherEnv:
     tf_config_workers: int | None = None  # number of workers in TF_CONFIG's cluster
     tf_config_task: str | None = None  # e.g. "worker:0"
     cuda_visible_devices: str | None = None
+    master_port: int | None = None
+    scheduler: str | None = None  # "slurm" when srun started this process, not torchrun
+    nnodes: int | None = None  # nodes the scheduler names (SLURM_NNODES)
+    job_id: str | None = None  # SLURM_JOB_ID
 
     @property
     def torchrun(self) -> bool:
-        return self.world_size is not None and self.local_rank is not None
+        return (self.scheduler is None and self.world_size is not None
+                and self.local_rank is not None)
+
+    @property
+    def slurm(self) -> bool:
+        """True when srun started this process as one of several tasks (torchrun did not)."""
+        return self.scheduler == "slurm" and (self.world_size or 1) > 1
 
     @property
     def tf_config(self) -> bool:
@@ -121,6 +138,8 @@ class LauncherEnv:
     @property
     def nodes(self) -> int:
         """Number of machines taking part (1 when it cannot be told)."""
+        if self.nnodes:
+            return max(1, self.nnodes)
         if self.torchrun and self.local_world_size:
             return max(1, (self.world_size or 1) // self.local_world_size)
         return 1

@@ -64,7 +64,7 @@ def strategy(plan: Plan | None = None) -> Any:
 def _build_strategy(plan: Plan) -> Any:
     tf = _tf()
     if plan.distribution is Distribution.MULTI_WORKER_MIRRORED:
-        return _multi_worker_strategy()
+        return _multi_worker_strategy(plan)
     if plan.distribution is Distribution.MIRRORED:
         gpus = tf.config.list_logical_devices("GPU")
         if len(gpus) >= 2:
@@ -82,8 +82,32 @@ def _build_strategy(plan: Plan) -> Any:
     return tf.distribute.get_strategy()
 
 
-def _multi_worker_strategy() -> Any:
-    """MultiWorkerMirroredStrategy from TF_CONFIG, failing with a clear error, never hanging.
+def cluster_resolver(plan: Plan) -> Any:
+    """The cluster resolver of a multi-worker plan: TF_CONFIG's, or under SLURM's srun
+    (no TF_CONFIG) `SlurmClusterResolver`'s cluster: one worker per task of the step, on
+    its nodes, ports from 8888 up on each node.
+
+    A node's GPUs, all visible to each of its tasks, are shared out by
+    `SlurmClusterResolver` (it sets CUDA_VISIBLE_DEVICES). GPUs SLURM already bound to the
+    task (CUDA_VISIBLE_DEVICES set), or none, are used as they are: the resolver then only
+    places the tasks, since it cannot count zero GPUs or GPUs it does not see.
+    """
+    resolvers = _tf().distribute.cluster_resolver
+    launcher, gpus = plan.hardware.launcher, plan.hardware.gpu_count
+    if not launcher.slurm or launcher.tf_config:
+        return resolvers.TFConfigClusterResolver()
+    if gpus and launcher.cuda_visible_devices is None:
+        return resolvers.SlurmClusterResolver(gpus_per_node=gpus)
+    placed = resolvers.SlurmClusterResolver(gpus_per_node=launcher.world_size,
+                                            gpus_per_task=1, auto_set_gpu=False)
+    return resolvers.SimpleClusterResolver(
+        placed.cluster_spec(), task_type=placed.task_type, task_id=placed.task_id,
+        num_accelerators={"GPU": gpus} if gpus else {}, rpc_layer="grpc")
+
+
+def _multi_worker_strategy(plan: Plan) -> Any:
+    """MultiWorkerMirroredStrategy from TF_CONFIG (or SLURM's variables), failing with a
+    clear error, never hanging.
 
     TensorFlow waits without limit for every worker of TF_CONFIG to register with
     the coordination service (the leader is the chief, else worker 0). accelkit
@@ -97,9 +121,10 @@ def _multi_worker_strategy() -> Any:
     timeout, note, explicit = dist_timeout()
     if note:
         warnings.warn(f"accelkit: {note}", stacklevel=3)
-    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    resolver = cluster_resolver(plan)
     cluster = resolver.cluster_spec()
-    task = f"TF_CONFIG task {resolver.task_type}:{resolver.task_id}"
+    source = "TF_CONFIG" if plan.hardware.launcher.tf_config else "SLURM"
+    task = f"{source} task {resolver.task_type}:{resolver.task_id}"
     workers = sum(len(cluster.job_tasks(job)) for job in cluster.jobs
                   if job in ("chief", "worker"))
     if resolver.task_type is not None and resolver.task_id is not None:
@@ -116,7 +141,7 @@ def _multi_worker_strategy() -> Any:
     except tf.errors.DeadlineExceededError as error:
         raise RuntimeError(
             f"accelkit: {task} waited {timeout:g} s ({TIMEOUT_ENV}) for the {workers} "
-            "workers of TF_CONFIG to join, and some never did: start every worker TF_CONFIG "
+            f"workers of {source} to join, and some never did: start every worker {source} "
             "lists (each with its own task index), check that their addresses and ports are "
             f"reachable from here, or raise {TIMEOUT_ENV} if they start late. TensorFlow said: "
             f"{_message(error)}") from error

@@ -46,13 +46,18 @@ def _check_requested(request: Request, chosen: Distribution) -> None:
 
 def _tensorflow(hardware: HardwareInfo) -> tuple[Distribution, list[Setting]]:
     launcher = hardware.launcher
-    if launcher.tf_config:
+    if launcher.tf_config or launcher.slurm:
         communication = CrossDevice.NCCL if hardware.gpus else CrossDevice.RING
+        workers = (f"TF_CONFIG names {launcher.tf_config_workers} workers (this is "
+                   f"{launcher.tf_config_task}): MultiWorkerMirroredStrategy"
+                   if launcher.tf_config else  # TF_CONFIG first, as torchrun's variables
+                   f"SLURM started {launcher.world_size} tasks on {launcher.nodes} node(s) "
+                   f"(this is task {launcher.rank}): MultiWorkerMirroredStrategy through "
+                   "SlurmClusterResolver")
         return Distribution.MULTI_WORKER_MIRRORED, [Setting(
             Key.TF_STRATEGY, communication,
-            f"TF_CONFIG names {launcher.tf_config_workers} workers (this is "
-            f"{launcher.tf_config_task}): MultiWorkerMirroredStrategy, synchronous data "
-            f"parallelism across them, {communication} all-reduce")]
+            f"{workers}, synchronous data parallelism across them, {communication} "
+            "all-reduce")]
     if hardware.gpu_count > 1:
         if hardware.all_peers_reachable is False:
             ops, why = CrossDevice.HIERARCHICAL_COPY, (
@@ -80,9 +85,30 @@ def _torch(hardware: HardwareInfo) -> tuple[Distribution, list[Setting]]:
                        "each rank drives the GPU of its LOCAL_RANK, so ranks do not "
                        "share GPU 0")] if hardware.gpus else []),
         ]
+    if launcher.slurm:
+        return Distribution.DDP, _slurm_torch(hardware)
     if hardware.gpu_count > 1:
         return Distribution.NONE, [_launch(hardware)]
     return Distribution.NONE, []
+
+
+def _slurm_torch(hardware: HardwareInfo) -> list[Setting]:
+    """The process group srun's tasks start: as under torchrun, from SLURM's variables
+    (the adapter exports them as RANK, WORLD_SIZE, MASTER_ADDR... for ``env://``)."""
+    launcher = hardware.launcher
+    backend = "nccl" if hardware.gpus else "gloo"
+    out = [Setting(Key.TORCH_PROCESS_GROUP, backend,
+                   f"SLURM's srun started {launcher.world_size} tasks on {launcher.nodes} "
+                   f"node(s) (SLURM_NTASKS, SLURM_PROCID): a {backend} process group at "
+                   f"{launcher.master_addr}:{launcher.master_port}; DistributedDataParallel "
+                   "in accelkit.torch.fit")]
+    if hardware.gpus:
+        local = launcher.local_rank or 0
+        device = local % hardware.gpu_count  # srun may bind one GPU per task
+        out.append(Setting(Key.TORCH_DEVICE, device,
+                           f"each task drives the GPU of its SLURM_LOCALID ({local}) among the "
+                           f"{hardware.gpu_count} it sees, so tasks do not share GPU 0"))
+    return out
 
 
 def _launch(hardware: HardwareInfo) -> Setting:
