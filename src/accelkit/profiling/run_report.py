@@ -19,6 +19,7 @@ from typing import Any
 
 from accelkit.hardware import environment
 from accelkit.profiling import report_schema
+from accelkit.utils.log import EVERY_RANK
 
 logger = logging.getLogger("accelkit")
 
@@ -161,7 +162,7 @@ class RunReport:
         if not every_rank and not environment.is_rank_zero():
             logger.info("report not saved to %s on rank %d: rank 0 saves the whole run's "
                         "report (save(path, every_rank=True) writes on every rank)",
-                        path, environment.rank())
+                        path, environment.rank(), extra={EVERY_RANK: True})
             return False
         data, replaced = _json_safe(self.to_dict())
         if replaced:

@@ -29,12 +29,15 @@ from collections.abc import Callable
 
 NAME = "accelkit"
 PROGRESS = "accelkit_progress"  # the `extra` key of a live progress record
+# The `extra` key of an INFO record every rank should say (about its own rank).
+EVERY_RANK = "accelkit_every_rank"
 
 logger = logging.getLogger(NAME)
 
 
 class RankZeroFilter(logging.Filter):
-    """Lets INFO and DEBUG through on rank 0 only; warnings and errors on every rank.
+    """Lets INFO and DEBUG through on rank 0 only (unless marked `EVERY_RANK`); warnings
+    and errors on every rank.
 
     Args:
         is_rank_zero: asked at each record (the launcher's variables may be set late).
@@ -49,7 +52,8 @@ class RankZeroFilter(logging.Filter):
         self._is_rank_zero = is_rank_zero
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.WARNING or self._is_rank_zero()
+        return (record.levelno >= logging.WARNING or getattr(record, EVERY_RANK, False)
+                or self._is_rank_zero())
 
 
 class ConsoleHandler(logging.Handler):
