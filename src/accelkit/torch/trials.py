@@ -1,8 +1,9 @@
 """What `tune` measures: its candidates' trials, its result, and the limits it keeps.
 
 The plan says what a datasheet implies; how much ``torch.compile`` or a fused
-optimizer gives depends on the model (2.3x on a Hugging Face GPT-2 on an H200,
-1.45x on ResNet-50, nothing on a model that is all large matmuls). So the first
+optimizer gives depends on the model (on one H200, docs/benchmarks.md: 2.29x the
+eager fit for a Hugging Face GPT-2, 1.46x for ResNet-50 at batch 256, nothing for
+ResNet-50 at batch 64, where compile measured slower). So the first
 steps of a run try the options, one after another, and the run goes on with the
 fastest that computes the same thing:
 
