@@ -41,8 +41,7 @@ class OpenStep:
         now = time.perf_counter()
         if self._last_end is not None:
             self.input_wait_s += now - self._last_end
-        ids = torch_batches.token_ids(batch)
-        size = torch_batches.batch_size(batch)
+        size, ids = torch_batches.sizes(batch)
         tokens_per_sample = self.meter.tokens_per_sample
         self.tokens = (size * tokens_per_sample if tokens_per_sample and size
                        else int(ids.numel()) if ids is not None else 0)

@@ -198,10 +198,7 @@ def batch_size(batch: Any) -> int | None:
         >>> batch_size((torch.zeros(32, 10), torch.zeros(32)))
         32
     """
-    found = token_ids(batch)
-    if found is None:
-        found = first_tensor(batch)
-    return None if found is None else int(found.shape[0])
+    return sizes(batch)[0]
 
 
 def token_ids(batch: Any) -> Any:
@@ -212,9 +209,27 @@ def token_ids(batch: Any) -> Any:
         >>> token_ids({"pixel_values": images, "input_ids": ids}) is ids
         True
     """
-    found = batch.get(TOKEN_IDS) if isinstance(batch, Mapping) else None
-    if found is None:
-        found = first_tensor(batch)
+    return sizes(batch)[1]
+
+
+def sizes(batch: Any) -> tuple[int | None, Any]:
+    """`batch_size` and `token_ids` of a batch from one look at it (the meter's per-step
+    path asks for both).
+
+    Example:
+        >>> sizes({"input_ids": torch.zeros(8, 128, dtype=torch.long)})[0]
+        8
+    """
+    named = batch.get(TOKEN_IDS) if isinstance(batch, Mapping) else None
+    first = first_tensor(batch) if named is None else None
+    ids = _as_token_ids(named if named is not None else first)
+    if ids is None and first is None and named is not None:
+        first = first_tensor(batch)  # input_ids of another form: count by the first tensor
+    found = ids if ids is not None else first
+    return (None if found is None else int(found.shape[0])), ids
+
+
+def _as_token_ids(found: Any) -> Any:
     if found is not None and found.dim() == 2 and not found.is_floating_point():
         return found
     return None

@@ -195,33 +195,34 @@ class Meter:
             >>> with meter.step({"input_ids": ids, "attention_mask": mask, "labels": ids}):
             ...     model(**batch).loss.backward()
         """
-        measured = self._guard.enter(self._report)
-        try:
-            with self._measure(batch, samples) if measured else contextlib.nullcontext():
+        if not self._guard.enter(self._report):
+            try:
                 yield
+            finally:
+                self._guard.leave()
+            return
+        try:
+            self.start()
+            self.clock.step_begin()
+            counter = self._flop_counter() if self._count_first else None
+            if counter is None:
+                yield
+            else:
+                self._count_first = False
+                with counter:
+                    yield
+                self._flops = FlopCount(total=int(counter.get_total_flops()), forward=None,
+                                        method="torch FlopCounterMode on the first step")
+            found, ids = torch_batches.sizes(batch)
+            count = samples if samples is not None else found
+            self.last_batch_size = count
+            if self._first_batch_size is None:
+                self._first_batch_size = count
+                self._check_first_batch(batch)
+            tokens, real = self._tokens(batch, count, ids)
+            self.clock.step_done(samples=count or 0, tokens=tokens, real_tokens=real)
         finally:
             self._guard.leave()
-
-    @contextlib.contextmanager
-    def _measure(self, batch: Any, samples: int | None) -> Iterator[None]:
-        self.start()
-        self.clock.step_begin()
-        counter = self._flop_counter() if self._count_first else None
-        if counter is None:
-            yield
-        else:
-            self._count_first = False
-            with counter:
-                yield
-            self._flops = FlopCount(total=int(counter.get_total_flops()), forward=None,
-                                    method="torch FlopCounterMode on the first step")
-        count = samples if samples is not None else torch_batches.batch_size(batch)
-        self.last_batch_size = count
-        if self._first_batch_size is None:
-            self._first_batch_size = count
-            self._check_first_batch(batch)
-        tokens, real = self._tokens(batch, count)
-        self.clock.step_done(samples=count or 0, tokens=tokens, real_tokens=real)
 
     def _check_first_batch(self, batch: Any) -> None:
         """Whole numbers in a 16-bit float tensor past what it holds exactly (token ids cast
@@ -241,7 +242,7 @@ class Meter:
             self._notes["flops_per_step"] = f"FLOP counting unavailable: {error}"
             return None
 
-    def _tokens(self, batch: Any, samples: int | None) -> tuple[int, Any]:
+    def _tokens(self, batch: Any, samples: int | None, ids: Any) -> tuple[int, Any]:
         """(token positions, real tokens) of one batch; real is None without a mask.
 
         The real count is ``mask.sum()`` left on the mask's device: one small reduction
@@ -250,7 +251,6 @@ class Meter:
         """
         if not samples:
             return 0, None
-        ids = torch_batches.token_ids(batch)
         tokens = (samples * self.tokens_per_sample if self.tokens_per_sample is not None
                   else int(ids.numel()) if ids is not None else 0)
         mask = torch_batches.attention_mask(batch, ids) if tokens else None
