@@ -197,17 +197,37 @@ def _ceiling(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _child(args: argparse.Namespace, variant: str) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--variant", variant, "--model", args.model,
+    command = [__file__, "--variant", variant, "--model", args.model,
                "--steps", str(args.steps), "--warmup", str(args.warmup),
                "--repeats", str(args.repeats)]
     if args.batch_size:
         command += ["--batch-size", str(args.batch_size)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout,
-                          env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "src")})
+    return run_child(command, args.timeout)
+
+
+def run_child(command: list[str], timeout: float) -> dict[str, Any]:
+    """Run a benchmark script's variant in its own Python process (no flag or compile
+    cache leaks between variants); its last stdout line starting with "{" is the
+    result, plus ``process_s``; ``{"error": ...}`` when it failed or timed out."""
+    started = time.perf_counter()
+    try:
+        done = subprocess.run([sys.executable, *command], capture_output=True, text=True,
+                              timeout=timeout, check=False,
+                              env={**os.environ,
+                                   "PYTHONPATH": os.environ.get("PYTHONPATH", "src")})
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout} s"}
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         return {"error": (done.stderr or done.stdout)[-2000:]}
-    return json.loads(lines[-1])
+    return {**json.loads(lines[-1]), "process_s": time.perf_counter() - started}
+
+
+def write_json(path: str | None, result: dict[str, Any]) -> None:
+    """The result as JSON at `path` (nothing when None)."""
+    if path:
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(result, handle, indent=2)
 
 
 def compare(args: argparse.Namespace) -> dict[str, Any]:
@@ -313,9 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     result = compare(args)
     _print(result)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=2)
+    write_json(args.out, result)
     return 0
 
 

@@ -29,14 +29,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
 
-import gpu_compare  # same folder: the timing, memory and ceiling helpers
+import gpu_compare  # same folder: timing, memory, child-process and JSON helpers
 
 VARIANTS = ("plain_fp32", "auto_configure", "readme_autocast", "lightning_bf16", "fit",
             "fit_tune")
@@ -223,22 +221,12 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
 # -- the comparison -------------------------------------------------------------------------
 
 def _child(args: argparse.Namespace, variant: str) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--variant", variant, "--model", args.model,
+    command = [__file__, "--variant", variant, "--model", args.model,
                "--steps", str(args.steps), "--warmup", str(args.warmup),
                "--repeats", str(args.repeats)] + (["--smoke"] if args.smoke else [])
     if args.batch_size:
         command += ["--batch-size", str(args.batch_size)]
-    started = time.perf_counter()
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout,
-                              env={**os.environ,
-                                   "PYTHONPATH": os.environ.get("PYTHONPATH", "src")})
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {args.timeout} s"}
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        return {"error": (done.stderr or done.stdout)[-2000:]}
-    return {**json.loads(lines[-1]), "process_s": time.perf_counter() - started}
+    return gpu_compare.run_child(command, args.timeout)
 
 
 def compare(args: argparse.Namespace) -> dict[str, Any]:
@@ -341,9 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     result = compare(args)
     show(result)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=2)
+    gpu_compare.write_json(args.out, result)
     return 0
 
 
