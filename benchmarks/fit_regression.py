@@ -27,11 +27,28 @@ HERE = Path(__file__).resolve().parent
 
 def _one(src: str, variant: str, args: argparse.Namespace) -> list[float]:
     """Step times (s) of one child process running `variant` from the tree at `src`."""
-    command = [sys.executable, str(HERE / "gpu_compare.py"), "--variant", variant,
-               "--model", args.model, "--steps", str(args.steps), "--warmup", str(args.warmup),
-               "--repeats", str(args.repeats)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout,
-                          check=False, env={**os.environ, "PYTHONPATH": src})
+    command = [
+        sys.executable,
+        str(HERE / "gpu_compare.py"),
+        "--variant",
+        variant,
+        "--model",
+        args.model,
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--repeats",
+        str(args.repeats),
+    ]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=args.timeout,
+        check=False,
+        env={**os.environ, "PYTHONPATH": src},
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"{variant} from {src} failed:\n{(done.stderr or done.stdout)[-2000:]}")
@@ -48,16 +65,28 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
             order = list(trees) if index % 2 == 0 else list(reversed(trees))
             steps = {name: statistics.median(_one(trees[name], variant, args)) for name in order}
             rounds.append({**steps, "ratio": steps["candidate"] / steps["baseline"]})
-            print(f"  {variant} round {index + 1}: ratio {rounds[-1]['ratio']:.4f}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  {variant} round {index + 1}: ratio {rounds[-1]['ratio']:.4f}",
+                file=sys.stderr,
+                flush=True,
+            )
         ratios = [r["ratio"] for r in rounds]
         results[variant] = {
             "candidate_step_ms": statistics.median(r["candidate"] for r in rounds) * 1e3,
             "baseline_step_ms": statistics.median(r["baseline"] for r in rounds) * 1e3,
-            "ratio_median": statistics.median(ratios), "ratio_spread": [min(ratios), max(ratios)],
-            "rounds": rounds}
-    return {"benchmark": "fit_regression", "model": args.model, "steps": args.steps,
-            "warmup": args.warmup, "repeats": args.repeats, "trees": trees, "results": results}
+            "ratio_median": statistics.median(ratios),
+            "ratio_spread": [min(ratios), max(ratios)],
+            "rounds": rounds,
+        }
+    return {
+        "benchmark": "fit_regression",
+        "model": args.model,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+        "trees": trees,
+        "results": results,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,8 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-src", required=True, help="the baseline tree's src folder")
     parser.add_argument("--src", default=str(HERE.parent / "src"), help="the candidate's src")
     parser.add_argument("--model", default="gpt2")
-    parser.add_argument("--variants", nargs="+", default=["accelkit"],
-                        choices=["accelkit", "accelkit_compile"])
+    parser.add_argument(
+        "--variants", nargs="+", default=["accelkit"], choices=["accelkit", "accelkit_compile"]
+    )
     parser.add_argument("--rounds", type=int, default=3, help="alternating pairs of processes")
     parser.add_argument("--steps", type=int, default=30, help="timed steps per repeat")
     parser.add_argument("--warmup", type=int, default=10)
@@ -81,8 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'variant':<18}{'candidate ms':>14}{'baseline ms':>13}{'ratio':>8}{'spread':>17}")
     for variant, row in result["results"].items():
         low, high = row["ratio_spread"]
-        print(f"{variant:<18}{row['candidate_step_ms']:>14.2f}{row['baseline_step_ms']:>13.2f}"
-              f"{row['ratio_median']:>8.4f}{f'{low:.4f}-{high:.4f}':>17}")
+        print(
+            f"{variant:<18}{row['candidate_step_ms']:>14.2f}{row['baseline_step_ms']:>13.2f}"
+            f"{row['ratio_median']:>8.4f}{f'{low:.4f}-{high:.4f}':>17}"
+        )
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

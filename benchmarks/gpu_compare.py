@@ -36,6 +36,7 @@ VARIANTS = ("defaults", "hand_bf16", "accelkit", "accelkit_compile", "lightning_
 
 # -- one variant, in its own process ------------------------------------------------------
 
+
 def _setup(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
     import torch
 
@@ -54,7 +55,9 @@ def _optimizer(torch: Any, model: Any, model_name: str, device: Any) -> Any:
     return torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fused)
 
 
-def _timed(torch: Any, device: Any, step: Any, warmup: int, steps: int, repeats: int) -> list[float]:
+def _timed(
+    torch: Any, device: Any, step: Any, warmup: int, steps: int, repeats: int
+) -> list[float]:
     """Seconds per step for each repeat, the device synchronised at both ends."""
     for _ in range(warmup):
         step()
@@ -110,16 +113,29 @@ def run_accelkit(args: argparse.Namespace, compile: bool) -> dict[str, Any]:
     for repeat in range(args.repeats):
         warmup = args.warmup if repeat == 0 else 1  # compilation and autotuning happen once
         loader = torch_models.SyntheticBatches(batch, warmup + args.steps)
-        report = accelkit.torch.fit(model, loader, optimizer, loss_fn, plan=plan,
-                                    tokens_per_sample=facts.get("tokens_per_sample"),
-                                    warmup=warmup, window=max(args.steps // 2, 1),
-                                    progress=False, compile=compile)
+        report = accelkit.torch.fit(
+            model,
+            loader,
+            optimizer,
+            loss_fn,
+            plan=plan,
+            tokens_per_sample=facts.get("tokens_per_sample"),
+            warmup=warmup,
+            window=max(args.steps // 2, 1),
+            progress=False,
+            compile=compile,
+        )
         times.append(report.step_time_s)
         reports.append(report)
     last = reports[-1]
-    return {"step_s": times, "peak_memory_bytes": last.peak_memory_bytes,
-            "flops_per_step": last.flops_per_step, "mfu_reported": [r.mfu for r in reports],
-            "gpu_utilization": last.gpu_utilization, "precision": plan.precision.value}
+    return {
+        "step_s": times,
+        "peak_memory_bytes": last.peak_memory_bytes,
+        "flops_per_step": last.flops_per_step,
+        "mfu_reported": [r.mfu for r in reports],
+        "gpu_utilization": last.gpu_utilization,
+        "precision": plan.precision.value,
+    }
 
 
 def run_lightning(args: argparse.Namespace) -> dict[str, Any]:
@@ -159,10 +175,17 @@ def run_lightning(args: argparse.Namespace) -> dict[str, Any]:
     timer = Timer()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    trainer = L.Trainer(accelerator="gpu" if device.type == "cuda" else "cpu", devices=1,
-                        precision="bf16-mixed", max_steps=total, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, callbacks=[timer])
+    trainer = L.Trainer(
+        accelerator="gpu" if device.type == "cuda" else "cpu",
+        devices=1,
+        precision="bf16-mixed",
+        max_steps=total,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[timer],
+    )
     trainer.fit(Module(), train_dataloaders=SyntheticBatches(batch, total))
     marks = timer.marks
     times = [(b - a) / args.steps for a, b in zip(marks, marks[1:])]
@@ -188,18 +211,32 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
 
 # -- the comparison -------------------------------------------------------------------------
 
+
 def _ceiling(args: argparse.Namespace) -> dict[str, Any]:
     from accelkit.profiling.calibrate import matmul_tflops
 
     calibration = matmul_tflops("bf16")
-    return {"tflops": calibration.tflops, "spread": list(calibration.spread),
-            "method": calibration.method}
+    return {
+        "tflops": calibration.tflops,
+        "spread": list(calibration.spread),
+        "method": calibration.method,
+    }
 
 
 def _child(args: argparse.Namespace, variant: str) -> dict[str, Any]:
-    command = [__file__, "--variant", variant, "--model", args.model,
-               "--steps", str(args.steps), "--warmup", str(args.warmup),
-               "--repeats", str(args.repeats)]
+    command = [
+        __file__,
+        "--variant",
+        variant,
+        "--model",
+        args.model,
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--repeats",
+        str(args.repeats),
+    ]
     if args.batch_size:
         command += ["--batch-size", str(args.batch_size)]
     return run_child(command, args.timeout)
@@ -211,10 +248,14 @@ def run_child(command: list[str], timeout: float) -> dict[str, Any]:
     result, plus ``process_s``; ``{"error": ...}`` when it failed or timed out."""
     started = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, *command], capture_output=True, text=True,
-                              timeout=timeout, check=False,
-                              env={**os.environ,
-                                   "PYTHONPATH": os.environ.get("PYTHONPATH", "src")})
+        done = subprocess.run(
+            [sys.executable, *command],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "src")},
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout} s"}
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -239,8 +280,9 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
     from accelkit.profiling.mfu import peak
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model, (inputs, targets), loss_fn, facts = torch_models.build(args.model, args.batch_size,
-                                                                  device)
+    model, (inputs, targets), loss_fn, facts = torch_models.build(
+        args.model, args.batch_size, device
+    )
     flops = count_train_step_flops(model.to(device), inputs, targets, loss_fn).total
     samples = int(inputs.shape[0])
     hardware = accelkit.detect()
@@ -251,8 +293,11 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for variant in variants:
         results[variant] = _child(args, variant)
-        print(f"  {variant}: {'error' if 'error' in results[variant] else 'done'}",
-              file=sys.stderr, flush=True)
+        print(
+            f"  {variant}: {'error' if 'error' in results[variant] else 'done'}",
+            file=sys.stderr,
+            flush=True,
+        )
     table = []
     base = {k: statistics.median(v["step_s"]) for k, v in results.items() if "step_s" in v}
     for variant, result in results.items():
@@ -261,11 +306,13 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
             continue
         step = statistics.median(result["step_s"])
         row = {
-            "variant": variant, "step_ms_median": step * 1e3,
+            "variant": variant,
+            "step_ms_median": step * 1e3,
             "step_ms_spread": [min(result["step_s"]) * 1e3, max(result["step_s"]) * 1e3],
             "samples_per_s": samples / step,
             "tokens_per_s": samples * facts["tokens_per_sample"] / step
-            if "tokens_per_sample" in facts else None,
+            if "tokens_per_sample" in facts
+            else None,
             "achieved_tflops": flops / step / 1e12 if flops else None,
             "peak_memory_gb": (result.get("peak_memory_bytes") or 0) / 1e9 or None,
             "vs_defaults": base["defaults"] / step if "defaults" in base else None,
@@ -278,22 +325,35 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         if "mfu_reported" in result:
             row["mfu_reported_by_accelkit"] = result["mfu_reported"]
         table.append(row)
-    return {"benchmark": "gpu_compare", "model": args.model, "samples_per_step": samples,
-            "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats,
-            "flops_per_step": flops, "flops_independent": facts.get("analytic_flops_per_step"),
-            "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-            "torch": torch.__version__, "datasheet_peak": {"tflops": datasheet.tflops,
-                                                          "source": datasheet.source},
-            "matmul_ceiling": ceiling, "rows": table, "raw": results}
+    return {
+        "benchmark": "gpu_compare",
+        "model": args.model,
+        "samples_per_step": samples,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+        "flops_per_step": flops,
+        "flops_independent": facts.get("analytic_flops_per_step"),
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "datasheet_peak": {"tflops": datasheet.tflops, "source": datasheet.source},
+        "matmul_ceiling": ceiling,
+        "rows": table,
+        "raw": results,
+    }
 
 
 def _print(result: dict[str, Any]) -> None:
-    print(f"{result['model']} on {result['device']}, {result['samples_per_step']} samples/step, "
-          f"{result['repeats']} repeats x {result['steps']} steps; FLOPs/step "
-          f"{result['flops_per_step']:.4e}")
-    header = (f"{'variant':<18}{'step ms':>9}{'spread':>17}{'samples/s':>11}{'tokens/s':>11}"
-              f"{'TFLOP/s':>9}{'MFU ds':>8}{'MFU ceil':>9}{'mem GB':>8}{'x defaults':>11}"
-              f"{'x Lightning':>12}")
+    print(
+        f"{result['model']} on {result['device']}, {result['samples_per_step']} samples/step, "
+        f"{result['repeats']} repeats x {result['steps']} steps; FLOPs/step "
+        f"{result['flops_per_step']:.4e}"
+    )
+    header = (
+        f"{'variant':<18}{'step ms':>9}{'spread':>17}{'samples/s':>11}{'tokens/s':>11}"
+        f"{'TFLOP/s':>9}{'MFU ds':>8}{'MFU ceil':>9}{'mem GB':>8}{'x defaults':>11}"
+        f"{'x Lightning':>12}"
+    )
     print(header)
     for row in result["rows"]:
         if "error" in row:
@@ -304,11 +364,13 @@ def _print(result: dict[str, Any]) -> None:
             return "-" if value is None else format(value, spec)
 
         spread = f"{row['step_ms_spread'][0]:.2f}-{row['step_ms_spread'][1]:.2f}"
-        print(f"{row['variant']:<18}{row['step_ms_median']:>9.2f}{spread:>17}"
-              f"{row['samples_per_s']:>11,.1f}{fmt(row['tokens_per_s'], ',.0f'):>11}"
-              f"{fmt(row['achieved_tflops'], '.1f'):>9}{fmt(row.get('mfu_datasheet'), '.1%'):>8}"
-              f"{fmt(row.get('mfu_ceiling'), '.1%'):>9}{fmt(row['peak_memory_gb'], '.1f'):>8}"
-              f"{fmt(row['vs_defaults'], '.2f'):>11}{fmt(row['vs_lightning'], '.3f'):>12}")
+        print(
+            f"{row['variant']:<18}{row['step_ms_median']:>9.2f}{spread:>17}"
+            f"{row['samples_per_s']:>11,.1f}{fmt(row['tokens_per_s'], ',.0f'):>11}"
+            f"{fmt(row['achieved_tflops'], '.1f'):>9}{fmt(row.get('mfu_datasheet'), '.1%'):>8}"
+            f"{fmt(row.get('mfu_ceiling'), '.1%'):>9}{fmt(row['peak_memory_gb'], '.1f'):>8}"
+            f"{fmt(row['vs_defaults'], '.2f'):>11}{fmt(row['vs_lightning'], '.3f'):>12}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -321,8 +383,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS))
     parser.add_argument("--variant", help=argparse.SUPPRESS)  # internal: run one variant
     parser.add_argument("--timeout", type=int, default=300)
-    parser.add_argument("--smoke", action="store_true",
-                        help="a tiny CPU run of every variant (checks the script, not speed)")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny CPU run of every variant (checks the script, not speed)",
+    )
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     if args.smoke:

@@ -63,8 +63,9 @@ def torch_variants(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
         return (time.perf_counter() - start) / steps
 
     def metered(steps: int) -> float:
-        meter = accelkit.torch.Meter(model, plan=plan, flops_per_step=1.0,
-                                     tokens_per_sample=facts.get("tokens_per_sample"))
+        meter = accelkit.torch.Meter(
+            model, plan=plan, flops_per_step=1.0, tokens_per_sample=facts.get("tokens_per_sample")
+        )
         sync()
         start = time.perf_counter()
         with meter:
@@ -76,8 +77,11 @@ def torch_variants(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
 
     for _ in range(3):  # warm-up: autotuning, allocator, fused optimizer
         step()
-    info = {"device": torch.cuda.get_device_name() if device.type == "cuda" else platform.processor(),
-            "torch": torch.__version__, "precision": plan.precision.value}
+    info = {
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else platform.processor(),
+        "torch": torch.__version__,
+        "precision": plan.precision.value,
+    }
     return bare, metered, info
 
 
@@ -90,8 +94,9 @@ def keras_variants(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
 
     plan = accelkit.auto_configure(framework="tensorflow", verbose=False)
     model, x, y, batch_size = keras_models.build(args.model, args.batch_size, args.steps)
-    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size).prefetch(
-        tf.data.AUTOTUNE)
+    dataset = (
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size).prefetch(tf.data.AUTOTUNE)
+    )
     model.fit(dataset.take(3), verbose=0)  # trace the train function once
 
     def bare(steps: int) -> float:
@@ -104,8 +109,12 @@ def keras_variants(args: argparse.Namespace) -> tuple[Any, Any, dict[str, Any]]:
         accelkit.keras.fit(model, dataset.take(steps), verbose=0, plan=plan, sample_gpu=True)
         return (time.perf_counter() - start) / steps
 
-    info = {"device": platform.processor() or platform.machine(), "tensorflow": tf.__version__,
-            "keras": keras.__version__, "precision": plan.precision.value}
+    info = {
+        "device": platform.processor() or platform.machine(),
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "precision": plan.precision.value,
+    }
     return bare, metered, info
 
 
@@ -119,31 +128,47 @@ def keras_callback_variants(args: argparse.Namespace) -> tuple[Any, Any, dict[st
     plan = accelkit.plan_for(_gpu_name(), framework="tensorflow")
     keras.mixed_precision.set_global_policy(plan.value(Key.KERAS_POLICY, "float32"))
     model, x, y, batch_size = keras_models.build(args.model, args.batch_size, args.steps)
-    model.fit(x[: 3 * batch_size], y[: 3 * batch_size], batch_size=batch_size,
-              verbose=0)  # trace / jit the train step once
+    model.fit(
+        x[: 3 * batch_size], y[: 3 * batch_size], batch_size=batch_size, verbose=0
+    )  # trace / jit the train step once
     seen: dict[str, Any] = {}
 
     def bare(steps: int) -> float:
         start = time.perf_counter()
-        model.fit(x[: steps * batch_size], y[: steps * batch_size], batch_size=batch_size,
-                  verbose=0)
+        model.fit(
+            x[: steps * batch_size], y[: steps * batch_size], batch_size=batch_size, verbose=0
+        )
         return (time.perf_counter() - start) / steps
 
     def metered(steps: int) -> float:
         callback = accelkit.keras.ProfileCallback(plan)
         start = time.perf_counter()
-        model.fit(x[: steps * batch_size], y[: steps * batch_size], batch_size=batch_size,
-                  verbose=0, callbacks=[callback])
+        model.fit(
+            x[: steps * batch_size],
+            y[: steps * batch_size],
+            batch_size=batch_size,
+            verbose=0,
+            callbacks=[callback],
+        )
         elapsed = (time.perf_counter() - start) / steps
         report = callback.report
-        seen.update(precision_ran=report.precision, matmul_dtype=report.matmul_dtype,
-                    samples_per_second=report.samples_per_second,
-                    gpu_utilization=report.gpu_utilization, notes=report.notes)
+        seen.update(
+            precision_ran=report.precision,
+            matmul_dtype=report.matmul_dtype,
+            samples_per_second=report.samples_per_second,
+            gpu_utilization=report.gpu_utilization,
+            notes=report.notes,
+        )
         return elapsed
 
-    info = {"device": _gpu_name() or platform.machine(), "keras": keras.__version__,
-            "backend": keras.config.backend(), "policy": keras.mixed_precision.global_policy().name,
-            "precision": plan.precision.value, "callback_report": seen}
+    info = {
+        "device": _gpu_name() or platform.machine(),
+        "keras": keras.__version__,
+        "backend": keras.config.backend(),
+        "policy": keras.mixed_precision.global_policy().name,
+        "precision": plan.precision.value,
+        "callback_report": seen,
+    }
     return bare, metered, info
 
 
@@ -164,8 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
 
-    build = {"torch": torch_variants, "tensorflow": keras_variants,
-             "keras": keras_callback_variants}[args.framework]
+    build = {
+        "torch": torch_variants,
+        "tensorflow": keras_variants,
+        "keras": keras_callback_variants,
+    }[args.framework]
     bare, metered, info = build(args)
     times: dict[str, list[float]] = {"bare": [], "metered": []}
     for repeat in range(args.repeats):
@@ -175,19 +203,29 @@ def main(argv: list[str] | None = None) -> int:
             times[name].append((bare if name == "bare" else metered)(args.steps))
     ratios = [m / b for b, m in zip(times["bare"], times["metered"])]
     result = {
-        "benchmark": "meter_overhead", "framework": args.framework, "model": args.model,
-        "steps": args.steps, "repeats": args.repeats, **info,
-        "step_s": times, "ratio_median": statistics.median(ratios),
-        "ratio_min": min(ratios), "ratio_max": max(ratios),
+        "benchmark": "meter_overhead",
+        "framework": args.framework,
+        "model": args.model,
+        "steps": args.steps,
+        "repeats": args.repeats,
+        **info,
+        "step_s": times,
+        "ratio_median": statistics.median(ratios),
+        "ratio_min": min(ratios),
+        "ratio_max": max(ratios),
         "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
     }
     print(f"{'variant':<10}{'median step (ms)':>18}{'min':>10}{'max':>10}")
     for name, values in times.items():
-        print(f"{name:<10}{statistics.median(values) * 1e3:>18.3f}"
-              f"{min(values) * 1e3:>10.3f}{max(values) * 1e3:>10.3f}")
-    print(f"metered / bare: median {result['ratio_median']:.4f} "
-          f"(spread {result['ratio_min']:.4f} .. {result['ratio_max']:.4f}, "
-          f"{args.repeats} paired repeats)")
+        print(
+            f"{name:<10}{statistics.median(values) * 1e3:>18.3f}"
+            f"{min(values) * 1e3:>10.3f}{max(values) * 1e3:>10.3f}"
+        )
+    print(
+        f"metered / bare: median {result['ratio_median']:.4f} "
+        f"(spread {result['ratio_min']:.4f} .. {result['ratio_max']:.4f}, "
+        f"{args.repeats} paired repeats)"
+    )
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:
             json.dump(result, handle, indent=2)

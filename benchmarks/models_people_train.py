@@ -36,12 +36,12 @@ from typing import Any
 
 import gpu_compare  # same folder: timing, memory, child-process and JSON helpers
 
-VARIANTS = ("plain_fp32", "auto_configure", "readme_autocast", "lightning_bf16", "fit",
-            "fit_tune")
+VARIANTS = ("plain_fp32", "auto_configure", "readme_autocast", "lightning_bf16", "fit", "fit_tune")
 MODELS = ("hf-gpt2", "timm-vit", "resnet50", "gpt2")
 
 
 # -- the model, its batch and its loss, as the model's library has them --------------------
+
 
 def build(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, dict[str, Any]]:
     """(model on `device`, batch on `device`, loss_fn or None, facts)."""
@@ -52,14 +52,21 @@ def build(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, dict[st
     if args.model == "hf-gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
 
-        config = (GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=512, n_positions=64)
-                  if smoke else GPT2Config())
+        config = (
+            GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=512, n_positions=64)
+            if smoke
+            else GPT2Config()
+        )
         batch_size, length = args.batch_size or (2 if smoke else 16), config.n_positions
         model = GPT2LMHeadModel(config)
         ids = torch.randint(0, config.vocab_size, (batch_size, length))
         batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
-        return (model.to(device), {k: v.to(device) for k, v in batch.items()}, None,
-                {"tokens_per_sample": length})
+        return (
+            model.to(device),
+            {k: v.to(device) for k, v in batch.items()},
+            None,
+            {"tokens_per_sample": length},
+        )
     if args.model == "timm-vit":
         import timm
 
@@ -88,6 +95,7 @@ def forward_loss(model: Any, batch: Any, loss_fn: Any) -> Any:
 
 
 # -- the variants ------------------------------------------------------------------------
+
 
 def run_loop(args: argparse.Namespace, *, configure: bool, autocast: bool) -> dict[str, Any]:
     import torch
@@ -139,21 +147,36 @@ def run_fit(args: argparse.Namespace, *, tune: bool) -> dict[str, Any]:
         # Repeats after the first train the kept settings (the optimizer was switched in
         # place; compile is passed on), as the rest of a tuned run would.
         report = accelkit.torch.fit(
-            model, SyntheticBatches(batch, trial_steps + warmup + args.steps), optimizer,
-            loss_fn, plan=plan, warmup=warmup, window=max(args.steps // 2, 1),
-            progress=False, tokens_per_sample=facts.get("tokens_per_sample"),
-            tune=tune and repeat == 0, compile=compile_kept)
+            model,
+            SyntheticBatches(batch, trial_steps + warmup + args.steps),
+            optimizer,
+            loss_fn,
+            plan=plan,
+            warmup=warmup,
+            window=max(args.steps // 2, 1),
+            progress=False,
+            tokens_per_sample=facts.get("tokens_per_sample"),
+            tune=tune and repeat == 0,
+            compile=compile_kept,
+        )
         if tune and repeat == 0:
             tuned = report.tuning
             compile_kept = bool(tuned and tuned["compile"])
         times.append(report.step_time_s)
         mfu.append(report.mfu)
-    result = {"step_s": times, "mfu_reported": mfu, "peak_memory_bytes":
-              gpu_compare._peak_memory(torch, device), "precision": plan.precision.value}
+    result = {
+        "step_s": times,
+        "mfu_reported": mfu,
+        "peak_memory_bytes": gpu_compare._peak_memory(torch, device),
+        "precision": plan.precision.value,
+    }
     if tuned is not None:
         kept = statistics.median(times)
-        result.update(tuning=tuned, tune_seconds=tuned["seconds"],
-                      tune_overhead_s=tuned["seconds"] - tuned["steps"] * kept)
+        result.update(
+            tuning=tuned,
+            tune_seconds=tuned["seconds"],
+            tune_overhead_s=tuned["seconds"] - tuned["steps"] * kept,
+        )
     return result
 
 
@@ -191,14 +214,23 @@ def run_lightning(args: argparse.Namespace) -> dict[str, Any]:
             marks.append(time.perf_counter())
 
     total = args.warmup + args.steps * args.repeats
-    trainer = L.Trainer(accelerator="gpu" if device.type == "cuda" else "cpu", devices=1,
-                        precision="bf16-mixed", max_steps=total, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, callbacks=[Timer()])
+    trainer = L.Trainer(
+        accelerator="gpu" if device.type == "cuda" else "cpu",
+        devices=1,
+        precision="bf16-mixed",
+        max_steps=total,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[Timer()],
+    )
     trainer.fit(Module(), train_dataloaders=SyntheticBatches(batch, total))
     times = [(b - a) / args.steps for a, b in zip(marks, marks[1:])]
-    return {"step_s": times[: args.repeats],
-            "peak_memory_bytes": gpu_compare._peak_memory(torch, device)}
+    return {
+        "step_s": times[: args.repeats],
+        "peak_memory_bytes": gpu_compare._peak_memory(torch, device),
+    }
 
 
 def _sync(torch: Any, device: Any) -> None:
@@ -220,10 +252,21 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
 
 # -- the comparison -------------------------------------------------------------------------
 
+
 def _child(args: argparse.Namespace, variant: str) -> dict[str, Any]:
-    command = [__file__, "--variant", variant, "--model", args.model,
-               "--steps", str(args.steps), "--warmup", str(args.warmup),
-               "--repeats", str(args.repeats)] + (["--smoke"] if args.smoke else [])
+    command = [
+        __file__,
+        "--variant",
+        variant,
+        "--model",
+        args.model,
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--repeats",
+        str(args.repeats),
+    ] + (["--smoke"] if args.smoke else [])
     if args.batch_size:
         command += ["--batch-size", str(args.batch_size)]
     return gpu_compare.run_child(command, args.timeout)
@@ -242,55 +285,77 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         flops = count_train_step_flops(model, batch).total
     else:
         flops = count_train_step_flops(model, batch[0], batch[1], loss_fn).total
-    samples = int(next(iter(batch.values())).shape[0] if isinstance(batch, dict)
-                  else batch[0].shape[0])
+    samples = int(
+        next(iter(batch.values())).shape[0] if isinstance(batch, dict) else batch[0].shape[0]
+    )
     datasheet = peak(accelkit.detect(), "bf16")
     del model
     results = {}
     for variant in args.variants:
         results[variant] = _child(args, variant)
-        print(f"  {variant}: {'error' if 'error' in results[variant] else 'done'}",
-              file=sys.stderr, flush=True)
-    medians = {k: statistics.median(v["step_s"]) for k, v in results.items()
-               if v.get("step_s")}
+        print(
+            f"  {variant}: {'error' if 'error' in results[variant] else 'done'}",
+            file=sys.stderr,
+            flush=True,
+        )
+    medians = {k: statistics.median(v["step_s"]) for k, v in results.items() if v.get("step_s")}
     rows = []
     for variant, result in results.items():
         if variant not in medians:
             rows.append({"variant": variant, "error": result.get("error", "no steps")})
             continue
         step = medians[variant]
-        row = {"variant": variant, "step_ms_median": step * 1e3,
-               "step_ms_spread": [min(result["step_s"]) * 1e3, max(result["step_s"]) * 1e3],
-               "samples_per_s": samples / step,
-               "tokens_per_s": (samples * facts["tokens_per_sample"] / step
-                                if "tokens_per_sample" in facts else None),
-               "mfu_datasheet": (flops / step / 1e12 / datasheet.tflops
-                                 if flops and datasheet.tflops else None),
-               "vs_lightning": (medians["lightning_bf16"] / step
-                                if "lightning_bf16" in medians else None),
-               "vs_fit": medians["fit"] / step if "fit" in medians else None,
-               "peak_memory_gb": (result.get("peak_memory_bytes") or 0) / 1e9 or None}
+        row = {
+            "variant": variant,
+            "step_ms_median": step * 1e3,
+            "step_ms_spread": [min(result["step_s"]) * 1e3, max(result["step_s"]) * 1e3],
+            "samples_per_s": samples / step,
+            "tokens_per_s": (
+                samples * facts["tokens_per_sample"] / step
+                if "tokens_per_sample" in facts
+                else None
+            ),
+            "mfu_datasheet": (
+                flops / step / 1e12 / datasheet.tflops if flops and datasheet.tflops else None
+            ),
+            "vs_lightning": (
+                medians["lightning_bf16"] / step if "lightning_bf16" in medians else None
+            ),
+            "vs_fit": medians["fit"] / step if "fit" in medians else None,
+            "peak_memory_gb": (result.get("peak_memory_bytes") or 0) / 1e9 or None,
+        }
         for key in ("tune_seconds", "tune_overhead_s"):
             if key in result:
                 row[key] = result[key]
         if "tuning" in result:
             row["tune_chosen"] = result["tuning"]["chosen"]
         rows.append(row)
-    return {"benchmark": "models_people_train", "model": args.model,
-            "samples_per_step": samples, "steps": args.steps, "warmup": args.warmup,
-            "repeats": args.repeats, "flops_per_step": flops,
-            "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-            "torch": torch.__version__,
-            "datasheet_peak": {"tflops": datasheet.tflops, "source": datasheet.source},
-            "rows": rows, "raw": results}
+    return {
+        "benchmark": "models_people_train",
+        "model": args.model,
+        "samples_per_step": samples,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+        "flops_per_step": flops,
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "datasheet_peak": {"tflops": datasheet.tflops, "source": datasheet.source},
+        "rows": rows,
+        "raw": results,
+    }
 
 
 def show(result: dict[str, Any]) -> None:
-    print(f"{result['model']} on {result['device']}, {result['samples_per_step']} samples/step, "
-          f"{result['repeats']} repeats x {result['steps']} steps; FLOPs/step "
-          f"{result['flops_per_step'] or 0:.4e}")
-    print(f"{'variant':<17}{'step ms':>9}{'spread':>17}{'samples/s':>11}{'tokens/s':>11}"
-          f"{'MFU':>7}{'x Lightning':>12}{'x fit':>7}{'mem GB':>8}  tuning")
+    print(
+        f"{result['model']} on {result['device']}, {result['samples_per_step']} samples/step, "
+        f"{result['repeats']} repeats x {result['steps']} steps; FLOPs/step "
+        f"{result['flops_per_step'] or 0:.4e}"
+    )
+    print(
+        f"{'variant':<17}{'step ms':>9}{'spread':>17}{'samples/s':>11}{'tokens/s':>11}"
+        f"{'MFU':>7}{'x Lightning':>12}{'x fit':>7}{'mem GB':>8}  tuning"
+    )
 
     def fmt(value: Any, spec: str) -> str:
         return "-" if value is None else format(value, spec)
@@ -300,12 +365,18 @@ def show(result: dict[str, Any]) -> None:
             print(f"{row['variant']:<17} error: {row['error'][-400:]}")
             continue
         spread = f"{row['step_ms_spread'][0]:.2f}-{row['step_ms_spread'][1]:.2f}"
-        tuning = (f"kept {row['tune_chosen']}, trials {row['tune_seconds']:.1f} s "
-                  f"(+{row['tune_overhead_s']:.1f} s)" if "tune_chosen" in row else "")
-        print(f"{row['variant']:<17}{row['step_ms_median']:>9.2f}{spread:>17}"
-              f"{row['samples_per_s']:>11,.1f}{fmt(row['tokens_per_s'], ',.0f'):>11}"
-              f"{fmt(row['mfu_datasheet'], '.1%'):>7}{fmt(row['vs_lightning'], '.3f'):>12}"
-              f"{fmt(row['vs_fit'], '.2f'):>7}{fmt(row['peak_memory_gb'], '.1f'):>8}  {tuning}")
+        tuning = (
+            f"kept {row['tune_chosen']}, trials {row['tune_seconds']:.1f} s "
+            f"(+{row['tune_overhead_s']:.1f} s)"
+            if "tune_chosen" in row
+            else ""
+        )
+        print(
+            f"{row['variant']:<17}{row['step_ms_median']:>9.2f}{spread:>17}"
+            f"{row['samples_per_s']:>11,.1f}{fmt(row['tokens_per_s'], ',.0f'):>11}"
+            f"{fmt(row['mfu_datasheet'], '.1%'):>7}{fmt(row['vs_lightning'], '.3f'):>12}"
+            f"{fmt(row['vs_fit'], '.2f'):>7}{fmt(row['peak_memory_gb'], '.1f'):>8}  {tuning}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -318,8 +389,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # one, internal
     parser.add_argument("--timeout", type=int, default=300, help="seconds per variant")
-    parser.add_argument("--smoke", action="store_true",
-                        help="tiny models, a few steps, CPU: checks the script, not speed")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny models, a few steps, CPU: checks the script, not speed",
+    )
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     if args.smoke:

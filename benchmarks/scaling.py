@@ -41,12 +41,18 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=None, help="per GPU")
     parser.add_argument("--precision", default="auto")
     parser.add_argument("--compile", action="store_true")
-    parser.add_argument("--calibrate", action="store_true",
-                        help="also MFU against a measured matmul rate")
-    parser.add_argument("--single-device", metavar="REPORT.json|SAMPLES_PER_S",
-                        help="the single-GPU reference (default: measured on rank 0 first)")
-    parser.add_argument("--out", help="write the results as JSON (rank 0); the full report "
-                                      "goes next to it as *.report.json")
+    parser.add_argument(
+        "--calibrate", action="store_true", help="also MFU against a measured matmul rate"
+    )
+    parser.add_argument(
+        "--single-device",
+        metavar="REPORT.json|SAMPLES_PER_S",
+        help="the single-GPU reference (default: measured on rank 0 first)",
+    )
+    parser.add_argument(
+        "--out",
+        help="write the results as JSON (rank 0); the full report goes next to it as *.report.json",
+    )
     return parser.parse_args(argv)
 
 
@@ -72,15 +78,25 @@ def summary(report: Any, args: argparse.Namespace) -> dict[str, Any]:
     def tokens(samples: float | None) -> float | None:
         return samples * per_sample if samples and per_sample else None
 
-    ranks = [{**r, "tokens_per_second": r.get("tokens_per_second")
-              or tokens(r.get("samples_per_second"))} for r in report.ranks]
+    ranks = [
+        {
+            **r,
+            "tokens_per_second": r.get("tokens_per_second") or tokens(r.get("samples_per_second")),
+        }
+        for r in report.ranks
+    ]
     achieved = [r.get("achieved_tflops") for r in ranks]
     mfus = [r.get("mfu") for r in ranks]
     single = report.single_device_samples_per_second
     return {
-        "model": args.model, "steps": report.steps, "warmup": report.warmup_steps,
-        "batch_size_per_device": report.batch_size, "precision": report.precision,
-        "compile": args.compile, "device": report.device, "world_size": report.world_size,
+        "model": args.model,
+        "steps": report.steps,
+        "warmup": report.warmup_steps,
+        "batch_size_per_device": report.batch_size,
+        "precision": report.precision,
+        "compile": args.compile,
+        "device": report.device,
+        "world_size": report.world_size,
         "ranks": ranks,
         "global": {
             "samples_per_second": report.global_samples_per_second,
@@ -92,8 +108,10 @@ def summary(report: Any, args: argparse.Namespace) -> dict[str, Any]:
         "scaling_efficiency": report.scaling_efficiency,
         "slowest_rank": report.slowest_rank,
         "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
-        "plan": [{k: s[k] for k in ("key", "value", "status", "detail")}
-                 for s in report.plan.get("settings", [])],
+        "plan": [
+            {k: s[k] for k in ("key", "value", "status", "detail")}
+            for s in report.plan.get("settings", [])
+        ],
         "notes": report.notes,
         "versions": report.versions,
     }
@@ -106,27 +124,54 @@ def _num(value: float | None, fmt: str = "{:,.1f}") -> str:
 def table(result: dict[str, Any]) -> str:
     from accelkit.report.render import table as render
 
-    rows = [(str(r["rank"]), str(r.get("device", "-")), _num(r.get("samples_per_second")),
-             _num(r.get("tokens_per_second"), "{:,.0f}"),
-             _num(r.get("step_time_s") and r["step_time_s"] * 1e3, "{:.2f}"),
-             _num(r.get("input_wait_share") and r["input_wait_share"] * 100, "{:.1f}%"),
-             _num(r.get("mfu") and r["mfu"] * 100, "{:.1f}%"))
-            for r in result["ranks"]]
+    rows = [
+        (
+            str(r["rank"]),
+            str(r.get("device", "-")),
+            _num(r.get("samples_per_second")),
+            _num(r.get("tokens_per_second"), "{:,.0f}"),
+            _num(r.get("step_time_s") and r["step_time_s"] * 1e3, "{:.2f}"),
+            _num(r.get("input_wait_share") and r["input_wait_share"] * 100, "{:.1f}%"),
+            _num(r.get("mfu") and r["mfu"] * 100, "{:.1f}%"),
+        )
+        for r in result["ranks"]
+    ]
     whole, single = result["global"], result["single_device"]
-    rows.append((f"all {result['world_size']}", "", _num(whole["samples_per_second"]),
-                 _num(whole["tokens_per_second"], "{:,.0f}"), "", "",
-                 _num(whole["mfu"] and whole["mfu"] * 100, "{:.1f}%")))
-    rows.append(("1 alone", "", _num(single["samples_per_second"]),
-                 _num(single["tokens_per_second"], "{:,.0f}"), "", "", ""))
+    rows.append(
+        (
+            f"all {result['world_size']}",
+            "",
+            _num(whole["samples_per_second"]),
+            _num(whole["tokens_per_second"], "{:,.0f}"),
+            "",
+            "",
+            _num(whole["mfu"] and whole["mfu"] * 100, "{:.1f}%"),
+        )
+    )
+    rows.append(
+        (
+            "1 alone",
+            "",
+            _num(single["samples_per_second"]),
+            _num(single["tokens_per_second"], "{:,.0f}"),
+            "",
+            "",
+            "",
+        )
+    )
     efficiency = result["scaling_efficiency"]
-    head = (f"{result['model']}: {result['world_size']} device(s), batch "
-            f"{_num(result['batch_size_per_device'], '{:g}')} per device, precision "
-            f"{result['precision']}; per-rank figures, then the whole run")
-    body = render(("rank", "device", "samples/s", "tokens/s", "step ms", "input wait", "MFU"),
-                  rows)
-    tail = (f"scaling efficiency {_num(efficiency and efficiency * 100)}% "
-            f"(slowest rank {result['slowest_rank']})" if efficiency is not None else
-            f"scaling efficiency -: {result['notes'].get('scaling_efficiency', 'not measured')}")
+    head = (
+        f"{result['model']}: {result['world_size']} device(s), batch "
+        f"{_num(result['batch_size_per_device'], '{:g}')} per device, precision "
+        f"{result['precision']}; per-rank figures, then the whole run"
+    )
+    body = render(("rank", "device", "samples/s", "tokens/s", "step ms", "input wait", "MFU"), rows)
+    tail = (
+        f"scaling efficiency {_num(efficiency and efficiency * 100)}% "
+        f"(slowest rank {result['slowest_rank']})"
+        if efficiency is not None
+        else f"scaling efficiency -: {result['notes'].get('scaling_efficiency', 'not measured')}"
+    )
     return f"{head}\n{body}\n{tail}"
 
 
@@ -135,10 +180,18 @@ def main(argv: list[str] | None = None) -> int:
     from accelkit import bench
 
     single = _single(args.single_device)
-    report = bench.run(args.model, "torch", steps=args.steps, batch_size=args.batch_size,
-                       precision=args.precision, compile=args.compile,
-                       calibrate=args.calibrate, warmup=args.warmup,
-                       compare_single=single is None, single_device=single)
+    report = bench.run(
+        args.model,
+        "torch",
+        steps=args.steps,
+        batch_size=args.batch_size,
+        precision=args.precision,
+        compile=args.compile,
+        calibrate=args.calibrate,
+        warmup=args.warmup,
+        compare_single=single is None,
+        single_device=single,
+    )
     if os.environ.get("RANK", "0") not in ("", "0"):
         return 0
     result = summary(report, args)

@@ -1,7 +1,7 @@
 """Markers that skip with a reason: `gpu` (needs CUDA), `torch`, `tensorflow`.
 
-    @pytest.mark.gpu
-    def test_on_h200(): ...
+@pytest.mark.gpu
+def test_on_h200(): ...
 """
 
 from __future__ import annotations
@@ -35,12 +35,22 @@ def _cuda_reason() -> str | None:
 
 
 # Bad-input and fault tests that live beside the code they test (docs/reliability.md).
-RELIABILITY_MODULES = frozenset({
-    "test_report_schema.py", "test_cli_report_files.py", "test_cli_counts.py",
-    "test_what_if_bounds.py", "test_rule_needs.py", "test_gain_bounds.py",
-    "test_launch_advice.py", "test_torch_batches.py", "test_torch_determinism.py",
-    "test_peak_unknown.py", "test_tune.py", "test_torch_failures.py",
-})
+RELIABILITY_MODULES = frozenset(
+    {
+        "test_report_schema.py",
+        "test_cli_report_files.py",
+        "test_cli_counts.py",
+        "test_what_if_bounds.py",
+        "test_rule_needs.py",
+        "test_gain_bounds.py",
+        "test_launch_advice.py",
+        "test_torch_batches.py",
+        "test_torch_determinism.py",
+        "test_peak_unknown.py",
+        "test_tune.py",
+        "test_torch_failures.py",
+    }
+)
 
 
 def _in_reliability_suite(item: pytest.Item) -> bool:
@@ -49,9 +59,13 @@ def _in_reliability_suite(item: pytest.Item) -> bool:
     tests marked ``reliability`` (docs/reliability.md)."""
     path = str(getattr(item, "path", ""))
     name = os.path.basename(path)
-    return (f"{os.sep}reliability{os.sep}" in path or "reliability" in name
-            or name.endswith("_properties.py") or name in RELIABILITY_MODULES
-            or "reliability" in item.keywords)
+    return (
+        f"{os.sep}reliability{os.sep}" in path
+        or "reliability" in name
+        or name.endswith("_properties.py")
+        or name in RELIABILITY_MODULES
+        or "reliability" in item.keywords
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -82,15 +96,23 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     total = sum(outcomes.values())
     if total:
         detail = ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items()))
-        terminalreporter.write_line(f"reliability suite (fault injection, bad input): "
-                                    f"{total} cases: {detail}")
+        terminalreporter.write_line(
+            f"reliability suite (fault injection, bad input): {total} cases: {detail}"
+        )
 
 
 # Variables some machine images export (the GPU image sets the allocator's), and
 # accelkit's own: tests that apply plans start from an environment without them.
-PROCESS_VARIABLES = ("ACCELKIT_DISABLE", "ACCELKIT_PRECISION", "RANK", "PYTORCH_CUDA_ALLOC_CONF",
-                     "PYTORCH_ALLOC_CONF", "TF_GPU_THREAD_MODE", "NCCL_P2P_DISABLE",
-                     "TF_FORCE_GPU_ALLOW_GROWTH")
+PROCESS_VARIABLES = (
+    "ACCELKIT_DISABLE",
+    "ACCELKIT_PRECISION",
+    "RANK",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF",
+    "TF_GPU_THREAD_MODE",
+    "NCCL_P2P_DISABLE",
+    "TF_FORCE_GPU_ALLOW_GROWTH",
+)
 
 
 @pytest.fixture

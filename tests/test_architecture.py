@@ -25,8 +25,17 @@ STAGES = [
     ("accelkit.profiling",),
     ("accelkit.advisor",),
     ("accelkit.report",),
-    ("accelkit.torch", "accelkit.keras", "accelkit.lightning", "accelkit.hf", "accelkit.bench",
-     "accelkit.dispatch", "accelkit.cli", "accelkit.__main__", "accelkit"),
+    (
+        "accelkit.torch",
+        "accelkit.keras",
+        "accelkit.lightning",
+        "accelkit.hf",
+        "accelkit.bench",
+        "accelkit.dispatch",
+        "accelkit.cli",
+        "accelkit.__main__",
+        "accelkit",
+    ),
 ]
 
 # (importer, imported): thin forwarding methods, imported on call (docs/architecture.md).
@@ -38,10 +47,18 @@ FORWARDING = {
 }
 
 # Where a framework may be imported (lazily everywhere: `import accelkit` imports none).
-FRAMEWORK_HOMES = ("accelkit.torch", "accelkit.keras", "accelkit.lightning", "accelkit.hf",
-                   "accelkit.frameworks.torch_adapter",
-                   "accelkit.frameworks.tensorflow_adapter", "accelkit.profiling.flops_",
-                   "accelkit.profiling.calibrate", "accelkit.bench", "accelkit.utils.imports")
+FRAMEWORK_HOMES = (
+    "accelkit.torch",
+    "accelkit.keras",
+    "accelkit.lightning",
+    "accelkit.hf",
+    "accelkit.frameworks.torch_adapter",
+    "accelkit.frameworks.tensorflow_adapter",
+    "accelkit.profiling.flops_",
+    "accelkit.profiling.calibrate",
+    "accelkit.bench",
+    "accelkit.utils.imports",
+)
 FRAMEWORKS = ("torch", "tensorflow", "keras", "lightning", "pytorch_lightning")
 
 
@@ -87,10 +104,11 @@ def test_imports_flow_down_the_stages(module) -> None:
         if not imported.startswith("accelkit") or imported == "accelkit._version":
             continue
         if _stage(imported) > stage and not any(
-                module == a and (imported == b or imported.startswith(b + "."))
-                for a, b in FORWARDING):
-            pytest.fail(f"{module}:{line} imports {imported}, a later stage "
-                        f"({_stage(imported)} > {stage})")
+            module == a and (imported == b or imported.startswith(b + ".")) for a, b in FORWARDING
+        ):
+            pytest.fail(
+                f"{module}:{line} imports {imported}, a later stage ({_stage(imported)} > {stage})"
+            )
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
@@ -106,16 +124,18 @@ def test_no_module_is_over_400_lines() -> None:
     assert not long
 
 
-@pytest.mark.parametrize(("pattern", "home"), [
-    (r"\(\s*[78]\s*,\s*[09]\s*\)", "accelkit.hardware.capabilities"),  # tensor-core thresholds
-    (r"[\"']mixed_(b?float16)[\"']", "accelkit.hardware.capabilities"),  # Keras policy names
-    (r"fp32_precision", "accelkit.hardware.capabilities"),  # PyTorch >= 2.9's TF32 flags
-    (r"[\"']ACCELKIT_[A-Z_]+[\"']", "accelkit.hardware.environment"),  # accelkit's variables
-    (r"environ(\.get)?\(?\[?[\"']RANK[\"']", "accelkit.hardware.environment"),  # the rank
-])
+@pytest.mark.parametrize(
+    ("pattern", "home"),
+    [
+        (r"\(\s*[78]\s*,\s*[09]\s*\)", "accelkit.hardware.capabilities"),  # tensor-core thresholds
+        (r"[\"']mixed_(b?float16)[\"']", "accelkit.hardware.capabilities"),  # Keras policy names
+        (r"fp32_precision", "accelkit.hardware.capabilities"),  # PyTorch >= 2.9's TF32 flags
+        (r"[\"']ACCELKIT_[A-Z_]+[\"']", "accelkit.hardware.environment"),  # accelkit's variables
+        (r"environ(\.get)?\(?\[?[\"']RANK[\"']", "accelkit.hardware.environment"),  # the rank
+    ],
+)
 def test_each_concept_is_written_in_one_module(pattern, home) -> None:
-    where = {m for m, p in MODULES.items()
-             if re.search(pattern, _code(p.read_text()))}
+    where = {m for m, p in MODULES.items() if re.search(pattern, _code(p.read_text()))}
     assert where <= {home}, f"{pattern} outside {home}: {sorted(where - {home})}"
 
 
@@ -124,8 +144,12 @@ def _code(text: str) -> str:
     tree = ast.parse(text)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
-                and isinstance(getattr(body[0], "value", None), ast.Constant)
-                and isinstance(body[0].value.value, str)):
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(getattr(body[0], "value", None), ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             body[0] = ast.Pass()
     return "\n".join(line.split("#", 1)[0] for line in ast.unparse(tree).splitlines())

@@ -13,8 +13,9 @@ import accelkit
 from accelkit.hardware.info import GpuInfo, HardwareInfo
 from accelkit.planning import Precision, Status
 
-A100 = HardwareInfo(gpus=(GpuInfo(0, "NVIDIA A100-SXM4-80GB", compute_capability=(8, 0)),),
-                    source="snapshot")
+A100 = HardwareInfo(
+    gpus=(GpuInfo(0, "NVIDIA A100-SXM4-80GB", compute_capability=(8, 0)),), source="snapshot"
+)
 SRC = os.path.join(os.path.dirname(__file__), "..", "src")
 
 
@@ -68,8 +69,9 @@ def test_accelkit_precision_overrides_the_auto_choice(monkeypatch) -> None:
 @pytest.mark.torch
 def test_explicit_precision_wins_over_the_environment(monkeypatch) -> None:
     monkeypatch.setenv("ACCELKIT_PRECISION", "fp32")
-    plan = accelkit.auto_configure(framework="torch", precision="tf32", hardware=A100,
-                                   verbose=False)
+    plan = accelkit.auto_configure(
+        framework="torch", precision="tf32", hardware=A100, verbose=False
+    )
     assert plan.precision is Precision.TF32
 
 
@@ -112,8 +114,13 @@ def test_auto_configure_on_this_machine_never_raises() -> None:
         plan = accelkit.auto_configure(verbose=False)
         print(plan.precision.value, plan.hardware.source, len(plan.settings))
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": SRC}, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     precision, source, count = done.stdout.split()
     assert precision in {p.value for p in Precision} and int(count) >= 1
@@ -128,8 +135,13 @@ def test_import_is_fast_and_imports_no_framework() -> None:
         loaded = [m for m in ("torch", "tensorflow", "keras") if m in sys.modules]
         print(f"{elapsed:.3f}", ",".join(loaded) or "-")
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": SRC}, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     elapsed, loaded = done.stdout.split()
     assert loaded == "-"

@@ -33,7 +33,8 @@ def level_kept():
 
 
 def test_the_default_handler_shows_info_on_stderr_and_records_still_propagate(
-        capsys, caplog) -> None:
+    capsys, caplog
+) -> None:
     assert log.default_handler() is not None
     assert logger.level == logging.INFO and logger.propagate
     with caplog.at_level(logging.INFO, logger="accelkit"):
@@ -68,13 +69,23 @@ def test_other_ranks_keep_warnings_only(monkeypatch, caplog) -> None:
     assert [r.getMessage() for r in caplog.records] == ["accelkit: warning from rank 1"]
 
 
-@pytest.mark.parametrize(("value", "level", "valid"), [
-    (None, logging.INFO, False), ("", logging.INFO, False), ("DEBUG", logging.DEBUG, True),
-    (" warning ", logging.WARNING, True), ("error", logging.ERROR, True), ("5", 5, True),
-    ("loud", logging.INFO, False), ("-1", logging.INFO, False)])
+@pytest.mark.parametrize(
+    ("value", "level", "valid"),
+    [
+        (None, logging.INFO, False),
+        ("", logging.INFO, False),
+        ("DEBUG", logging.DEBUG, True),
+        (" warning ", logging.WARNING, True),
+        ("error", logging.ERROR, True),
+        ("5", 5, True),
+        ("loud", logging.INFO, False),
+        ("-1", logging.INFO, False),
+    ],
+)
 def test_log_level_variable(value, level, valid) -> None:
     found, note, was_set = environment.log_level(
-        {} if value is None else {"ACCELKIT_LOG_LEVEL": value})
+        {} if value is None else {"ACCELKIT_LOG_LEVEL": value}
+    )
     assert (found, was_set) == (level, valid)
     assert bool(note) == (value not in (None, "") and not valid)
     if note:
@@ -84,8 +95,14 @@ def test_log_level_variable(value, level, valid) -> None:
 @pytest.mark.parametrize(("value", "expected"), [("DEBUG", "10"), ("loud", "20")])
 def test_log_level_at_import(value, expected) -> None:
     code = "import logging, accelkit; print(logging.getLogger('accelkit').level)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
-                          env={"ACCELKIT_LOG_LEVEL": value, "PATH": ""}, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"ACCELKIT_LOG_LEVEL": value, "PATH": ""},
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == expected
     assert ("is not valid" in done.stderr) == (value == "loud")
@@ -101,8 +118,9 @@ def test_progress_is_redrawn_in_place_on_a_terminal(monkeypatch) -> None:
     logger.info("accelkit: step 30", extra={log.PROGRESS: True})
     log.end_progress_line()
     log.end_progress_line()  # nothing open: nothing written
-    assert terminal.getvalue() == ("\raccelkit: step 10\raccelkit: step 20\n"
-                                   "accelkit: something\n\raccelkit: step 30\n")
+    assert terminal.getvalue() == (
+        "\raccelkit: step 10\raccelkit: step 20\naccelkit: something\n\raccelkit: step 30\n"
+    )
 
 
 @pytest.mark.torch
@@ -119,12 +137,19 @@ def test_a_torch_fits_progress_line_arrives_as_log_records(caplog) -> None:
 
 def _prints(path: Path) -> list[int]:
     tree = ast.parse(path.read_text())
-    return [node.lineno for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-            and node.func.id == "print"]
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "print"
+    ]
 
 
 def test_only_the_cli_prints() -> None:
-    found = {str(p.relative_to(SRC)): _prints(p) for p in SRC.rglob("*.py")
-             if "cli" not in p.relative_to(SRC).parts}
+    found = {
+        str(p.relative_to(SRC)): _prints(p)
+        for p in SRC.rglob("*.py")
+        if "cli" not in p.relative_to(SRC).parts
+    }
     assert {path: lines for path, lines in found.items() if lines} == {}

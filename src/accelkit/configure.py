@@ -41,9 +41,17 @@ def set_current_plan(plan: Plan | None) -> None:
     _current = plan
 
 
-def auto_configure(framework: str = "auto", precision: str = "auto", distribute: str = "auto",
-                   compile: bool = False, dry_run: bool = False, verbose: bool = True, *,
-                   deterministic: bool = False, hardware: HardwareInfo | None = None) -> Plan:
+def auto_configure(
+    framework: str = "auto",
+    precision: str = "auto",
+    distribute: str = "auto",
+    compile: bool = False,
+    dry_run: bool = False,
+    verbose: bool = True,
+    *,
+    deterministic: bool = False,
+    hardware: HardwareInfo | None = None,
+) -> Plan:
     """Detect the GPUs, plan the settings for them and apply the plan.
 
     Call it at the top of a training script, before building models. Values the
@@ -97,12 +105,16 @@ def auto_configure(framework: str = "auto", precision: str = "auto", distribute:
     """
     global _current
     if hardware is not None and not isinstance(hardware, HardwareInfo):
-        raise ValueError(f"hardware={hardware!r:.80} is not valid; give a HardwareInfo "
-                         "(accelkit.detect(), accelkit.what_if(...)) or None to detect")
+        raise ValueError(
+            f"hardware={hardware!r:.80} is not valid; give a HardwareInfo "
+            "(accelkit.detect(), accelkit.what_if(...)) or None to detect"
+        )
     decision = frameworks.resolve(framework)
     hardware = hardware if hardware is not None else detect()
-    requests = {chosen: _request(chosen, precision, distribute, compile, deterministic)
-                for chosen in (decision.framework, *decision.at_import)}
+    requests = {
+        chosen: _request(chosen, precision, distribute, compile, deterministic)
+        for chosen in (decision.framework, *decision.at_import)
+    }
     plans = {chosen: plan(hardware, request) for chosen, request in requests.items()}
     result = plans[decision.framework]
     notes = [f"framework: {decision.reason}"]
@@ -111,12 +123,17 @@ def auto_configure(framework: str = "auto", precision: str = "auto", distribute:
     frameworks.stop_at_import()  # this call replaces what an earlier one left waiting
     deferred = False
     if not is_available(decision.framework.value):
-        notes.append(f"{decision.framework.value} is not installed: nothing applied "
-                     f"(pip install 'accelkit[{decision.framework.value}]')")
+        notes.append(
+            f"{decision.framework.value} is not installed: nothing applied "
+            f"(pip install 'accelkit[{decision.framework.value}]')"
+        )
         result = result.as_unapplied(notes[-1])
     elif dry_run or environment.flag(DISABLE_ENV):
-        notes.append("dry run: nothing applied" if dry_run
-                     else f"{DISABLE_ENV}={os.environ[DISABLE_ENV]}: nothing applied")
+        notes.append(
+            "dry run: nothing applied"
+            if dry_run
+            else f"{DISABLE_ENV}={os.environ[DISABLE_ENV]}: nothing applied"
+        )
         result = result.as_unapplied(notes[-1])
     elif decision.at_import:
         frameworks.at_import(decision, _applier_at_import(plans, notes[1:], verbose))
@@ -130,26 +147,31 @@ def auto_configure(framework: str = "auto", precision: str = "auto", distribute:
     return result
 
 
-def _applier_at_import(plans: Mapping[Framework, Plan], notes: list[str],
-                       verbose: bool) -> Callable[[Framework, str], None]:
+def _applier_at_import(
+    plans: Mapping[Framework, Plan], notes: list[str], verbose: bool
+) -> Callable[[Framework, str], None]:
     """What the import hook calls once the script has imported a framework: apply its
     plan and make it the current one."""
 
     def apply_at_import(framework: Framework, module: str) -> None:
         applied = _apply(plans[framework])
-        applied = applied.with_settings(applied.settings, [
-            f"framework: decided at import: the script imported {module}", *notes])
+        applied = applied.with_settings(
+            applied.settings,
+            [f"framework: decided at import: the script imported {module}", *notes],
+        )
         set_current_plan(applied)
-        _log.info("accelkit applied the %s plan when the script imported %s",
-                  framework.value, module)
+        _log.info(
+            "accelkit applied the %s plan when the script imported %s", framework.value, module
+        )
         if verbose:
             _log.info("%s", applied)
 
     return apply_at_import
 
 
-def _request(framework: Any, precision: str, distribute: str, compile: bool,
-             deterministic: bool) -> Request:
+def _request(
+    framework: Any, precision: str, distribute: str, compile: bool, deterministic: bool
+) -> Request:
     env_precision = os.environ.get(PRECISION_ENV, "").strip()
     if env_precision and str(precision).strip().lower() == "auto":
         try:
@@ -157,8 +179,13 @@ def _request(framework: Any, precision: str, distribute: str, compile: bool,
         except ValueError as error:
             raise ValueError(f"{PRECISION_ENV}: {error}") from None
         precision = env_precision
-    return Request(framework=framework, precision=precision, distribute=distribute,
-                   compile=compile, deterministic=deterministic)
+    return Request(
+        framework=framework,
+        precision=precision,
+        distribute=distribute,
+        compile=compile,
+        deterministic=deterministic,
+    )
 
 
 def apply(plan: Plan) -> Plan:
@@ -186,13 +213,15 @@ def _apply(plan: Plan) -> Plan:
     except ImportError:
         raise
     except Exception as error:  # noqa: BLE001 - configuring must never fail the run
-        settings = [s.with_status(Status.FAILED, f"{type(error).__name__}: {error}")
-                    for s in plan.settings]
+        settings = [
+            s.with_status(Status.FAILED, f"{type(error).__name__}: {error}") for s in plan.settings
+        ]
         return plan.with_settings(settings, [f"applying the plan failed: {error}"])
 
 
-def plan_for(gpu: str | None = None, count: int = 1, framework: str = "torch",
-             **request: Any) -> Plan:
+def plan_for(
+    gpu: str | None = None, count: int = 1, framework: str = "torch", **request: Any
+) -> Plan:
     """The plan for hardware you don't have: `count` GPUs of model `gpu` (None: no GPU).
 
     Args:
@@ -215,9 +244,10 @@ def plan_for(gpu: str | None = None, count: int = 1, framework: str = "torch",
     valid = {f.name for f in dataclasses.fields(Request)} - {"framework"}
     unknown = sorted(set(request) - valid)
     if unknown:
-        raise ValueError(f"plan_for() got unknown argument(s) {', '.join(unknown)}; "
-                         f"valid: {', '.join(sorted(valid | {'environ'}))}")
+        raise ValueError(
+            f"plan_for() got unknown argument(s) {', '.join(unknown)}; "
+            f"valid: {', '.join(sorted(valid | {'environ'}))}"
+        )
     if str(framework).lower() == "auto":
         raise ValueError("plan_for(framework='auto') is not valid; use 'torch' or 'tensorflow'")
     return plan(what_if(gpu, count, environ=environ), Request(framework=framework, **request))
-

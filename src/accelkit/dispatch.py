@@ -37,18 +37,22 @@ def fit(model: Any, *args: Any, **kwargs: Any) -> RunReport:
         from accelkit.keras import fit as keras_fit
 
         return _call(keras_fit, "accelkit.keras.fit", model, args, kwargs)
-    raise TypeError(f"accelkit.fit takes a torch.nn.Module or a keras.Model, "
-                    f"not {type(model).__module__}.{type(model).__name__}")
+    raise TypeError(
+        f"accelkit.fit takes a torch.nn.Module or a keras.Model, "
+        f"not {type(model).__module__}.{type(model).__name__}"
+    )
 
 
-def _call(target: Any, name: str, model: Any, args: tuple[Any, ...],
-          kwargs: dict[str, Any]) -> RunReport:
+def _call(
+    target: Any, name: str, model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> RunReport:
     """`target(model, *args, **kwargs)`, with a bad call named before any work starts."""
     import inspect
 
     try:
         inspect.signature(target).bind(model, *args, **kwargs)
     except TypeError as error:
-        raise TypeError(f"accelkit.fit dispatches this model to {name}{inspect.signature(target)}"
-                        f": {error}") from None
+        raise TypeError(
+            f"accelkit.fit dispatches this model to {name}{inspect.signature(target)}: {error}"
+        ) from None
     return target(model, *args, **kwargs)

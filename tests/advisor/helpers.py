@@ -11,8 +11,13 @@ def measured_on(hardware: HardwareInfo, **figures: Any) -> dict[str, Any]:
     """A report dict as a run on `hardware` would give (its first GPU, or the CPU)."""
     facts = figures.pop("facts", {})
     device = f"cuda:0 {hardware.gpus[0].name}" if hardware.gpus else "cpu"
-    return {"framework": figures.pop("framework", "torch"), "device": device,
-            "hardware": hardware.to_dict(), "facts": facts, **figures}
+    return {
+        "framework": figures.pop("framework", "torch"),
+        "device": device,
+        "hardware": hardware.to_dict(),
+        "facts": facts,
+        **figures,
+    }
 
 
 def ids(advice: list[Any]) -> list[str]:

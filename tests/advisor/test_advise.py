@@ -20,32 +20,62 @@ def item(id_: str, severity: str, speedup=None) -> Advice:
 
 
 def test_rank_critical_then_gain_then_severity_then_no_gain() -> None:
-    found = rank([item("info_no_gain", "info"), item("warning_no_gain", "warning"),
-                  item("small_gain", "info", 1.1), item("big_gain", "warning", 3.0),
-                  item("critical", "critical"), item("tie_warning", "warning", 1.1)])
-    assert ids(found) == ["critical", "big_gain", "tie_warning", "small_gain",
-                          "warning_no_gain", "info_no_gain"]
+    found = rank(
+        [
+            item("info_no_gain", "info"),
+            item("warning_no_gain", "warning"),
+            item("small_gain", "info", 1.1),
+            item("big_gain", "warning", 3.0),
+            item("critical", "critical"),
+            item("tie_warning", "warning", 1.1),
+        ]
+    )
+    assert ids(found) == [
+        "critical",
+        "big_gain",
+        "tie_warning",
+        "small_gain",
+        "warning_no_gain",
+        "info_no_gain",
+    ]
 
 
 def test_advice_round_trips_through_json() -> None:
-    advice = Advice("input_bound", Severity.WARNING, "t", {"input_wait_share": 0.3}, "do",
-                    "up to 1.43x", 1.43)
+    advice = Advice(
+        "input_bound", Severity.WARNING, "t", {"input_wait_share": 0.3}, "do", "up to 1.43x", 1.43
+    )
     assert Advice.from_dict(json.loads(json.dumps(advice.to_dict()))) == advice
 
 
 def test_every_rule_says_how_its_gain_was_estimated() -> None:
     """Where a rule gives a speed-up, its expected_gain names the numbers it used."""
     a100 = what_if("A100-SXM4-80GB", 2)
-    m = measured_on(a100, matmul_dtype="fp32", mfu=0.3, input_wait_share=0.3,
-                    gpu_utilization=50.0, step_time_s=0.004, peak_memory_bytes=int(10e9),
-                    facts={"batch_size": 30, "keras_policy": "mixed_float16",
-                           "keras_layers_off_policy": [{"name": "d", "type": "Dense",
-                                                        "compute_dtype": "float32"}],
-                           "layers": [{"name": "fc", "type": "Linear",
-                                       "dims": {"in_features": 100, "out_features": 100}}]})
+    m = measured_on(
+        a100,
+        matmul_dtype="fp32",
+        mfu=0.3,
+        input_wait_share=0.3,
+        gpu_utilization=50.0,
+        step_time_s=0.004,
+        peak_memory_bytes=int(10e9),
+        facts={
+            "batch_size": 30,
+            "keras_policy": "mixed_float16",
+            "keras_layers_off_policy": [{"name": "d", "type": "Dense", "compute_dtype": "float32"}],
+            "layers": [
+                {"name": "fc", "type": "Linear", "dims": {"in_features": 100, "out_features": 100}}
+            ],
+        },
+    )
     found = advise(a100, None, m)
-    assert {"input_bound", "precision", "memory_headroom", "alignment", "idle_gpus",
-            "keras_policy"} <= set(ids(found))
+    assert {
+        "input_bound",
+        "precision",
+        "memory_headroom",
+        "alignment",
+        "idle_gpus",
+        "keras_policy",
+    } <= set(ids(found))
     for advice in found:
         assert advice.evidence, advice.id
         assert advice.action, advice.id
@@ -62,8 +92,14 @@ def test_custom_rules_replace_the_registry() -> None:
 
 
 def test_a_failing_advisor_leaves_a_note_not_an_error(monkeypatch) -> None:
-    report = RunReport(framework="torch", model="m", device="cpu", precision="fp32",
-                       matmul_dtype="fp32", input_wait_share=0.4)
+    report = RunReport(
+        framework="torch",
+        model="m",
+        device="cpu",
+        precision="fp32",
+        matmul_dtype="fp32",
+        input_wait_share=0.4,
+    )
 
     def broken(ctx):
         raise RuntimeError("boom")
@@ -75,9 +111,16 @@ def test_a_failing_advisor_leaves_a_note_not_an_error(monkeypatch) -> None:
 
 
 def test_report_renders_evidence_action_and_gain() -> None:
-    report = RunReport(framework="torch", model="m", device="cpu", precision="fp32",
-                       matmul_dtype="fp32", input_wait_share=0.4, step_time_s=0.01,
-                       facts={"loader": {"type": "DataLoader", "num_workers": 0}})
+    report = RunReport(
+        framework="torch",
+        model="m",
+        device="cpu",
+        precision="fp32",
+        matmul_dtype="fp32",
+        input_wait_share=0.4,
+        step_time_s=0.01,
+        facts={"loader": {"type": "DataLoader", "num_workers": 0}},
+    )
     with_advice(report)
     text = str(report)
     assert "advice:\n  1. [warning] input-bound: 40% of step time" in text
@@ -87,9 +130,15 @@ def test_report_renders_evidence_action_and_gain() -> None:
 
 
 def test_saved_report_keeps_facts_and_advice(tmp_path) -> None:
-    report = RunReport(framework="torch", model="m", device="cpu", precision="fp32",
-                       matmul_dtype="fp32", input_wait_share=0.4,
-                       facts={"batch_size": 32, "layers": []})
+    report = RunReport(
+        framework="torch",
+        model="m",
+        device="cpu",
+        precision="fp32",
+        matmul_dtype="fp32",
+        input_wait_share=0.4,
+        facts={"batch_size": 32, "layers": []},
+    )
     with_advice(report)
     path = tmp_path / "run.json"
     report.save(path)
@@ -102,7 +151,8 @@ def test_saved_report_keeps_facts_and_advice(tmp_path) -> None:
 def test_report_advise_uses_its_own_or_a_what_if_plan(plan_given) -> None:
     from accelkit import plan_for
 
-    report = RunReport(framework="torch", model="m", device="cpu", precision="fp32",
-                       matmul_dtype="fp32")
+    report = RunReport(
+        framework="torch", model="m", device="cpu", precision="fp32", matmul_dtype="fp32"
+    )
     found = advise(None, plan_for("Tesla T4", precision="fp32") if plan_given else None, report)
     assert ("precision" in ids(found)) is plan_given

@@ -27,7 +27,8 @@ caps = st.floats(min_value=1.0, max_value=64.0, allow_nan=False)
 
 @given(shares, shares, caps)
 def test_removing_a_share_is_finite_at_least_one_at_most_the_cap_and_monotonic(
-        a: float, b: float, cap: float) -> None:
+    a: float, b: float, cap: float
+) -> None:
     low, high = sorted((a, b))
     gain_low, gain_high = removing_share(low, cap), removing_share(high, cap)
     for gain in (gain_low, gain_high):
@@ -49,8 +50,11 @@ def test_removing_a_share_refuses_an_infinite_cap() -> None:
 
 def input_ctx(share: float, workers: int = 0, **loader):
     loader = {"type": "DataLoader", "num_workers": workers, **loader}
-    return Context.build(CPU, None, measured_on(CPU, input_wait_share=share, step_time_s=0.01,
-                                                facts={"loader": loader}))
+    return Context.build(
+        CPU,
+        None,
+        measured_on(CPU, input_wait_share=share, step_time_s=0.01, facts={"loader": loader}),
+    )
 
 
 @given(shares, shares)
@@ -83,8 +87,12 @@ def test_input_bound_with_workers_is_bounded_by_the_ratio_of_workers() -> None:
 
 def test_tf_data_gain_is_bounded_by_the_cores_or_the_prefetch() -> None:
     def tf_ctx(**loader):
-        m = measured_on(CPU, framework="tensorflow", input_wait_share=0.95,
-                        facts={"loader": {"type": "tf.data.Dataset", **loader}})
+        m = measured_on(
+            CPU,
+            framework="tensorflow",
+            input_wait_share=0.95,
+            facts={"loader": {"type": "tf.data.Dataset", **loader}},
+        )
         return Context.build(CPU, None, m)
 
     serial_map = input_wait.input_bound(tf_ctx(map=1, parallel_map=0, prefetch=False))
@@ -95,8 +103,7 @@ def test_tf_data_gain_is_bounded_by_the_cores_or_the_prefetch() -> None:
 
 @given(st.floats(min_value=0.0, max_value=100.0, allow_nan=False), shares)
 def test_launch_overhead_gain_is_bounded_by_the_doubled_batch(util: float, wait: float) -> None:
-    m = measured_on(H200, gpu_utilization=util, input_wait_share=wait * 0.19,
-                    step_time_s=0.004)
+    m = measured_on(H200, gpu_utilization=util, input_wait_share=wait * 0.19, step_time_s=0.004)
     found = utilisation.launch_overhead(Context.build(H200, None, m))
     if found is not None:
         assert math.isfinite(found.speedup) and 1.0 <= found.speedup <= 2.0
@@ -107,15 +114,18 @@ def test_launch_overhead_near_idle_claims_the_batch_bound_not_the_idle_share() -
     found = utilisation.launch_overhead(Context.build(H200, None, m))
     assert found.speedup == 2.0
     assert "44.44x if the idle share" in found.expected_gain and "at most 2x" in (
-        found.expected_gain)
+        found.expected_gain
+    )
 
 
 @given(shares, shares)
-def test_compile_estimate_is_bounded_and_grows_with_the_non_matmul_share(a: float,
-                                                                        b: float) -> None:
+def test_compile_estimate_is_bounded_and_grows_with_the_non_matmul_share(
+    a: float, b: float
+) -> None:
     def estimate(mfu: float) -> float:
-        m = measured_on(H200, mfu=mfu, input_wait_share=0.0, step_time_s=0.05,
-                        facts={"compiled": False})
+        m = measured_on(
+            H200, mfu=mfu, input_wait_share=0.0, step_time_s=0.05, facts={"compiled": False}
+        )
         found = compilation.torch_compile(Context.build(H200, None, m))
         return 1.0 if found is None else found.speedup  # quiet: too little to fuse
 
@@ -132,10 +142,17 @@ def test_ranking_uses_the_bounded_figure() -> None:
     (Figures picked to show the order, not taken from one run.)"""
     a100 = what_if("A100-SXM4-80GB")
     loader = {"type": "tf.data.Dataset", "map": 1, "parallel_map": 1, "prefetch": False}
-    m = measured_on(a100, framework="tensorflow", matmul_dtype="fp32", mfu=0.6,
-                    input_wait_share=0.95, facts={"loader": loader})
+    m = measured_on(
+        a100,
+        framework="tensorflow",
+        matmul_dtype="fp32",
+        mfu=0.6,
+        input_wait_share=0.95,
+        facts={"loader": loader},
+    )
     found = advise(a100, None, m)
     assert [a.id for a in found][:2] == ["precision", "input_bound"]
     assert found[0].speedup == pytest.approx(1 / (0.4 + 0.6 / 16))
     assert found[1].speedup == pytest.approx(2.0) and "20.00x if the wait" in (
-        found[1].expected_gain)
+        found[1].expected_gain
+    )

@@ -25,17 +25,26 @@ def test_adamw_on_the_cpu_defaults_to_the_for_loop_with_fused_available() -> Non
     # torch.optim picks foreach only where all parameters sit on a device with foreach
     # kernels (CUDA, XPU, MTIA); the CPU has fused AdamW kernels but no foreach ones.
     found = facts(torch.optim.AdamW)
-    assert found == {"type": "AdamW", "implementation": "for-loop", "foreach_available": False,
-                     "fused_available": True, "set_by_user": False, "parameter_tensors": 4,
-                     "param_groups": 1}
+    assert found == {
+        "type": "AdamW",
+        "implementation": "for-loop",
+        "foreach_available": False,
+        "fused_available": True,
+        "set_by_user": False,
+        "parameter_tensors": 4,
+        "param_groups": 1,
+    }
 
 
-@pytest.mark.parametrize(("flags", "implementation"), [
-    ({"foreach": False}, "for-loop"),
-    ({"fused": False}, "for-loop"),  # either flag set bypasses the default: the for-loop
-    ({"fused": True}, "fused"),
-    ({"foreach": True}, "foreach"),  # forced on the CPU: torch's slow per-tensor path
-])
+@pytest.mark.parametrize(
+    ("flags", "implementation"),
+    [
+        ({"foreach": False}, "for-loop"),
+        ({"fused": False}, "for-loop"),  # either flag set bypasses the default: the for-loop
+        ({"fused": True}, "fused"),
+        ({"foreach": True}, "foreach"),  # forced on the CPU: torch's slow per-tensor path
+    ],
+)
 def test_flags_set_by_the_script_are_read_as_torch_reads_them(flags, implementation) -> None:
     found = facts(torch.optim.AdamW, **flags)
     assert found["implementation"] == implementation and found["set_by_user"] is True
@@ -70,20 +79,30 @@ def test_model_facts_carry_the_optimizer_and_whether_the_model_is_compiled() -> 
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("flags", "implementation"), [
-    ({}, "foreach"), ({"fused": True}, "fused"), ({"foreach": False}, "for-loop")])
-def test_the_fact_names_the_function_torch_runs_on_cuda(flags, implementation,
-                                                        monkeypatch) -> None:
+@pytest.mark.parametrize(
+    ("flags", "implementation"),
+    [({}, "foreach"), ({"fused": True}, "fused"), ({"foreach": False}, "for-loop")],
+)
+def test_the_fact_names_the_function_torch_runs_on_cuda(flags, implementation, monkeypatch) -> None:
     """On CUDA the default is foreach; checked against the function adam.adam calls."""
     from torch.optim import adam
 
     ran = []
-    for name, kind in (("_single_tensor_adam", "for-loop"), ("_multi_tensor_adam", "foreach"),
-                       ("_fused_adam", "fused")):
+    for name, kind in (
+        ("_single_tensor_adam", "for-loop"),
+        ("_multi_tensor_adam", "foreach"),
+        ("_fused_adam", "fused"),
+    ):
         original = getattr(adam, name)
-        monkeypatch.setattr(adam, name, functools.partial(
-            lambda original, kind, *a, **k: (ran.append(kind), original(*a, **k))[1],
-            original, kind))
+        monkeypatch.setattr(
+            adam,
+            name,
+            functools.partial(
+                lambda original, kind, *a, **k: (ran.append(kind), original(*a, **k))[1],
+                original,
+                kind,
+            ),
+        )
     model = mlp(16, 64, 4).cuda()
     optimizer = torch.optim.AdamW(model.parameters(), **flags)
     model(torch.randn(8, 16, device="cuda")).sum().backward()

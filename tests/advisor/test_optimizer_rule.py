@@ -18,9 +18,15 @@ CPU = HardwareInfo(source="cpu")
 
 
 def opt(implementation, *, fused=True, foreach=True, by_user=False, tensors=148, kind="AdamW"):
-    return {"type": kind, "implementation": implementation, "foreach_available": foreach,
-            "fused_available": fused, "set_by_user": by_user, "parameter_tensors": tensors,
-            "param_groups": 1}
+    return {
+        "type": kind,
+        "implementation": implementation,
+        "foreach_available": foreach,
+        "fused_available": fused,
+        "set_by_user": by_user,
+        "parameter_tensors": tensors,
+        "param_groups": 1,
+    }
 
 
 def verdict(facts, hardware=H200, **figures):
@@ -47,19 +53,23 @@ def test_foreach_where_fused_is_available_is_info() -> None:
 
 
 def test_an_optimizer_with_foreach_only_is_told_foreach_and_its_memory_cost() -> None:
-    found = verdict({"optimizer": opt("for-loop", fused=False, kind="RMSprop"),
-                     "parameter_bytes": 500 * 2**20})
+    found = verdict(
+        {"optimizer": opt("for-loop", fused=False, kind="RMSprop"), "parameter_bytes": 500 * 2**20}
+    )
     assert found.action.startswith("torch.optim.RMSprop(model.parameters(), ..., foreach=True)")
     assert "sizeof(params) (500 MiB here) more peak memory" in found.action
 
 
-@pytest.mark.parametrize("facts", [
-    {"optimizer": opt("fused")},  # already fused
-    {"optimizer": opt("foreach", fused=False)},  # foreach, nothing faster to offer
-    {"optimizer": opt("for-loop", fused=False, foreach=False, kind="LBFGS")},  # no option
-    {"optimizer": {"type": "ZeroRedundancyOptimizer"}},  # not a torch.optim optimizer
-    {},  # a hand-written loop that did not pass the optimizer
-])
+@pytest.mark.parametrize(
+    "facts",
+    [
+        {"optimizer": opt("fused")},  # already fused
+        {"optimizer": opt("foreach", fused=False)},  # foreach, nothing faster to offer
+        {"optimizer": opt("for-loop", fused=False, foreach=False, kind="LBFGS")},  # no option
+        {"optimizer": {"type": "ZeroRedundancyOptimizer"}},  # not a torch.optim optimizer
+        {},  # a hand-written loop that did not pass the optimizer
+    ],
+)
 def test_quiet_without_a_faster_implementation_to_offer(facts) -> None:
     assert verdict(facts) is None
 
@@ -70,16 +80,33 @@ def test_quiet_off_the_gpu_and_for_keras() -> None:
 
 
 def trial_record(fused_status, fused_step, chosen="eager"):
-    return {"decision": "tuned", "baseline": "eager", "chosen": chosen, "candidates": [
-        {"name": "eager", "settings": {"compile": False, "optimizer": "default"},
-         "status": "baseline", "step_seconds": 0.0500, "why": ""},
-        {"name": "eager+fused", "settings": {"compile": False, "optimizer": "fused"},
-         "status": fused_status, "step_seconds": fused_step, "why": ""}]}
+    return {
+        "decision": "tuned",
+        "baseline": "eager",
+        "chosen": chosen,
+        "candidates": [
+            {
+                "name": "eager",
+                "settings": {"compile": False, "optimizer": "default"},
+                "status": "baseline",
+                "step_seconds": 0.0500,
+                "why": "",
+            },
+            {
+                "name": "eager+fused",
+                "settings": {"compile": False, "optimizer": "fused"},
+                "status": fused_status,
+                "step_seconds": fused_step,
+                "why": "",
+            },
+        ],
+    }
 
 
 def test_a_tune_trial_of_the_fused_optimizer_gives_the_measured_gain() -> None:
-    found = verdict({"optimizer": opt("for-loop", by_user=True)},
-                    tuning=trial_record("skipped", 0.0440))
+    found = verdict(
+        {"optimizer": opt("for-loop", by_user=True)}, tuning=trial_record("skipped", 0.0440)
+    )
     assert found.severity is Severity.WARNING
     assert found.speedup == pytest.approx(0.0500 / 0.0440)
     assert "ran 1.14x faster in tune's 'eager+fused' trial" in found.title

@@ -21,11 +21,26 @@ from accelkit.report.render import render_projections as render
 SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
 A100 = what_if("A100-SXM4-80GB")
 
-CPU_RUN = {"framework": "torch", "device": "cpu", "flops_per_step": 3.12e12, "batch_size": 32,
-           "steps": 100, "matmul_dtype": "fp32", "facts": {"steps_per_epoch": 400}}
-GPU_RUN = {"framework": "torch", "device": "cuda:0 NVIDIA A100-SXM4-80GB", "mfu": 0.5,
-           "flops_per_step": 3.12e12, "batch_size": 32, "steps": 100, "matmul_dtype": "bf16",
-           "hardware": A100.to_dict(), "facts": {"steps_per_epoch": 400}}
+CPU_RUN = {
+    "framework": "torch",
+    "device": "cpu",
+    "flops_per_step": 3.12e12,
+    "batch_size": 32,
+    "steps": 100,
+    "matmul_dtype": "fp32",
+    "facts": {"steps_per_epoch": 400},
+}
+GPU_RUN = {
+    "framework": "torch",
+    "device": "cuda:0 NVIDIA A100-SXM4-80GB",
+    "mfu": 0.5,
+    "flops_per_step": 3.12e12,
+    "batch_size": 32,
+    "steps": 100,
+    "matmul_dtype": "bf16",
+    "hardware": A100.to_dict(),
+    "facts": {"steps_per_epoch": 400},
+}
 
 
 def test_step_time_is_flops_over_mfu_times_the_datasheet_peak() -> None:
@@ -68,7 +83,8 @@ def test_a_cpu_run_projects_at_an_assumed_mfu_with_the_targets_plan() -> None:
     assert p.dtype == "bf16" and "accelkit's plan" in " ".join(p.assumptions)
     assert p.step_time_s == pytest.approx(3.12e12 / (DEFAULT_MFU * 312e12))
     assert project(CPU_RUN, "A100-SXM4-80GB", mfu=0.2).step_time_s == pytest.approx(
-        2 * p.step_time_s)
+        2 * p.step_time_s
+    )
     assert project(CPU_RUN, "Tesla T4").dtype == "fp16"
     assert project(CPU_RUN, "A100-SXM4-80GB", precision="fp32").dtype == "fp32"
     text = str(p)
@@ -92,12 +108,15 @@ def test_without_steps_per_epoch_the_run_is_the_epoch_and_says_so() -> None:
     assert p.steps_per_epoch == 100 and "measured run's 100 steps" in " ".join(p.assumptions)
 
 
-@pytest.mark.parametrize(("kwargs", "error"), [
-    ({"gpu": "NVIDIA H2000"}, accelkit.UnknownGPUError),
-    ({"gpu": "A100-SXM4-80GB", "count": 0}, ValueError),
-    ({"gpu": "A100-SXM4-80GB", "mfu": 1.5}, ValueError),
-    ({"gpu": "Tesla T4", "precision": "bf16"}, ValueError),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"gpu": "NVIDIA H2000"}, accelkit.UnknownGPUError),
+        ({"gpu": "A100-SXM4-80GB", "count": 0}, ValueError),
+        ({"gpu": "A100-SXM4-80GB", "mfu": 1.5}, ValueError),
+        ({"gpu": "Tesla T4", "precision": "bf16"}, ValueError),
+    ],
+)
 def test_bad_arguments_raise(kwargs, error) -> None:
     with pytest.raises(error):
         project(CPU_RUN, **kwargs)
@@ -109,16 +128,19 @@ def test_a_report_without_flops_cannot_be_projected() -> None:
 
 
 def test_ranking_by_time_and_by_cost() -> None:
-    found = [project(GPU_RUN, "Tesla T4", price_per_hour=0.35),
-             project(GPU_RUN, "H100 SXM", 8, price_per_hour=3.0),
-             project(GPU_RUN, "A100-SXM4-80GB", price_per_hour=1.5),
-             project(GPU_RUN, "L4")]
+    found = [
+        project(GPU_RUN, "Tesla T4", price_per_hour=0.35),
+        project(GPU_RUN, "H100 SXM", 8, price_per_hour=3.0),
+        project(GPU_RUN, "A100-SXM4-80GB", price_per_hour=1.5),
+        project(GPU_RUN, "L4"),
+    ]
     order = ranked(found)
     assert [p.key for p, _, _ in order] == ["h100-sxm", "a100-sxm4-80gb", "l4", "t4"]
     cost = {p.key: c for p, _, c in order}
     costs = {p.key: p.cost_per_epoch for p in found if p.cost_per_epoch is not None}
     assert [k for k, _ in sorted(costs.items(), key=lambda kv: kv[1])] == sorted(
-        costs, key=lambda k: cost[k])
+        costs, key=lambda k: cost[k]
+    )
     assert cost["l4"] is None
     table = render(found)
     assert "fastest: 8 x NVIDIA H100" in table and "cheapest per epoch" in table
@@ -134,12 +156,16 @@ torch_only = pytest.mark.torch
 def saved_run(tmp_path_factory):
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(),
-                                torch.nn.Linear(256, 8))
+    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8))
     loader = [(torch.randn(32, 128), torch.randint(0, 8, (32,))) for _ in range(20)]
     report = accelkit.torch.fit(
-        model, loader, torch.optim.SGD(model.parameters(), lr=0.1), torch.nn.CrossEntropyLoss(),
-        plan=plan(HardwareInfo(source="snapshot"), Request(framework="torch")), progress=False)
+        model,
+        loader,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        torch.nn.CrossEntropyLoss(),
+        plan=plan(HardwareInfo(source="snapshot"), Request(framework="torch")),
+        progress=False,
+    )
     path = tmp_path_factory.mktemp("run") / "run.json"
     report.save(path)
     return report, path
@@ -153,30 +179,48 @@ def test_report_project_on_a_real_cpu_run(saved_run) -> None:
     wait = report.input_wait_share * report.step_time_s
     assert p.input_wait_s == pytest.approx(wait)
     assert p.step_time_s == pytest.approx(
-        report.flops_per_step / (DEFAULT_MFU * 989.4e12) + wait, rel=1e-3)
+        report.flops_per_step / (DEFAULT_MFU * 989.4e12) + wait, rel=1e-3
+    )
     assert p.cost_per_epoch == pytest.approx(p.epoch_time_s / 3600 * 3.0 * 8)
 
 
 def accelkit_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "accelkit", *args], check=False,
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": SRC})
+    return subprocess.run(
+        [sys.executable, "-m", "accelkit", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
 
 
 @torch_only
 def test_cli_report_ranks_projections(saved_run) -> None:
     _, path = saved_run
-    done = accelkit_cli("report", str(path), "--project", "A100-SXM4-80GB", "--project",
-                        "H100 SXM:8", "--project", "Tesla T4", "--price", "H100 SXM=3.0",
-                        "--price", "a100-sxm4-80gb=1.5")
+    done = accelkit_cli(
+        "report",
+        str(path),
+        "--project",
+        "A100-SXM4-80GB",
+        "--project",
+        "H100 SXM:8",
+        "--project",
+        "Tesla T4",
+        "--price",
+        "H100 SXM=3.0",
+        "--price",
+        "a100-sxm4-80gb=1.5",
+    )
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "what-if projection" in out and "by time" in out and "by cost" in out
     assert "fastest: 8 x NVIDIA H100 SXM5 80GB" in out
     assert "assumes: MFU 40.0% (assumed" in out
 
-    as_json = accelkit_cli("report", str(path), "--project", "Tesla T4", "--project",
-                           "L4:2", "--json")
+    as_json = accelkit_cli(
+        "report", str(path), "--project", "Tesla T4", "--project", "L4:2", "--json"
+    )
     document = json.loads(as_json.stdout)
     ranks = [(p["key"], p["rank_by_time"]) for p in document["projections"]]
     assert ranks == [("l4", 1), ("t4", 2)]
@@ -184,16 +228,19 @@ def test_cli_report_ranks_projections(saved_run) -> None:
 
 
 @torch_only
-@pytest.mark.parametrize(("args", "code", "message"), [
-    (("--project", "h100"), 1, "matches several"),
-    (("--project", "Tesla T4", "--price", "L4=1"), 2, "no --project names"),
-    (("--project", "Tesla T4", "--price", "1.5"), 2, "NAME=USD_PER_HOUR"),
-    (("--project", "Tesla T4:0"), 2, "whole number"),
-    (("--price", "L4=1"), 2, "go with --project"),
-    (("--project", "L4", "--price", "L4=nan"), 2, "is not a price"),
-    (("--project", "L4", "--price", "L4=inf"), 2, "is not a price"),
-    (("--project", "L4", "--price", "L4=-1"), 2, "is not a price"),
-])
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("--project", "h100"), 1, "matches several"),
+        (("--project", "Tesla T4", "--price", "L4=1"), 2, "no --project names"),
+        (("--project", "Tesla T4", "--price", "1.5"), 2, "NAME=USD_PER_HOUR"),
+        (("--project", "Tesla T4:0"), 2, "whole number"),
+        (("--price", "L4=1"), 2, "go with --project"),
+        (("--project", "L4", "--price", "L4=nan"), 2, "is not a price"),
+        (("--project", "L4", "--price", "L4=inf"), 2, "is not a price"),
+        (("--project", "L4", "--price", "L4=-1"), 2, "is not a price"),
+    ],
+)
 def test_cli_projection_errors(saved_run, args, code, message) -> None:
     _, path = saved_run
     done = accelkit_cli("report", str(path), *args)

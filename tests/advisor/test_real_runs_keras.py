@@ -38,8 +38,10 @@ def mlp(dim: int = 64, hidden: int = 512, classes: int = 8, head=None):
     h = keras.layers.Dense(256, activation="relu", name="mid")(h)
     model = keras.Model(inputs, keras.layers.Dense(classes, name="head")(h))
     model = head(model) if head else model
-    model.compile(optimizer=keras.optimizers.Adam(1e-3),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     return model
 
 
@@ -54,18 +56,28 @@ def verdicts(report):
 
 def test_healthy_run_gets_no_warning() -> None:
     x, y = data()
-    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(64).cache().prefetch(
-        tf.data.AUTOTUNE)
+    dataset = (
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(64).cache().prefetch(tf.data.AUTOTUNE)
+    )
     report = fit(mlp(), dataset, epochs=2)
     assert [a for a in report.advice if a["severity"] != "info"] == []
     assert "alignment" not in verdicts(report) and "keras_policy" not in verdicts(report)
     facts = report.facts
-    assert facts["loader"] == {"type": "tf.data.Dataset", "prefetch": True, "cache": True,
-                               "map": 0, "parallel_map": 0, "interleave": False}
+    assert facts["loader"] == {
+        "type": "tf.data.Dataset",
+        "prefetch": True,
+        "cache": True,
+        "map": 0,
+        "parallel_map": 0,
+        "interleave": False,
+    }
     assert facts["batch_size"] == 64 and facts["steps_per_epoch"] == 16
     assert facts["devices_used"] == 1 and facts["keras_policy"] == "float32"
-    assert facts["layers"][0] == {"name": "wide", "type": "Dense",
-                                  "dims": {"in_features": 64, "out_features": 512}}
+    assert facts["layers"][0] == {
+        "name": "wide",
+        "type": "Dense",
+        "dims": {"in_features": 64, "out_features": 512},
+    }
 
 
 def test_a_slow_tf_data_map_is_input_bound_with_the_tf_data_fix() -> None:
@@ -92,8 +104,10 @@ def test_a_dense_layer_of_1001_units_gets_alignment_advice_naming_it() -> None:
     x, y = data(256)
     report = fit(mlp(hidden=1001), x, y, batch_size=32, epochs=1)
     found = verdicts(report)["alignment"]
-    assert found["evidence"]["misaligned"] == ["wide (Dense out_features=1001)",
-                                               "mid (Dense in_features=1001)"]
+    assert found["evidence"]["misaligned"] == [
+        "wide (Dense out_features=1001)",
+        "mid (Dense in_features=1001)",
+    ]
     assert "keras.layers.Dense" in found["action"] and "1001 -> 1008" in found["action"]
 
 
@@ -104,8 +118,10 @@ def test_a_model_built_before_the_mixed_policy_is_named() -> None:
     report = fit(model, x, y, batch_size=32, epochs=1)
     found = verdicts(report)["keras_policy"]
     assert found["severity"] == "warning"
-    assert found["evidence"]["off_policy_layers"] == ["wide (Dense, float32)",
-                                                      "mid (Dense, float32)"]
+    assert found["evidence"]["off_policy_layers"] == [
+        "wide (Dense, float32)",
+        "mid (Dense, float32)",
+    ]
     assert "before building the model" in found["action"]
 
 

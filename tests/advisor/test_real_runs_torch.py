@@ -39,8 +39,11 @@ def test_healthy_run_gets_no_warning(healthy) -> None:
     assert healthy.input_wait_share < 0.05, healthy.input_wait_share
     assert [a for a in healthy.advice if a["severity"] != "info"] == []
     assert "input_bound" not in verdicts(healthy) and "alignment" not in verdicts(healthy)
-    assert healthy.facts["layers"][0] == {"name": "Sequential.0", "type": "Linear",
-                                          "dims": {"in_features": 256, "out_features": 512}}
+    assert healthy.facts["layers"][0] == {
+        "name": "Sequential.0",
+        "type": "Linear",
+        "dims": {"in_features": 256, "out_features": 512},
+    }
     assert healthy.facts["batch_size"] == 64 and healthy.facts["steps_per_epoch"] == 48
     assert healthy.facts["data_parallel"] is False and healthy.facts["run_seconds"] > 0
 
@@ -78,8 +81,10 @@ def test_a_dataset_that_sleeps_makes_input_bound_the_top_verdict() -> None:
 def test_a_layer_of_1001_units_gets_alignment_advice_naming_it() -> None:
     report = train(mlp(256, 1001, 8), batches(n=12))
     found = verdicts(report)["alignment"]
-    assert found["evidence"]["misaligned"] == ["Sequential.0 (Linear out_features=1001)",
-                                               "Sequential.2 (Linear in_features=1001)"]
+    assert found["evidence"]["misaligned"] == [
+        "Sequential.0 (Linear out_features=1001)",
+        "Sequential.2 (Linear in_features=1001)",
+    ]
     assert found["severity"] == "info"  # fp32 on a CPU: no tensor cores here
     assert "1001 -> 1008" in found["action"]
     # The same run planned for an A100 in bf16: on tensor cores it is a warning.
@@ -101,8 +106,10 @@ def test_what_if_ampere_in_fp32_gets_precision_advice_with_its_gain(healthy) -> 
     assert "precision" not in verdicts(healthy)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="nn.DataParallel runs on the GPUs "
-                    "whenever CUDA is present: see the cuda variant below")
+@pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="nn.DataParallel runs on the GPUs whenever CUDA is present: see the cuda variant below",
+)
 def test_data_parallel_is_named() -> None:
     report = train(torch.nn.DataParallel(mlp(*WIDTHS)), batches(n=8))
     assert report.facts["data_parallel"] is True
@@ -114,8 +121,7 @@ def test_data_parallel_is_named() -> None:
 def test_data_parallel_is_named_on_cuda() -> None:
     on_gpus = plan(detect(), Request(framework="torch", precision="fp32"))
     gpus = on_gpus.hardware.gpu_count
-    report = train(torch.nn.DataParallel(mlp(*WIDTHS)), batches(n=8), plan=on_gpus,
-                   device="cuda")
+    report = train(torch.nn.DataParallel(mlp(*WIDTHS)), batches(n=8), plan=on_gpus, device="cuda")
     assert report.facts["data_parallel"] is True and report.device.startswith("cuda")
     found = verdicts(report)["data_parallel"]
     assert "torchrun" in found["action"]

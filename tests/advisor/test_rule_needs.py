@@ -32,81 +32,248 @@ Example = tuple[HardwareInfo, Any, dict[str, Any]]
 
 
 def _tuned(option: str, value: Any) -> dict[str, Any]:
-    return {"decision": "tuned", "candidates": [
-        {"name": "eager", "status": "baseline", "step_seconds": 0.030,
-         "settings": {"compile": False, "optimizer": "default"}},
-        {"name": option, "status": "slower", "step_seconds": 0.025,
-         "settings": {"compile": False, "optimizer": "default", option: value}}]}
+    return {
+        "decision": "tuned",
+        "candidates": [
+            {
+                "name": "eager",
+                "status": "baseline",
+                "step_seconds": 0.030,
+                "settings": {"compile": False, "optimizer": "default"},
+            },
+            {
+                "name": option,
+                "status": "slower",
+                "step_seconds": 0.025,
+                "settings": {"compile": False, "optimizer": "default", option: value},
+            },
+        ],
+    }
 
 
-_OPT = {"type": "AdamW", "implementation": "for-loop", "foreach_available": True,
-        "fused_available": True, "set_by_user": False, "parameter_tensors": 148}
-_FLOAT_ID = {"layer": "tpe", "embedding": "token_emb", "input_dim": 20000, "input": "ids",
-             "input_dtype": "float32", "input_shape": [200], "cast_by": "tpe",
-             "cast_dtype": "float16"}
-_RANKS = [{"rank": 0, "step_time_s": 0.10, "input_wait_share": 0.02},
-          {"rank": 1, "step_time_s": 0.16, "input_wait_share": 0.30}]
+_OPT = {
+    "type": "AdamW",
+    "implementation": "for-loop",
+    "foreach_available": True,
+    "fused_available": True,
+    "set_by_user": False,
+    "parameter_tensors": 148,
+}
+_FLOAT_ID = {
+    "layer": "tpe",
+    "embedding": "token_emb",
+    "input_dim": 20000,
+    "input": "ids",
+    "input_dtype": "float32",
+    "input_shape": [200],
+    "cast_by": "tpe",
+    "cast_dtype": "float16",
+}
+_RANKS = [
+    {"rank": 0, "step_time_s": 0.10, "input_wait_share": 0.02},
+    {"rank": 1, "step_time_s": 0.16, "input_wait_share": 0.30},
+]
 
 EXAMPLES: dict[str, Callable[[], Example]] = {
-    "float_ids": lambda: (CPU, None, measured_on(CPU, framework="tensorflow", facts={
-        "keras_policy": "mixed_float16", "float_id_inputs": [_FLOAT_ID],
-        "ids_over_float16": {"input": "ids", "max_id": 19999, "changed": 90, "values": 100}})),
-    "half_ids": lambda: (CPU, None, measured_on(CPU, facts={"half_integer_inputs": [
-        {"input": "input_ids", "dtype": "bfloat16", "shape": [8, 128], "max": 19968.0}]})),
-    "float16_outputs": lambda: (CPU, None, measured_on(CPU, framework="tensorflow", facts={
-        "keras_policy": "mixed_float16", "float16_outputs": ["logits"]})),
-    "nonfinite_loss": lambda: (A100, None, measured_on(
-        A100, precision="fp16", losses=[2.3, float("nan")],
-        facts={"first_nonfinite_loss_step": 40,
-               "loss_scale": {"initial": 65536.0, "history": [[20, 2.0]]}})),
-    "loss_scale": lambda: (A100, None, measured_on(A100, precision="fp16", facts={
-        "loss_scale": {"initial": 65536.0, "history": [[50, 32.0], [100, 0.5]]}})),
-    "input_bound": lambda: (H200, None, measured_on(
-        H200, input_wait_share=0.5, step_time_s=0.02,
-        facts={"loader": {"type": "DataLoader", "num_workers": 0, "pin_memory": False}})),
-    "launch_overhead": lambda: (A100, None, measured_on(
-        A100, gpu_utilization=40.0, input_wait_share=0.02, step_time_s=0.004,
-        facts={"batch_size": 100, "compiled": False})),
-    "compile": lambda: (H200, None, measured_on(
-        H200, mfu=0.126, input_wait_share=0.01, step_time_s=0.112, flops_per_step=1e12,
-        facts={"compiled": False})),
-    "compile, tuned": lambda: (H200, None, measured_on(
-        H200, step_time_s=0.03, facts={"compiled": False}, tuning=_tuned("compile", True))),
-    "fused_optimizer": lambda: (H200, None, measured_on(
-        H200, facts={"optimizer": _OPT, "parameter_bytes": 5e8},
-        tuning=_tuned("optimizer", "fused"))),
-    "precision": lambda: (A100, plan_for("A100-SXM4-80GB", precision="fp32"),
-                          measured_on(A100, mfu=0.3)),
-    "precision_bf16": lambda: (A100, plan_for("A100-SXM4-80GB", precision="fp16"),
-                               measured_on(A100, facts={"loss_scale": {
-                                   "initial": 65536.0, "history": [[10, 1024.0]]}})),
-    "keras_policy": lambda: (A100, None, measured_on(
-        A100, framework="tensorflow", mfu=0.3, facts={
-            "keras_policy": "mixed_float16", "keras_matmul_layers": 4,
-            "keras_layers_off_policy": [{"name": "d", "type": "Dense",
-                                         "compute_dtype": "float32"}]})),
-    "memory_headroom": lambda: (A100, None, measured_on(
-        A100, peak_memory_bytes=8e9, gpu_utilization=95.0,
-        facts={"batch_size": 32, "model_state_bytes": 1e9})),
-    "memory_pressure": lambda: (A100, None, measured_on(
-        A100, peak_memory_bytes=78e9, facts={"batch_size": 32, "model_state_bytes": 1e9})),
-    "alignment": lambda: (A100, None, measured_on(A100, facts={"batch_size": 100, "layers": [
-        {"name": "emb", "type": "Embedding", "dims": {"num_embeddings": 50257}},
-        {"name": "head", "type": "Linear", "dims": {"in_features": 512,
-                                                    "out_features": 1001}}]})),
-    "idle_gpus": lambda: (what_if("A100-SXM4-80GB", 4), None, measured_on(
-        what_if("A100-SXM4-80GB", 4), world_size=1, facts={"devices_used": 1})),
+    "float_ids": lambda: (
+        CPU,
+        None,
+        measured_on(
+            CPU,
+            framework="tensorflow",
+            facts={
+                "keras_policy": "mixed_float16",
+                "float_id_inputs": [_FLOAT_ID],
+                "ids_over_float16": {"input": "ids", "max_id": 19999, "changed": 90, "values": 100},
+            },
+        ),
+    ),
+    "half_ids": lambda: (
+        CPU,
+        None,
+        measured_on(
+            CPU,
+            facts={
+                "half_integer_inputs": [
+                    {"input": "input_ids", "dtype": "bfloat16", "shape": [8, 128], "max": 19968.0}
+                ]
+            },
+        ),
+    ),
+    "float16_outputs": lambda: (
+        CPU,
+        None,
+        measured_on(
+            CPU,
+            framework="tensorflow",
+            facts={"keras_policy": "mixed_float16", "float16_outputs": ["logits"]},
+        ),
+    ),
+    "nonfinite_loss": lambda: (
+        A100,
+        None,
+        measured_on(
+            A100,
+            precision="fp16",
+            losses=[2.3, float("nan")],
+            facts={
+                "first_nonfinite_loss_step": 40,
+                "loss_scale": {"initial": 65536.0, "history": [[20, 2.0]]},
+            },
+        ),
+    ),
+    "loss_scale": lambda: (
+        A100,
+        None,
+        measured_on(
+            A100,
+            precision="fp16",
+            facts={"loss_scale": {"initial": 65536.0, "history": [[50, 32.0], [100, 0.5]]}},
+        ),
+    ),
+    "input_bound": lambda: (
+        H200,
+        None,
+        measured_on(
+            H200,
+            input_wait_share=0.5,
+            step_time_s=0.02,
+            facts={"loader": {"type": "DataLoader", "num_workers": 0, "pin_memory": False}},
+        ),
+    ),
+    "launch_overhead": lambda: (
+        A100,
+        None,
+        measured_on(
+            A100,
+            gpu_utilization=40.0,
+            input_wait_share=0.02,
+            step_time_s=0.004,
+            facts={"batch_size": 100, "compiled": False},
+        ),
+    ),
+    "compile": lambda: (
+        H200,
+        None,
+        measured_on(
+            H200,
+            mfu=0.126,
+            input_wait_share=0.01,
+            step_time_s=0.112,
+            flops_per_step=1e12,
+            facts={"compiled": False},
+        ),
+    ),
+    "compile, tuned": lambda: (
+        H200,
+        None,
+        measured_on(
+            H200, step_time_s=0.03, facts={"compiled": False}, tuning=_tuned("compile", True)
+        ),
+    ),
+    "fused_optimizer": lambda: (
+        H200,
+        None,
+        measured_on(
+            H200,
+            facts={"optimizer": _OPT, "parameter_bytes": 5e8},
+            tuning=_tuned("optimizer", "fused"),
+        ),
+    ),
+    "precision": lambda: (
+        A100,
+        plan_for("A100-SXM4-80GB", precision="fp32"),
+        measured_on(A100, mfu=0.3),
+    ),
+    "precision_bf16": lambda: (
+        A100,
+        plan_for("A100-SXM4-80GB", precision="fp16"),
+        measured_on(A100, facts={"loss_scale": {"initial": 65536.0, "history": [[10, 1024.0]]}}),
+    ),
+    "keras_policy": lambda: (
+        A100,
+        None,
+        measured_on(
+            A100,
+            framework="tensorflow",
+            mfu=0.3,
+            facts={
+                "keras_policy": "mixed_float16",
+                "keras_matmul_layers": 4,
+                "keras_layers_off_policy": [
+                    {"name": "d", "type": "Dense", "compute_dtype": "float32"}
+                ],
+            },
+        ),
+    ),
+    "memory_headroom": lambda: (
+        A100,
+        None,
+        measured_on(
+            A100,
+            peak_memory_bytes=8e9,
+            gpu_utilization=95.0,
+            facts={"batch_size": 32, "model_state_bytes": 1e9},
+        ),
+    ),
+    "memory_pressure": lambda: (
+        A100,
+        None,
+        measured_on(
+            A100, peak_memory_bytes=78e9, facts={"batch_size": 32, "model_state_bytes": 1e9}
+        ),
+    ),
+    "alignment": lambda: (
+        A100,
+        None,
+        measured_on(
+            A100,
+            facts={
+                "batch_size": 100,
+                "layers": [
+                    {"name": "emb", "type": "Embedding", "dims": {"num_embeddings": 50257}},
+                    {
+                        "name": "head",
+                        "type": "Linear",
+                        "dims": {"in_features": 512, "out_features": 1001},
+                    },
+                ],
+            },
+        ),
+    ),
+    "idle_gpus": lambda: (
+        what_if("A100-SXM4-80GB", 4),
+        None,
+        measured_on(what_if("A100-SXM4-80GB", 4), world_size=1, facts={"devices_used": 1}),
+    ),
     "data_parallel": lambda: (A100, None, measured_on(A100, facts={"data_parallel": True})),
-    "scaling": lambda: (what_if("A100-SXM4-80GB", 2), None, measured_on(
-        what_if("A100-SXM4-80GB", 2), world_size=2, scaling_efficiency=0.6,
-        global_samples_per_second=120.0, single_device_samples_per_second=100.0,
-        ranks=_RANKS, slowest_rank=1, facts={"batch_size": 32})),
-    "no_ecc": lambda: (what_if("RTX 4090"), None, measured_on(
-        what_if("RTX 4090"), facts={"run_seconds": 7200})),
+    "scaling": lambda: (
+        what_if("A100-SXM4-80GB", 2),
+        None,
+        measured_on(
+            what_if("A100-SXM4-80GB", 2),
+            world_size=2,
+            scaling_efficiency=0.6,
+            global_samples_per_second=120.0,
+            single_device_samples_per_second=100.0,
+            ranks=_RANKS,
+            slowest_rank=1,
+            facts={"batch_size": 32},
+        ),
+    ),
+    "no_ecc": lambda: (
+        what_if("RTX 4090"),
+        None,
+        measured_on(what_if("RTX 4090"), facts={"run_seconds": 7200}),
+    ),
     "low_mfu": lambda: (H200, None, measured_on(H200, mfu=0.12, step_time_s=0.05)),
 }
-_RULE_OF = {"compile, tuned": "compile", "precision_bf16": "precision",
-            "memory_headroom": "memory", "memory_pressure": "memory"}
+_RULE_OF = {
+    "compile, tuned": "compile",
+    "precision_bf16": "precision",
+    "memory_headroom": "memory",
+    "memory_pressure": "memory",
+}
 _ALL = [*RULES, *FALLBACK]
 
 
@@ -119,8 +286,9 @@ def _rule(example: str) -> Callable[..., Any]:
 
 def _fires(rule: Callable[..., Any]) -> str:
     """The advice id each rule gives, where it differs from the function's name."""
-    return {"torch_compile": "compile", "where_to_look": "low_mfu"}.get(rule.__name__,
-                                                                         rule.__name__)
+    return {"torch_compile": "compile", "where_to_look": "low_mfu"}.get(
+        rule.__name__, rule.__name__
+    )
 
 
 def _advise(rule: Callable[..., Any], example: Example) -> list[Any]:
@@ -141,9 +309,9 @@ def without(example: Example, name: str) -> Example:
     """`example` with input `name` taken away, as a run that lacked it would be."""
     hardware, plan, m = copy.deepcopy(example)
     if name.startswith("figure:"):
-        m.pop(name[len("figure:"):], None)
+        m.pop(name[len("figure:") :], None)
     elif name.startswith("fact:"):
-        m["facts"].pop(name[len("fact:"):], None)
+        m["facts"].pop(name[len("fact:") :], None)
     elif name == "tuning":
         m.pop("tuning", None)
     elif name == "plan":
@@ -157,8 +325,9 @@ def without(example: Example, name: str) -> Example:
         if name == "gpu":
             hardware, plan = CPU, None
     elif name == "compute_capability":
-        hardware, m = _rename(hardware, m, name="Mystery GPU", compute_capability=None,
-                              architecture=None)
+        hardware, m = _rename(
+            hardware, m, name="Mystery GPU", compute_capability=None, architecture=None
+        )
     elif name == "spec":
         hardware, m = _rename(hardware, m, name="Mystery GPU")
     return hardware, plan, m
@@ -170,7 +339,8 @@ def _ids(advice: list[Any]) -> list[str]:
 
 def test_every_registered_rule_declares_its_inputs_and_has_an_example() -> None:
     assert all(declared(rule) is not None for rule in _ALL), [
-        r.__name__ for r in _ALL if declared(r) is None]
+        r.__name__ for r in _ALL if declared(r) is None
+    ]
     covered = {_rule(example) for example in EXAMPLES}
     assert covered == set(_ALL), [r.__name__ for r in set(_ALL) - covered]
 
@@ -209,7 +379,8 @@ def test_evidence_names_only_declared_inputs_and_only_when_present(example: str)
                 sources = (source,) if isinstance(source, str) else source or ()
                 assert not sources or any(present(ctx, s) for s in sources), (
                     f"{advice.id}: evidence {key!r} states {sources} without it "
-                    f"(removed {removed!r})")
+                    f"(removed {removed!r})"
+                )
 
 
 def test_the_registry_does_not_call_a_rule_missing_its_input() -> None:
@@ -229,6 +400,7 @@ def test_a_meter_run_without_a_loader_says_nothing_about_its_workers() -> None:
     assert "not recorded" in found.action and "loader_facts(loader)" in found.action
     assert "not recorded" in found.expected_gain
     assert not any(key.startswith("loader.") for key in found.evidence)
-    keras = input_wait.input_bound(Context.build(
-        CPU, None, measured_on(CPU, framework="tensorflow", input_wait_share=0.5)))
+    keras = input_wait.input_bound(
+        Context.build(CPU, None, measured_on(CPU, framework="tensorflow", input_wait_share=0.5))
+    )
     assert "not recorded" in keras.action

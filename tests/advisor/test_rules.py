@@ -43,12 +43,28 @@ def ctx(hardware, plan=None, **figures):
 
 # -- input ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("share", "severity"), [
-    (0.35, Severity.WARNING), (0.20, Severity.WARNING), (0.08, Severity.INFO)])
+
+@pytest.mark.parametrize(
+    ("share", "severity"),
+    [(0.35, Severity.WARNING), (0.20, Severity.WARNING), (0.08, Severity.INFO)],
+)
 def test_input_wait_fires_with_its_share_and_gain(share, severity) -> None:
-    found = input_wait.input_bound(ctx(A100, input_wait_share=share, step_time_s=0.010, facts={
-        "loader": {"type": "DataLoader", "num_workers": 0, "pin_memory": False,
-                   "persistent_workers": False, "prefetch_factor": None}}))
+    found = input_wait.input_bound(
+        ctx(
+            A100,
+            input_wait_share=share,
+            step_time_s=0.010,
+            facts={
+                "loader": {
+                    "type": "DataLoader",
+                    "num_workers": 0,
+                    "pin_memory": False,
+                    "persistent_workers": False,
+                    "prefetch_factor": None,
+                }
+            },
+        )
+    )
     assert found.severity is severity
     assert found.speedup == pytest.approx(1 / (1 - share))
     assert found.evidence["input_wait_share"] == pytest.approx(share)
@@ -63,28 +79,45 @@ def test_input_wait_below_five_percent_is_quiet() -> None:
 
 
 def test_input_action_for_tf_data_names_what_is_missing() -> None:
-    loader = {"type": "tf.data.Dataset", "prefetch": False, "cache": False, "map": 1,
-              "parallel_map": 0}
-    found = input_wait.input_bound(ctx(A100, framework="tensorflow", input_wait_share=0.4,
-                                  facts={"loader": loader}))
+    loader = {
+        "type": "tf.data.Dataset",
+        "prefetch": False,
+        "cache": False,
+        "map": 1,
+        "parallel_map": 0,
+    }
+    found = input_wait.input_bound(
+        ctx(A100, framework="tensorflow", input_wait_share=0.4, facts={"loader": loader})
+    )
     assert "num_parallel_calls=tf.data.AUTOTUNE" in found.action
     assert ".prefetch(tf.data.AUTOTUNE)" in found.action and ".cache()" in found.action
     done = dict(loader, prefetch=True, cache=True, parallel_map=1)
-    found = input_wait.input_bound(ctx(A100, framework="tensorflow", input_wait_share=0.4,
-                                  facts={"loader": done}))
+    found = input_wait.input_bound(
+        ctx(A100, framework="tensorflow", input_wait_share=0.4, facts={"loader": done})
+    )
     assert ".prefetch(" not in found.action and "interleave" in found.action
 
 
 def test_input_action_for_a_loader_that_is_not_a_dataloader() -> None:
-    found = input_wait.input_bound(ctx(CPU, input_wait_share=0.3, facts={"loader": {"type": "list"}}))
+    found = input_wait.input_bound(
+        ctx(CPU, input_wait_share=0.3, facts={"loader": {"type": "list"}})
+    )
     assert "instead of list" in found.action
 
 
 # -- utilisation ---------------------------------------------------------------------------
 
+
 def test_low_utilisation_not_input_bound_is_launch_overhead() -> None:
-    found = utilisation.launch_overhead(ctx(A100, gpu_utilization=40.0, input_wait_share=0.02,
-                                            step_time_s=0.004, facts={"batch_size": 32}))
+    found = utilisation.launch_overhead(
+        ctx(
+            A100,
+            gpu_utilization=40.0,
+            input_wait_share=0.02,
+            step_time_s=0.004,
+            facts={"batch_size": 32},
+        )
+    )
     assert found.severity is Severity.WARNING
     # 1 / (1 - 0.58) = 2.38 if the GPU were kept busy; the doubled batch bounds it at 2.
     assert found.speedup == pytest.approx(2.0)
@@ -95,23 +128,40 @@ def test_low_utilisation_not_input_bound_is_launch_overhead() -> None:
 
 
 def test_launch_overhead_after_compile_suggests_cuda_graphs_not_compile() -> None:
-    found = utilisation.launch_overhead(ctx(A100, gpu_utilization=60.0, input_wait_share=0.0,
-                                            step_time_s=0.05, facts={"compiled": True}))
+    found = utilisation.launch_overhead(
+        ctx(
+            A100,
+            gpu_utilization=60.0,
+            input_wait_share=0.0,
+            step_time_s=0.05,
+            facts={"compiled": True},
+        )
+    )
     assert found.severity is Severity.INFO
     assert "compile=True" not in found.action and "reduce-overhead" in found.action
 
 
 def test_keras_launch_overhead_suggests_xla_and_steps_per_execution() -> None:
-    found = utilisation.launch_overhead(ctx(A100, framework="tensorflow", gpu_utilization=30.0,
-                                            input_wait_share=0.01, step_time_s=0.002))
+    found = utilisation.launch_overhead(
+        ctx(
+            A100,
+            framework="tensorflow",
+            gpu_utilization=30.0,
+            input_wait_share=0.01,
+            step_time_s=0.002,
+        )
+    )
     assert "jit_compile=True" in found.action and "steps_per_execution" in found.action
 
 
-@pytest.mark.parametrize("figures", [
-    {"gpu_utilization": 95.0, "input_wait_share": 0.01},  # busy
-    {"gpu_utilization": 40.0, "input_wait_share": 0.30},  # input-bound: that rule speaks
-    {"input_wait_share": 0.01},  # no NVML samples
-])
+@pytest.mark.parametrize(
+    "figures",
+    [
+        {"gpu_utilization": 95.0, "input_wait_share": 0.01},  # busy
+        {"gpu_utilization": 40.0, "input_wait_share": 0.30},  # input-bound: that rule speaks
+        {"input_wait_share": 0.01},  # no NVML samples
+    ],
+)
 def test_launch_overhead_quiet(figures) -> None:
     assert utilisation.launch_overhead(ctx(A100, **figures)) is None
 
@@ -122,23 +172,25 @@ def test_launch_overhead_needs_utilisation_measured_on_that_gpu() -> None:
 
 
 def test_low_mfu_with_nothing_else_points_at_the_profiler() -> None:
-    found = advise(H100, None, measured_on(H100, matmul_dtype="bf16", mfu=0.12,
-                                           step_time_s=0.1))
+    found = advise(H100, None, measured_on(H100, matmul_dtype="bf16", mfu=0.12, step_time_s=0.1))
     assert ids(found) == ["low_mfu"]
     assert found[0].severity is Severity.INFO and "torch.profiler" in found[0].action
-    keras = advise(H100, None, measured_on(H100, framework="tensorflow", matmul_dtype="fp16",
-                                           mfu=0.12))
+    keras = advise(
+        H100, None, measured_on(H100, framework="tensorflow", matmul_dtype="fp16", mfu=0.12)
+    )
     assert "profile_batch" in keras[0].action
 
 
 def test_low_mfu_stays_quiet_when_a_warning_explains_it() -> None:
-    found = advise(H100, None, measured_on(H100, matmul_dtype="bf16", mfu=0.12,
-                                           input_wait_share=0.5))
+    found = advise(
+        H100, None, measured_on(H100, matmul_dtype="bf16", mfu=0.12, input_wait_share=0.5)
+    )
     assert "low_mfu" not in ids(found) and ids(found)[0] == "input_bound"
     assert advise(H100, None, measured_on(H100, matmul_dtype="bf16", mfu=0.45)) == []
 
 
 # -- precision -----------------------------------------------------------------------------
+
 
 def test_fp32_on_ampere_gain_is_the_datasheet_ratio_capped_by_mfu() -> None:
     found = precision.precision(ctx(A100, matmul_dtype="fp32", mfu=0.5))
@@ -177,18 +229,22 @@ def test_fp16_on_ampere_torch_suggests_bf16_keras_only_on_scale_trouble() -> Non
     assert found.id == "precision_bf16" and found.severity is Severity.INFO
     assert precision.precision(ctx(A100, framework="tensorflow", matmul_dtype="fp16")) is None
     dropped = {"loss_scale": {"initial": 32768.0, "history": [[100, 512.0]]}}
-    found = precision.precision(ctx(A100, framework="tensorflow", matmul_dtype="fp16",
-                                    facts=dropped))
+    found = precision.precision(
+        ctx(A100, framework="tensorflow", matmul_dtype="fp16", facts=dropped)
+    )
     assert "mixed_bfloat16" in found.action
 
 
-@pytest.mark.parametrize(("hardware", "dtype"), [(CPU, "fp32"), (A100, "bf16"), (T4, "fp16"),
-                                                 (what_if("Tesla P100 PCIe 16GB"), "fp32")])
+@pytest.mark.parametrize(
+    ("hardware", "dtype"),
+    [(CPU, "fp32"), (A100, "bf16"), (T4, "fp16"), (what_if("Tesla P100 PCIe 16GB"), "fp32")],
+)
 def test_precision_quiet(hardware, dtype) -> None:
     assert precision.precision(ctx(hardware, matmul_dtype=dtype)) is None
 
 
 # -- memory --------------------------------------------------------------------------------
+
 
 def test_low_peak_memory_gives_the_batch_that_fits() -> None:
     facts = {"batch_size": 32, "model_state_bytes": int(2e9)}
@@ -222,17 +278,18 @@ def test_memory_headroom_not_worth_a_verdict_below_twice_the_batch() -> None:
 
 # -- alignment -----------------------------------------------------------------------------
 
+
 def test_alignment_names_layers_and_the_batch() -> None:
-    layers = [{"name": "lm_head", "type": "Linear",
-               "dims": {"in_features": 768, "out_features": 50257}},
-              {"name": "fc", "type": "Linear", "dims": {"in_features": 768, "out_features": 3072}},
-              {"name": "classifier", "type": "Linear",
-               "dims": {"in_features": 768, "out_features": 10}}]
-    found = alignment.alignment(ctx(A100, matmul_dtype="bf16",
-                                    facts={"layers": layers, "batch_size": 100}))
+    layers = [
+        {"name": "lm_head", "type": "Linear", "dims": {"in_features": 768, "out_features": 50257}},
+        {"name": "fc", "type": "Linear", "dims": {"in_features": 768, "out_features": 3072}},
+        {"name": "classifier", "type": "Linear", "dims": {"in_features": 768, "out_features": 10}},
+    ]
+    found = alignment.alignment(
+        ctx(A100, matmul_dtype="bf16", facts={"layers": layers, "batch_size": 100})
+    )
     assert found.severity is Severity.WARNING  # bf16 on tensor cores
-    assert found.evidence["misaligned"] == ["lm_head (Linear out_features=50257)",
-                                            "batch_size=100"]
+    assert found.evidence["misaligned"] == ["lm_head (Linear out_features=50257)", "batch_size=100"]
     # GPT-2's vocabulary is padded to a multiple of 64 (nanoGPT's 50304), not of 8.
     assert found.evidence["vocabulary"] == ["lm_head (Linear out_features=50257)"]
     assert "50304" in found.action and "50264" not in found.action
@@ -240,8 +297,9 @@ def test_alignment_names_layers_and_the_batch() -> None:
 
 
 def test_alignment_on_fp8_wants_sixteen() -> None:
-    layers = [{"name": "proj", "type": "Linear", "dims": {"in_features": 1024,
-                                                          "out_features": 1032}}]
+    layers = [
+        {"name": "proj", "type": "Linear", "dims": {"in_features": 1024, "out_features": 1032}}
+    ]
     assert alignment.alignment(ctx(H100, matmul_dtype="bf16", facts={"layers": layers})) is None
     found = alignment.alignment(ctx(H100, matmul_dtype="fp8", facts={"layers": layers}))
     assert found.evidence["multiple"] == 16
@@ -255,43 +313,50 @@ def test_alignment_without_tensor_cores_is_info() -> None:
 
 # -- Keras policy --------------------------------------------------------------------------
 
+
 def test_keras_layers_off_policy_warn_with_a_datasheet_gain() -> None:
-    facts = {"keras_policy": "mixed_float16", "keras_matmul_layers": 3,
-             "keras_layers_off_policy": [{"name": "wide", "type": "Dense",
-                                          "compute_dtype": "float32"}]}
+    facts = {
+        "keras_policy": "mixed_float16",
+        "keras_matmul_layers": 3,
+        "keras_layers_off_policy": [{"name": "wide", "type": "Dense", "compute_dtype": "float32"}],
+    }
     found = keras_policy.keras_policy(ctx(A100, framework="tensorflow", mfu=0.3, facts=facts))
     assert found.severity is Severity.WARNING and "wide (Dense, float32)" in found.title
     assert found.speedup == pytest.approx(amdahl(0.3, 312 / 156))
     assert found.action.startswith("rebuild the model after accelkit.auto_configure(")
     assert keras_policy.keras_policy(ctx(A100, facts={**facts, "keras_policy": "float32"})) is None
-    assert keras_policy.keras_policy(ctx(A100, facts={**facts,
-                                                      "keras_layers_off_policy": []})) is None
+    assert (
+        keras_policy.keras_policy(ctx(A100, facts={**facts, "keras_layers_off_policy": []})) is None
+    )
 
 
 # -- distribution --------------------------------------------------------------------------
+
 
 def test_idle_gpus_torch_and_keras() -> None:
     four = what_if("A100-SXM4-80GB", 4)
     found = distribution.idle_gpus(ctx(four))
     assert found.severity is Severity.WARNING and found.speedup == 4
     assert "torchrun --nproc-per-node 4" in found.action
-    keras = distribution.idle_gpus(ctx(four, framework="tensorflow",
-                                       facts={"devices_used": 1}))
+    keras = distribution.idle_gpus(ctx(four, framework="tensorflow", facts={"devices_used": 1}))
     assert "strategy.scope()" in keras.action
-    assert distribution.idle_gpus(ctx(four, framework="tensorflow",
-                                      facts={"devices_used": 4})) is None
+    assert (
+        distribution.idle_gpus(ctx(four, framework="tensorflow", facts={"devices_used": 4})) is None
+    )
     assert distribution.idle_gpus(ctx(four, world_size=4)) is None
     assert distribution.idle_gpus(ctx(A100)) is None
 
 
 def test_data_parallel_on_several_gpus_is_a_warning() -> None:
-    found = distribution.data_parallel(ctx(what_if("A100-SXM4-80GB", 2),
-                                           facts={"data_parallel": True}))
+    found = distribution.data_parallel(
+        ctx(what_if("A100-SXM4-80GB", 2), facts={"data_parallel": True})
+    )
     assert found.severity is Severity.WARNING and "DistributedDataParallel" in found.action
     assert distribution.data_parallel(ctx(A100)) is None
 
 
 # -- stability -----------------------------------------------------------------------------
+
 
 def test_loss_scale_collapse_is_critical_and_a_steady_scale_is_quiet() -> None:
     collapsed = {"loss_scale": {"initial": 65536.0, "history": [[50, 1024.0], [100, 0.25]]}}
@@ -306,9 +371,16 @@ def test_loss_scale_collapse_is_critical_and_a_steady_scale_is_quiet() -> None:
 
 
 def test_nonfinite_losses_are_critical_and_ranked_first() -> None:
-    found = advise(None, plan_for("Tesla T4"), measured_on(
-        T4, losses=[2.3, float("nan")], input_wait_share=0.5,
-        facts={"first_nonfinite_loss_step": 150}))
+    found = advise(
+        None,
+        plan_for("Tesla T4"),
+        measured_on(
+            T4,
+            losses=[2.3, float("nan")],
+            input_wait_share=0.5,
+            facts={"first_nonfinite_loss_step": 150},
+        ),
+    )
     assert ids(found)[:2] == ["nonfinite_loss", "input_bound"]
     assert found[0].evidence["first_nonfinite_by_step"] == 150
     assert found[0].evidence["nonfinite_epochs"] == [2]
@@ -316,6 +388,7 @@ def test_nonfinite_losses_are_critical_and_ranked_first() -> None:
 
 
 # -- reliability ---------------------------------------------------------------------------
+
 
 def test_long_run_without_ecc_advises_checkpoints() -> None:
     found = reliability.no_ecc(ctx(RTX4090, facts={"run_seconds": 3 * 3600}))
@@ -329,14 +402,31 @@ def test_long_run_without_ecc_advises_checkpoints() -> None:
 
 # -- the whole advisor ---------------------------------------------------------------------
 
+
 def test_healthy_gpu_run_gets_no_advice() -> None:
-    healthy = measured_on(A100, matmul_dtype="bf16", mfu=0.45, input_wait_share=0.01,
-                          gpu_utilization=97.0, peak_memory_bytes=int(60e9), step_time_s=0.2,
-                          losses=[2.0, 1.5], facts={
-                              "batch_size": 64, "run_seconds": 7200,
-                              "layers": [{"name": "fc", "type": "Linear",
-                                          "dims": {"in_features": 4096, "out_features": 4096}}],
-                              "loss_scale": None, "visible_gpus": 1})
+    healthy = measured_on(
+        A100,
+        matmul_dtype="bf16",
+        mfu=0.45,
+        input_wait_share=0.01,
+        gpu_utilization=97.0,
+        peak_memory_bytes=int(60e9),
+        step_time_s=0.2,
+        losses=[2.0, 1.5],
+        facts={
+            "batch_size": 64,
+            "run_seconds": 7200,
+            "layers": [
+                {
+                    "name": "fc",
+                    "type": "Linear",
+                    "dims": {"in_features": 4096, "out_features": 4096},
+                }
+            ],
+            "loss_scale": None,
+            "visible_gpus": 1,
+        },
+    )
     assert advise(A100, plan_for("A100-SXM4-80GB"), healthy) == []
 
 

@@ -21,28 +21,56 @@ TWO_NODES = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "16", "LOCAL_WORLD_SI
 
 def ranks(*rows):
     """Per-rank figures as `accelkit.profiling.world.rank_figures` gives them."""
-    return [{"rank": i, "devices": 1, "steady_samples": 100 * 32, "steady_seconds": step * 100,
-             "steady_steps": 100, "samples_per_second": 32 / step, "step_time_s": step,
-             "input_wait_share": wait} for i, (step, wait) in enumerate(rows)]
+    return [
+        {
+            "rank": i,
+            "devices": 1,
+            "steady_samples": 100 * 32,
+            "steady_seconds": step * 100,
+            "steady_steps": 100,
+            "samples_per_second": 32 / step,
+            "step_time_s": step,
+            "input_wait_share": wait,
+        }
+        for i, (step, wait) in enumerate(rows)
+    ]
 
 
-def run(hardware=H100x2, efficiency=0.6, world=2, single=1000.0, slowest=1,
-        per_rank=((0.030, 0.01), (0.032, 0.01)), **figures):
-    return measured_on(hardware, world_size=world, scaling_efficiency=efficiency,
-                       single_device_samples_per_second=single,
-                       global_samples_per_second=(None if efficiency is None
-                                                  else efficiency * world * single),
-                       slowest_rank=slowest, ranks=ranks(*per_rank),
-                       facts=figures.pop("facts", {"batch_size": 32}), **figures)
+def run(
+    hardware=H100x2,
+    efficiency=0.6,
+    world=2,
+    single=1000.0,
+    slowest=1,
+    per_rank=((0.030, 0.01), (0.032, 0.01)),
+    **figures,
+):
+    return measured_on(
+        hardware,
+        world_size=world,
+        scaling_efficiency=efficiency,
+        single_device_samples_per_second=single,
+        global_samples_per_second=(None if efficiency is None else efficiency * world * single),
+        slowest_rank=slowest,
+        ranks=ranks(*per_rank),
+        facts=figures.pop("facts", {"batch_size": 32}),
+        **figures,
+    )
 
 
 def rule(hardware=H100x2, **kwargs):
     return scaling.scaling(Context.build(hardware, None, run(hardware, **kwargs)))
 
 
-@pytest.mark.parametrize(("efficiency", "severity"), [
-    (0.60, Severity.WARNING), (0.7499, Severity.WARNING), (0.75, Severity.INFO),
-    (0.85, Severity.INFO)])
+@pytest.mark.parametrize(
+    ("efficiency", "severity"),
+    [
+        (0.60, Severity.WARNING),
+        (0.7499, Severity.WARNING),
+        (0.75, Severity.INFO),
+        (0.85, Severity.INFO),
+    ],
+)
 def test_fires_below_ninety_percent_with_the_upper_bound_gain(efficiency, severity) -> None:
     found = rule(efficiency=efficiency)
     assert found.id == "scaling" and found.severity is severity
@@ -54,9 +82,15 @@ def test_fires_below_ninety_percent_with_the_upper_bound_gain(efficiency, severi
     assert found.evidence["global_samples_per_second"] == pytest.approx(2000.0 * efficiency)
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"efficiency": 0.9}, {"efficiency": 0.97}, {"efficiency": None},
-    {"efficiency": 0.5, "world": 1}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"efficiency": 0.9},
+        {"efficiency": 0.97},
+        {"efficiency": None},
+        {"efficiency": 0.5, "world": 1},
+    ],
+)
 def test_quiet_when_scaling_is_good_unknown_or_on_one_device(kwargs) -> None:
     assert rule(**kwargs) is None
 
@@ -72,8 +106,14 @@ def test_communication_bound_run_gets_torch_ddp_actions_and_nvlink_topology() ->
     assert found.evidence["slowest_step_ms"] == 32.0 and found.evidence["fastest_step_ms"] == 30.0
     assert found.evidence["interconnect"] == "NVLink" and found.evidence["nodes"] == 1
     assert found.evidence["gpus_per_node"] == 2
-    for text in ("per-device batch of 64", "accumulation_steps=", "no_sync()",
-                 "bucket_cap_mb=", "gradient_as_bucket_view=True", "NVLink"):
+    for text in (
+        "per-device batch of 64",
+        "accumulation_steps=",
+        "no_sync()",
+        "bucket_cap_mb=",
+        "gradient_as_bucket_view=True",
+        "NVLink",
+    ):
         assert text in found.action
     assert "NCCL_P2P_DISABLE unset" in found.action
 

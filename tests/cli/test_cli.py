@@ -13,14 +13,20 @@ SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
 
 
 def accelkit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "accelkit", *args], capture_output=True,
-                          check=False, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": SRC})
+    return subprocess.run(
+        [sys.executable, "-m", "accelkit", *args],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
 
 
 def test_plan_json_for_a_t4_under_tensorflow() -> None:
-    done = accelkit("plan", "--gpu", "Tesla T4", "--count", "2", "--framework", "tensorflow",
-                    "--json")
+    done = accelkit(
+        "plan", "--gpu", "Tesla T4", "--count", "2", "--framework", "tensorflow", "--json"
+    )
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)  # one document, nothing else on stdout
     assert document["precision"] == "fp16"
@@ -54,12 +60,15 @@ def test_unknown_gpu_exits_1_and_suggests_names() -> None:
     assert "H200" in done.stderr
 
 
-@pytest.mark.parametrize("args", [
-    ("plan", "--precision", "half"),
-    ("plan", "--count", "0"),
-    ("plan", "--framework", "jax"),
-    ("frobnicate",),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("plan", "--precision", "half"),
+        ("plan", "--count", "0"),
+        ("plan", "--framework", "jax"),
+        ("frobnicate",),
+    ],
+)
 def test_bad_arguments_exit_2_naming_valid_values(args: tuple[str, ...]) -> None:
     done = accelkit(*args)
     assert done.returncode == 2
@@ -135,9 +144,15 @@ def test_a_huge_unknown_name_is_not_echoed_back_whole(capsys) -> None:
 
 
 def test_a_closed_pipe_is_not_a_traceback() -> None:
-    done = subprocess.run(f"{sys.executable} -m accelkit specs --json | head -1", shell=True,
-                          capture_output=True, text=True, timeout=60, check=False,
-                          env={**os.environ, "PYTHONPATH": SRC})
+    done = subprocess.run(
+        f"{sys.executable} -m accelkit specs --json | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
     assert done.stdout.strip() and "Traceback" not in done.stderr, done.stderr
 
 

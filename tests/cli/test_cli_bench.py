@@ -14,15 +14,33 @@ pytestmark = pytest.mark.torch
 
 
 def accelkit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "accelkit", *args], capture_output=True,
-                          check=False, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": SRC})
+    return subprocess.run(
+        [sys.executable, "-m", "accelkit", *args],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
 
 
 def test_bench_gpt_json_and_saved_report(tmp_path) -> None:
     path = tmp_path / "run.json"
-    done = accelkit("bench", "--model", "gpt", "--framework", "torch", "--steps", "8",
-                    "--batch-size", "2", "--calibrate", "--json", "--save", str(path))
+    done = accelkit(
+        "bench",
+        "--model",
+        "gpt",
+        "--framework",
+        "torch",
+        "--steps",
+        "8",
+        "--batch-size",
+        "2",
+        "--calibrate",
+        "--json",
+        "--save",
+        str(path),
+    )
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     assert document["model"] == "GPT" and document["steps"] == 8
@@ -53,8 +71,22 @@ def test_bench_save_to_a_missing_folder_fails_before_the_run(tmp_path, capsys) -
     from accelkit.cli import main
 
     missing = tmp_path / "no" / "such" / "dir" / "run.json"
-    assert main(["bench", "--model", "mlp", "--framework", "torch", "--steps", "4",
-                 "--save", str(missing)]) == 2
+    assert (
+        main(
+            [
+                "bench",
+                "--model",
+                "mlp",
+                "--framework",
+                "torch",
+                "--steps",
+                "4",
+                "--save",
+                str(missing),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "does not exist" in err and str(missing.parent) in err
     assert not missing.parent.exists()

@@ -40,9 +40,17 @@ def test_plan_count_is_one_server_or_exit_2_naming_the_range(count) -> None:
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("run") / "run.json"
-    RunReport(framework="torch", model="m", device="cpu", precision="fp32",
-              matmul_dtype="fp32", flops_per_step=1e12, batch_size=32, steps=10,
-              step_time_s=0.1).save(path)
+    RunReport(
+        framework="torch",
+        model="m",
+        device="cpu",
+        precision="fp32",
+        matmul_dtype="fp32",
+        flops_per_step=1e12,
+        batch_size=32,
+        steps=10,
+        step_time_s=0.1,
+    ).save(path)
     return str(path)
 
 

@@ -15,9 +15,13 @@ from .test_cli_report_files import _run
 def _saved(tmp_path) -> str:
     path = tmp_path / "run.json"
     document = saved_report()
-    document["series"] = {"time_s": [1.0, 2.0], "step": [5.0, 10.0],
-                          "step_time_s": [0.2, 0.25], "samples_per_second": [40.0, 32.0],
-                          "input_wait_s": [0.0, 0.05]}
+    document["series"] = {
+        "time_s": [1.0, 2.0],
+        "step": [5.0, 10.0],
+        "step_time_s": [0.2, 0.25],
+        "samples_per_second": [40.0, 32.0],
+        "input_wait_s": [0.0, 0.05],
+    }
     path.write_text(json.dumps(document))
     return str(path)
 

@@ -74,8 +74,7 @@ def test_a_file_holding_no_report_object_exits_2_naming_the_file(document) -> No
     assert out == ""
 
 
-@pytest.mark.parametrize("field", ["framework", "model", "device", "precision",
-                                   "matmul_dtype"])
+@pytest.mark.parametrize("field", ["framework", "model", "device", "precision", "matmul_dtype"])
 def test_a_report_missing_a_required_field_exits_2_naming_it(field) -> None:
     document = saved_report()
     del document[field]
@@ -90,9 +89,14 @@ def test_a_report_missing_a_required_field_exits_2_naming_it(field) -> None:
 def test_a_string_figure_is_named_not_a_format_error() -> None:
     path = _write({**saved_report(), "samples_per_second": "12.5"})
     try:
-        done = subprocess.run([sys.executable, "-m", "accelkit", "report", path],
-                              check=False, capture_output=True, text=True, timeout=120,
-                              env={**os.environ, "PYTHONPATH": SRC})
+        done = subprocess.run(
+            [sys.executable, "-m", "accelkit", "report", path],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": SRC},
+        )
     finally:
         os.unlink(path)
     assert done.returncode == EXIT_USAGE, done.stderr

@@ -28,12 +28,16 @@ FLOPS_64 = 2 * 64 * (16 * 64 + 64 * 4) * 2 + 2 * 64 * 64 * 4
 
 
 def _tail(finished) -> str:
-    lines = [line for line in finished.output.splitlines()
-             if not line.startswith(("I0000", "W0000", "WARNING: All log messages"))]
+    lines = [
+        line
+        for line in finished.output.splitlines()
+        if not line.startswith(("I0000", "W0000", "WARNING: All log messages"))
+    ]
     return "\n".join(lines)[-4000:]
 
 
 # -- MirroredStrategy over two logical CPU devices ------------------------------------
+
 
 @pytest.fixture(scope="module")
 def mirrored(tmp_path_factory):
@@ -60,12 +64,14 @@ def test_mirrored_fit_learns_and_counts_the_global_batch(mirrored) -> None:
     assert report["batch_size"] == BATCH and report["facts"]["batch_size"] == BATCH
     assert report["facts"]["devices_used"] == 2 and report["facts"]["distributed"] is True
     assert report["samples_per_second"] == pytest.approx(
-        BATCH * report["steady_steps"] / report["steady_seconds"])
+        BATCH * report["steady_steps"] / report["steady_seconds"]
+    )
     # One process: its throughput is the global one, and there is one rank.
     assert report["global_samples_per_second"] == pytest.approx(report["samples_per_second"])
     assert [r["devices"] for r in report["ranks"]] == [2]
     assert report["scaling_efficiency"] == pytest.approx(
-        report["global_samples_per_second"] / (2 * 1000.0))
+        report["global_samples_per_second"] / (2 * 1000.0)
+    )
     assert report["flops_per_step"] == FLOPS_64  # one replica's 32 samples, x 2 replicas
     plan = {s["key"]: s for s in report["plan"]["settings"]}
     assert plan["tf.distribute.Strategy"]["status"] == "planned"  # a what-if plan, not applied
@@ -86,6 +92,7 @@ def test_a_model_built_outside_the_scope_warns_with_the_fix_and_trains_as_built(
 
 # -- MultiWorkerMirroredStrategy: two workers from TF_CONFIG ------------------------------
 
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     out = tmp_path_factory.mktemp("cluster")
@@ -97,8 +104,7 @@ def cluster(tmp_path_factory):
 
 def test_tf_config_gives_a_ring_multi_worker_strategy(cluster) -> None:
     for result in cluster:
-        assert result["strategy"] in ("MultiWorkerMirroredStrategy",
-                                      "CollectiveAllReduceStrategy")
+        assert result["strategy"] in ("MultiWorkerMirroredStrategy", "CollectiveAllReduceStrategy")
         assert result["replicas"] == 2  # one CPU replica on each of two workers
         assert result["communication"].endswith("RING")
         assert result["plan"]["distribution"] == "multi_worker_mirrored"
@@ -133,28 +139,32 @@ def test_every_worker_reports_the_whole_cluster(cluster) -> None:
         assert report["global_samples_per_second"] == pytest.approx(total, rel=0.1)
         assert report["global_samples_per_second"] == pytest.approx(
             sum(r["steady_samples"] for r in report["ranks"])
-            / max(r["steady_seconds"] for r in report["ranks"]))
+            / max(r["steady_seconds"] for r in report["ranks"])
+        )
         assert report["scaling_efficiency"] == pytest.approx(
-            report["global_samples_per_second"] / (2 * 1000.0))
+            report["global_samples_per_second"] / (2 * 1000.0)
+        )
     # Both workers gathered the same figures; each knows which rank it is.
     assert first["ranks"][0]["steady_samples"] == second["ranks"][0]["steady_samples"]
-    assert first["global_samples_per_second"] == pytest.approx(
-        second["global_samples_per_second"])
+    assert first["global_samples_per_second"] == pytest.approx(second["global_samples_per_second"])
     assert first["ranks"][0]["device"] == "cpu" and second["ranks"][1]["device"] == "cpu"
     assert first["ranks"][0]["samples_per_second"] == pytest.approx(first["samples_per_second"])
-    assert second["ranks"][1]["samples_per_second"] == pytest.approx(
-        second["samples_per_second"])
+    assert second["ranks"][1]["samples_per_second"] == pytest.approx(second["samples_per_second"])
 
 
 # -- failures end every worker with a clear error, never a hang ---------------------------
 
+
 def test_a_worker_that_dies_mid_training_stops_the_other_with_a_clear_error(tmp_path) -> None:
-    survivor, dead = run_cluster(tmp_path, dist_timeout="10",
-                                 extra={1: {"ACCELKIT_TEST_DIE_AT": "5"}})
+    survivor, dead = run_cluster(
+        tmp_path, dist_timeout="10", extra={1: {"ACCELKIT_TEST_DIE_AT": "5"}}
+    )
     assert dead.returncode == 3, _tail(dead)
     assert not survivor.timed_out and survivor.returncode != 0, _tail(survivor)
-    assert ("UnavailableError: accelkit: multi-worker training stopped on worker 0: another "
-            "worker stopped responding") in survivor.output
+    assert (
+        "UnavailableError: accelkit: multi-worker training stopped on worker 0: another "
+        "worker stopped responding"
+    ) in survivor.output
     assert "restart every worker" in survivor.output
     assert not (tmp_path / "worker0.json").exists()
 
@@ -162,18 +172,23 @@ def test_a_worker_that_dies_mid_training_stops_the_other_with_a_clear_error(tmp_
 def test_a_hung_worker_is_an_error_once_a_collective_outlives_the_timeout(tmp_path) -> None:
     # Alive, so its heartbeats go on: only the per-collective timeout that an explicit
     # ACCELKIT_DIST_TIMEOUT sets can tell. The hung worker is killed once the other ends.
-    survivor, _ = run_cluster(tmp_path, dist_timeout="10", wait_for=[0],
-                              extra={1: {"ACCELKIT_TEST_STALL_AT": "5"}})
+    survivor, _ = run_cluster(
+        tmp_path, dist_timeout="10", wait_for=[0], extra={1: {"ACCELKIT_TEST_STALL_AT": "5"}}
+    )
     assert not survivor.timed_out and survivor.returncode != 0, _tail(survivor)
-    assert ("DeadlineExceededError: accelkit: multi-worker training stopped on worker 0: a "
-            "collective waited longer than 10 s (ACCELKIT_DIST_TIMEOUT)") in survivor.output
+    assert (
+        "DeadlineExceededError: accelkit: multi-worker training stopped on worker 0: a "
+        "collective waited longer than 10 s (ACCELKIT_DIST_TIMEOUT)"
+    ) in survivor.output
 
 
 def test_a_worker_that_never_starts_is_an_error_after_the_timeout(tmp_path) -> None:
     (alone,) = run_cluster(tmp_path, started=1, dist_timeout="10")
     assert not alone.timed_out and alone.returncode != 0, _tail(alone)
-    assert ("TF_CONFIG task worker:0 waited 10 s (ACCELKIT_DIST_TIMEOUT) for the 2 workers"
-            in alone.output), _tail(alone)
+    assert (
+        "TF_CONFIG task worker:0 waited 10 s (ACCELKIT_DIST_TIMEOUT) for the 2 workers"
+        in alone.output
+    ), _tail(alone)
     assert "start every worker TF_CONFIG lists" in alone.output
 
 

@@ -18,11 +18,18 @@ from accelkit.planning import Distribution, Request, plan
 pytestmark = pytest.mark.tensorflow
 tf = pytest.importorskip("tensorflow")
 
-SRUN = {"SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_NTASKS": "2", "SLURM_NNODES": "1",
-        "SLURM_JOB_NODELIST": "node[07]", "SLURM_JOB_ID": "55",
-        # srun's step variables, which SlurmClusterResolver reads
-        "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NODELIST": "node[07]",
-        "SLURM_STEP_TASKS_PER_NODE": "2"}
+SRUN = {
+    "SLURM_PROCID": "1",
+    "SLURM_LOCALID": "1",
+    "SLURM_NTASKS": "2",
+    "SLURM_NNODES": "1",
+    "SLURM_JOB_NODELIST": "node[07]",
+    "SLURM_JOB_ID": "55",
+    # srun's step variables, which SlurmClusterResolver reads
+    "SLURM_STEP_NUM_TASKS": "2",
+    "SLURM_STEP_NODELIST": "node[07]",
+    "SLURM_STEP_TASKS_PER_NODE": "2",
+}
 
 
 def multi_worker_plan(monkeypatch, environ: dict[str, str]):
@@ -31,8 +38,10 @@ def multi_worker_plan(monkeypatch, environ: dict[str, str]):
         monkeypatch.delenv(name)
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
-    result = plan(HardwareInfo(launcher=read_launcher(environ), source="snapshot"),
-                  Request(framework="tensorflow"))
+    result = plan(
+        HardwareInfo(launcher=read_launcher(environ), source="snapshot"),
+        Request(framework="tensorflow"),
+    )
     assert result.distribution is Distribution.MULTI_WORKER_MIRRORED
     return result
 
@@ -61,7 +70,8 @@ def test_a_nodes_gpus_are_shared_out_by_slurm_cluster_resolver(monkeypatch) -> N
 def test_tf_config_wins(monkeypatch) -> None:
     from accelkit.keras.strategies import cluster_resolver
 
-    config = json.dumps({"cluster": {"worker": ["a:1", "b:1"]},
-                         "task": {"type": "worker", "index": 0}})
+    config = json.dumps(
+        {"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 0}}
+    )
     resolver = cluster_resolver(multi_worker_plan(monkeypatch, {**SRUN, "TF_CONFIG": config}))
     assert isinstance(resolver, tf.distribute.cluster_resolver.TFConfigClusterResolver)

@@ -26,11 +26,13 @@ pytestmark = pytest.mark.tensorflow
 keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
 
-TF_CONFIG = json.dumps({"cluster": {"worker": ["localhost:1", "localhost:2"]},
-                        "task": {"type": "worker", "index": 0}})
+TF_CONFIG = json.dumps(
+    {"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker", "index": 0}}
+)
 CPU_PLAN = plan(what_if(None), Request(framework="tensorflow"))
-MULTI_WORKER_PLAN = plan(what_if(None, environ={"TF_CONFIG": TF_CONFIG}),
-                         Request(framework="tensorflow"))
+MULTI_WORKER_PLAN = plan(
+    what_if(None, environ={"TF_CONFIG": TF_CONFIG}), Request(framework="tensorflow")
+)
 
 
 @pytest.fixture(autouse=True)
@@ -57,15 +59,18 @@ def build(compile: bool = True):
     inputs = keras.Input((16,))
     model = keras.Model(inputs, keras.layers.Dense(4)(inputs), name="linear")
     if compile:
-        model.compile(optimizer="adam",
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.compile(
+            optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
     return model
 
 
 # -- the plan's setting ---------------------------------------------------------------
 
-@pytest.mark.parametrize("hardware", [what_if("A100-SXM4-80GB", 2),
-                                      what_if(None, environ={"TF_CONFIG": TF_CONFIG})])
+
+@pytest.mark.parametrize(
+    "hardware", [what_if("A100-SXM4-80GB", 2), what_if(None, environ={"TF_CONFIG": TF_CONFIG})]
+)
 def test_the_strategy_setting_is_left_to_plan_strategy(hardware) -> None:
     result = plan(hardware, Request(framework="tensorflow", precision="fp32"))
     setting = result.get("tf.distribute.Strategy")
@@ -76,15 +81,20 @@ def test_the_strategy_setting_is_left_to_plan_strategy(hardware) -> None:
 
 # -- which strategy is built -------------------------------------------------------------
 
-@pytest.mark.parametrize(("gpu", "ops"), [("A100-SXM4-80GB", "NcclAllReduce"),
-                                          ("GeForce RTX 4090", "HierarchicalCopyAllReduce")])
-def test_several_gpus_mirror_with_the_cross_device_ops_the_plan_chose(monkeypatch, gpu,
-                                                                      ops) -> None:
+
+@pytest.mark.parametrize(
+    ("gpu", "ops"),
+    [("A100-SXM4-80GB", "NcclAllReduce"), ("GeForce RTX 4090", "HierarchicalCopyAllReduce")],
+)
+def test_several_gpus_mirror_with_the_cross_device_ops_the_plan_chose(
+    monkeypatch, gpu, ops
+) -> None:
     result = plan(what_if(gpu, 2), Request(framework="tensorflow", precision="fp32"))
     assert ops in result.value("tf.distribute.Strategy")
     gpus = [tf.config.LogicalDevice(f"/device:GPU:{i}", "GPU") for i in range(2)]
-    monkeypatch.setattr(tf.config, "list_logical_devices",
-                        lambda kind=None: gpus if kind == "GPU" else [])
+    monkeypatch.setattr(
+        tf.config, "list_logical_devices", lambda kind=None: gpus if kind == "GPU" else []
+    )
     monkeypatch.setattr(tf.distribute, "MirroredStrategy", Recorder)
     strategy = keras_strategy(result)
     assert isinstance(strategy, Recorder)
@@ -105,13 +115,15 @@ def test_a_mirrored_plan_on_one_device_falls_back_to_the_default_strategy() -> N
 @pytest.mark.parametrize(("gpus", "implementation"), [([], "RING"), (["GPU:0"], "NCCL")])
 @pytest.mark.parametrize(("variable", "collective_timeout"), [(None, None), ("30", 30.0)])
 def test_tf_config_builds_multi_worker_with_its_communication_and_timeouts(
-        monkeypatch, gpus, implementation, variable, collective_timeout) -> None:
+    monkeypatch, gpus, implementation, variable, collective_timeout
+) -> None:
     monkeypatch.setenv("TF_CONFIG", TF_CONFIG)
     if variable:
         monkeypatch.setenv("ACCELKIT_DIST_TIMEOUT", variable)
     registration = []
-    monkeypatch.setattr(strategies, "_bound_registration",
-                        lambda resolver, timeout: registration.append(timeout))
+    monkeypatch.setattr(
+        strategies, "_bound_registration", lambda resolver, timeout: registration.append(timeout)
+    )
     monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: gpus)
     monkeypatch.setattr(tf.distribute, "MultiWorkerMirroredStrategy", Recorder)
     strategy = keras_strategy(MULTI_WORKER_PLAN)
@@ -130,12 +142,15 @@ def test_a_port_in_use_is_named_before_tensorflow_starts_a_server(monkeypatch) -
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        config = {"cluster": {"worker": [f"localhost:{port}", "localhost:2"]},
-                  "task": {"type": "worker", "index": 0}}
+        config = {
+            "cluster": {"worker": [f"localhost:{port}", "localhost:2"]},
+            "task": {"type": "worker", "index": 0},
+        }
         monkeypatch.setenv("TF_CONFIG", json.dumps(config))
         monkeypatch.setattr(tf.distribute, "MultiWorkerMirroredStrategy", Recorder)
-        with pytest.raises(RuntimeError, match=f"cannot listen on localhost:{port}: Address "
-                                               "already in use"):
+        with pytest.raises(
+            RuntimeError, match=f"cannot listen on localhost:{port}: Address already in use"
+        ):
             keras_strategy(MULTI_WORKER_PLAN)
 
 
@@ -155,6 +170,7 @@ def test_the_timeout_defaults_to_600_seconds() -> None:
 
 # -- accelkit.keras.fit with a model-building function ------------------------------------
 
+
 def test_fit_calls_the_function_inside_the_plan_strategy_scope() -> None:
     seen = []
 
@@ -163,17 +179,19 @@ def test_fit_calls_the_function_inside_the_plan_strategy_scope() -> None:
         return build()
 
     x, y = classification_data(256)
-    report = accelkit.keras.fit(builder, x, y, batch_size=32, epochs=2, verbose=0,
-                                plan=CPU_PLAN)
+    report = accelkit.keras.fit(builder, x, y, batch_size=32, epochs=2, verbose=0, plan=CPU_PLAN)
     assert seen == [keras_strategy(CPU_PLAN)]
     assert report.trained_model.name == "linear" and report.world_size == 1
     assert report.losses[-1] < report.losses[0]
 
 
-@pytest.mark.parametrize(("builder", "error", "message"), [
-    (lambda: "not a model", TypeError, "returned str; it must return a compiled keras.Model"),
-    (lambda: build(compile=False), ValueError, "compile the model before accelkit.keras.fit"),
-])
+@pytest.mark.parametrize(
+    ("builder", "error", "message"),
+    [
+        (lambda: "not a model", TypeError, "returned str; it must return a compiled keras.Model"),
+        (lambda: build(compile=False), ValueError, "compile the model before accelkit.keras.fit"),
+    ],
+)
 def test_a_function_must_return_a_compiled_model(builder, error, message) -> None:
     x, y = classification_data(256)
     with pytest.raises(error, match=message):
@@ -183,8 +201,9 @@ def test_a_function_must_return_a_compiled_model(builder, error, message) -> Non
 def test_a_model_built_outside_a_multi_worker_plan_warns_and_trains_as_built() -> None:
     x, y = classification_data(256)
     with pytest.warns(UserWarning) as caught:
-        report = accelkit.keras.fit(build(), x, y, batch_size=32, epochs=1, verbose=0,
-                                    plan=MULTI_WORKER_PLAN)
+        report = accelkit.keras.fit(
+            build(), x, y, batch_size=32, epochs=1, verbose=0, plan=MULTI_WORKER_PLAN
+        )
     messages = [str(w.message) for w in caught if "accelkit" in str(w.message)]
     assert len(messages) == 1
     assert "instead of the 2 workers of TF_CONFIG (MultiWorkerMirroredStrategy)" in messages[0]
@@ -202,12 +221,14 @@ def test_a_model_under_the_users_own_strategy_is_kept_with_a_note() -> None:
     x, y = classification_data(256)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # no accelkit warning
-        report = accelkit.keras.fit(model, x, y, batch_size=32, epochs=1, verbose=0,
-                                    plan=MULTI_WORKER_PLAN)
+        report = accelkit.keras.fit(
+            model, x, y, batch_size=32, epochs=1, verbose=0, plan=MULTI_WORKER_PLAN
+        )
     assert "model's own OneDeviceStrategy" in report.notes["distribution"]
 
 
 # -- pieces of the measurement -------------------------------------------------------------
+
 
 class _Split:
     """A value split across local replicas, as PerReplica holds one."""
@@ -231,8 +252,9 @@ def test_a_lost_worker_error_keeps_its_type_and_says_what_to_do() -> None:
     error = tf.errors.UnavailableError(None, None, "Collective ops is aborted by: heartbeats")
     explained = training._explained(error, tf.distribute.get_strategy())
     assert isinstance(explained, tf.errors.UnavailableError)
-    assert explained.message.startswith("accelkit: multi-worker training stopped on worker 0: "
-                                        "another worker stopped responding")
+    assert explained.message.startswith(
+        "accelkit: multi-worker training stopped on worker 0: another worker stopped responding"
+    )
     assert explained.message.endswith("TensorFlow said: Collective ops is aborted by: heartbeats")
     assert training._lost_worker(error)
     # The same types raised by input I/O are the user's errors: they pass unchanged.
@@ -243,28 +265,53 @@ def test_a_lost_worker_error_keeps_its_type_and_says_what_to_do() -> None:
 def test_the_single_device_figure_takes_a_number_a_report_or_a_saved_report(tmp_path) -> None:
     from accelkit.profiling.world import single_device_rate as single_device_figure
 
-    one = RunReport(framework="tensorflow", model="m", device="cpu", precision="fp32",
-                    matmul_dtype="fp32", samples_per_second=250.0)
+    one = RunReport(
+        framework="tensorflow",
+        model="m",
+        device="cpu",
+        precision="fp32",
+        matmul_dtype="fp32",
+        samples_per_second=250.0,
+    )
     one.save(tmp_path / "one.json")
     assert single_device_figure(None) is None
     assert single_device_figure(120) == 120.0
     assert single_device_figure(one) == 250.0
     assert single_device_figure(str(tmp_path / "one.json")) == 250.0
     assert single_device_figure(tmp_path / "one.json") == 250.0
-    two = RunReport(framework="tensorflow", model="m", device="2 x cpu", precision="fp32",
-                    matmul_dtype="fp32", samples_per_second=400.0, world_size=2)
+    two = RunReport(
+        framework="tensorflow",
+        model="m",
+        device="2 x cpu",
+        precision="fp32",
+        matmul_dtype="fp32",
+        samples_per_second=400.0,
+        world_size=2,
+    )
     # One function and one set of errors for both frameworks' single_device= (it was
     # single_device_samples_per_second= here, with its own messages).
-    for bad, message in [(two, "ran on 2 devices"), (0, "not valid"), (True, "not valid"),
-                         ("nan-report-path.json", "No such file")]:
+    for bad, message in [
+        (two, "ran on 2 devices"),
+        (0, "not valid"),
+        (True, "not valid"),
+        ("nan-report-path.json", "No such file"),
+    ]:
         with pytest.raises((ValueError, TypeError), match=message):
             single_device_figure(bad)
 
 
 def test_fit_reports_scaling_efficiency_against_the_single_device_figure() -> None:
     x, y = classification_data(256)
-    report = accelkit.keras.fit(build(), x, y, batch_size=32, epochs=2, verbose=0,
-                                plan=CPU_PLAN, single_device_samples_per_second=1e9)
+    report = accelkit.keras.fit(
+        build(),
+        x,
+        y,
+        batch_size=32,
+        epochs=2,
+        verbose=0,
+        plan=CPU_PLAN,
+        single_device_samples_per_second=1e9,
+    )
     assert report.single_device_samples_per_second == 1e9
     assert report.scaling_efficiency == pytest.approx(report.samples_per_second / 1e9)
 

@@ -1,7 +1,7 @@
 """accelkit.torch.fit under torchrun: two real processes on this CPU, gloo backend.
 
-    python -m pytest tests/distributed -m distributed        # only these
-    python -m pytest tests -m "not distributed"              # everything else
+python -m pytest tests/distributed -m distributed        # only these
+python -m pytest tests -m "not distributed"              # everything else
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def test_every_rank_returns_the_whole_runs_report(trained) -> None:
         assert [r["rank"] for r in report["ranks"]] == [0, 1]
         per_rank = report["ranks"]
         assert report["global_samples_per_second"] == pytest.approx(
-            sum(r["steady_samples"] for r in per_rank) / max(r["steady_seconds"] for r in per_rank))
+            sum(r["steady_samples"] for r in per_rank) / max(r["steady_seconds"] for r in per_rank)
+        )
         # Ranks step together, so the global rate is close to the sum of the ranks' rates.
         total = sum(r["samples_per_second"] for r in per_rank)
         assert 0.7 * total <= report["global_samples_per_second"] <= total * 1.0001
@@ -94,22 +95,45 @@ def test_only_rank_zero_prints_and_saves(trained) -> None:
 
 
 def test_bench_compare_single_under_torchrun() -> None:
-    done = torchrun("-m", "accelkit", "bench", "--model", "mlp", "--framework", "torch",
-                    "--steps", "6", "--batch-size", "64", "--compare-single", "--json")
+    done = torchrun(
+        "-m",
+        "accelkit",
+        "bench",
+        "--model",
+        "mlp",
+        "--framework",
+        "torch",
+        "--steps",
+        "6",
+        "--batch-size",
+        "64",
+        "--compare-single",
+        "--json",
+    )
     assert done.returncode == 0, done.explain()
     report = json.loads(done.stdout)  # one document: only rank 0 prints
     assert report["world_size"] == 2 and len(report["ranks"]) == 2
     assert report["single_device_samples_per_second"] > 0
     assert report["scaling_efficiency"] == pytest.approx(
-        report["global_samples_per_second"] / (2 * report["single_device_samples_per_second"]))
+        report["global_samples_per_second"] / (2 * report["single_device_samples_per_second"])
+    )
     assert "alone on rank 0" in report["notes"]["single_device_samples_per_second"]
     assert report["batch_size"] == 64  # per device
 
 
 def test_scaling_benchmark_script_runs_under_torchrun(tmp_path) -> None:
     out = tmp_path / "scaling.json"
-    done = torchrun(str(ROOT / "benchmarks" / "scaling.py"), "--model", "gpt", "--steps", "4",
-                    "--batch-size", "2", "--out", str(out))
+    done = torchrun(
+        str(ROOT / "benchmarks" / "scaling.py"),
+        "--model",
+        "gpt",
+        "--steps",
+        "4",
+        "--batch-size",
+        "2",
+        "--out",
+        str(out),
+    )
     assert done.returncode == 0, done.explain()
     assert "scaling efficiency" in done.stdout and done.stdout.count("per-rank") == 1
     result = json.loads(out.read_text())
@@ -117,7 +141,8 @@ def test_scaling_benchmark_script_runs_under_torchrun(tmp_path) -> None:
     assert result["single_device"]["samples_per_second"] > 0
     assert result["scaling_efficiency"] > 0
     assert result["global"]["tokens_per_second"] == pytest.approx(
-        result["global"]["samples_per_second"] * 256)
+        result["global"]["samples_per_second"] * 256
+    )
 
 
 def test_tune_under_ddp_takes_rank_zeros_verdicts_on_every_rank(trained) -> None:

@@ -55,15 +55,20 @@ def test_a_master_port_in_use_is_a_clear_error_not_a_hang(tmp_path) -> None:
 
 
 def test_a_world_size_that_never_fills_trains_alone_after_the_timeout(tmp_path) -> None:
-    env = environment(WORLD_SIZE="2", RANK="0", LOCAL_RANK="0", LOCAL_WORLD_SIZE="2",
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-                      ACCELKIT_DIST_TIMEOUT="3")
+    env = environment(
+        WORLD_SIZE="2",
+        RANK="0",
+        LOCAL_RANK="0",
+        LOCAL_WORLD_SIZE="2",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        ACCELKIT_DIST_TIMEOUT="3",
+    )
     done = run([sys.executable, WORKER, "alone", str(tmp_path)], env, timeout=60)
     assert done.returncode == 0, done.explain()
     assert done.seconds < 40
     result = json.loads((tmp_path / "rank0.json").read_text())
-    setting = next(s for s in result["plan"]["settings"]
-                   if s["key"] == "torch.distributed.backend")
+    setting = next(s for s in result["plan"]["settings"] if s["key"] == "torch.distributed.backend")
     assert setting["status"] == "could not apply"
     detail = setting["detail"]
     assert "did not start within 3 s (ACCELKIT_DIST_TIMEOUT)" in detail

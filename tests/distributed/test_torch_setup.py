@@ -26,16 +26,27 @@ from ..helpers.torch_data import CPU_PLAN, mlp, separable, train
 
 TORCHRUN = LauncherEnv(rank=0, local_rank=0, world_size=2, local_world_size=2)
 # Two GPUs that cannot reach each other: the plan sets NCCL_P2P_DISABLE.
-NO_P2P = HardwareInfo(gpus=(GpuInfo(0, "NVIDIA GeForce RTX 4090", compute_capability=(8, 9)),
-                            GpuInfo(1, "NVIDIA GeForce RTX 4090", compute_capability=(8, 9))),
-                      links=(Link(0, 1, p2p=False, nvlink=False),), launcher=TORCHRUN,
-                      source="snapshot")
+NO_P2P = HardwareInfo(
+    gpus=(
+        GpuInfo(0, "NVIDIA GeForce RTX 4090", compute_capability=(8, 9)),
+        GpuInfo(1, "NVIDIA GeForce RTX 4090", compute_capability=(8, 9)),
+    ),
+    links=(Link(0, 1, p2p=False, nvlink=False),),
+    launcher=TORCHRUN,
+    source="snapshot",
+)
 
 
 @pytest.fixture(autouse=True)
 def clean_state(monkeypatch):
-    for name in ("NCCL_P2P_DISABLE", "ACCELKIT_DIST_TIMEOUT", "RANK", "WORLD_SIZE",
-                 "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+    for name in (
+        "NCCL_P2P_DISABLE",
+        "ACCELKIT_DIST_TIMEOUT",
+        "RANK",
+        "WORLD_SIZE",
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "PYTORCH_ALLOC_CONF",
+    ):
         monkeypatch.delenv(name, raising=False)
     saved = torch.backends.cudnn.benchmark
     _common._ours.clear()
@@ -53,20 +64,27 @@ def fake_init(monkeypatch):
     seen: list[dict] = []
 
     def init(backend, timeout):
-        seen.append({"backend": backend, "timeout": timeout,
-                     "NCCL_P2P_DISABLE": os.environ.get("NCCL_P2P_DISABLE"),
-                     "after_device": list(calls)})
+        seen.append(
+            {
+                "backend": backend,
+                "timeout": timeout,
+                "NCCL_P2P_DISABLE": os.environ.get("NCCL_P2P_DISABLE"),
+                "after_device": list(calls),
+            }
+        )
 
     calls: list[str] = []
     monkeypatch.setattr(torch.distributed, "init_process_group", init)
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda: 2)
     monkeypatch.setattr(torch_adapter.atexit, "register", lambda *a: None)
-    monkeypatch.setattr(torch_adapter, "apply_device",
-                        lambda s: calls.append("set_device") or (Status.APPLIED, ""))
+    monkeypatch.setattr(
+        torch_adapter, "apply_device", lambda s: calls.append("set_device") or (Status.APPLIED, "")
+    )
     return seen
 
 
 # -- the adapter ---------------------------------------------------------------------------
+
 
 def test_nccl_variables_and_the_device_come_before_the_process_group(fake_init) -> None:
     planned = plan(NO_P2P, Request())
@@ -76,8 +94,14 @@ def test_nccl_variables_and_the_device_come_before_the_process_group(fake_init) 
     result = accelkit.apply(planned)
     # ... the adapter sets the variable and the device first, and keeps the plan's order.
     backend_used = "nccl" if torch.cuda.is_available() else "gloo"  # gloo without CUDA
-    assert fake_init == [{"backend": backend_used, "timeout": datetime.timedelta(seconds=600),
-                          "NCCL_P2P_DISABLE": "1", "after_device": ["set_device"]}]
+    assert fake_init == [
+        {
+            "backend": backend_used,
+            "timeout": datetime.timedelta(seconds=600),
+            "NCCL_P2P_DISABLE": "1",
+            "after_device": ["set_device"],
+        }
+    ]
     assert [s.key for s in result.settings] == keys
     assert result.get("NCCL_P2P_DISABLE").status is Status.APPLIED
     backend = result.get("torch.distributed.backend")
@@ -114,20 +138,28 @@ def test_a_rendezvous_that_fails_is_could_not_apply_with_the_reason(monkeypatch)
     result = accelkit.apply(plan(NO_P2P, Request()))
     backend = result.get("torch.distributed.backend")
     assert backend.status is Status.FAILED
-    assert backend.detail.startswith("the process group did not start within 5 s "
-                                     "(ACCELKIT_DIST_TIMEOUT): RuntimeError: Timed out after")
+    assert backend.detail.startswith(
+        "the process group did not start within 5 s "
+        "(ACCELKIT_DIST_TIMEOUT): RuntimeError: Timed out after"
+    )
     assert "1/2 clients joined. Check that all WORLD_SIZE=2 processes started" in backend.detail
     assert result.get("NCCL_P2P_DISABLE").status is Status.APPLIED  # the rest still applied
 
 
 def test_nvlink_multicast_is_never_set(fake_init) -> None:
-    result = accelkit.apply(plan_for("H100 SXM", 8, environ={
-        "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"}))
+    result = accelkit.apply(
+        plan_for(
+            "H100 SXM",
+            8,
+            environ={"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"},
+        )
+    )
     assert "NCCL_NVLS_ENABLE" not in os.environ
     assert all(s.key != "NCCL_NVLS_ENABLE" for s in result.settings)
 
 
 # -- the sampler ---------------------------------------------------------------------------
+
 
 def _dataset(n: int = 10):
     return torch.utils.data.TensorDataset(torch.arange(float(n)))
@@ -144,8 +176,14 @@ def _seen(loader) -> list[float]:
 def test_shard_splits_a_shuffled_loader_and_keeps_its_settings() -> None:
     generator = torch.Generator().manual_seed(3)
     loader = torch.utils.data.DataLoader(
-        _dataset(), batch_size=2, shuffle=True, collate_fn=_collate, drop_last=False,
-        generator=generator, num_workers=0)
+        _dataset(),
+        batch_size=2,
+        shuffle=True,
+        collate_fn=_collate,
+        drop_last=False,
+        generator=generator,
+        num_workers=0,
+    )
     shards = [distributed.shard(loader, distributed.World(rank, 2, "gloo")) for rank in (0, 1)]
     for rank, (rebuilt, why) in enumerate(shards):
         sampler = rebuilt.sampler
@@ -160,11 +198,23 @@ def test_shard_splits_a_shuffled_loader_and_keeps_its_settings() -> None:
 
 def test_shard_keeps_worker_settings() -> None:
     loader = torch.utils.data.DataLoader(
-        _dataset(), batch_size=4, num_workers=2, persistent_workers=True, prefetch_factor=3,
-        pin_memory=False, drop_last=True, worker_init_fn=print, timeout=7)
+        _dataset(),
+        batch_size=4,
+        num_workers=2,
+        persistent_workers=True,
+        prefetch_factor=3,
+        pin_memory=False,
+        drop_last=True,
+        worker_init_fn=print,
+        timeout=7,
+    )
     rebuilt, why = distributed.shard(loader, distributed.World(1, 2, "gloo"))
     assert not rebuilt.sampler.shuffle and "in order" in why
-    assert (rebuilt.num_workers, rebuilt.persistent_workers, rebuilt.prefetch_factor) == (2, True, 3)
+    assert (rebuilt.num_workers, rebuilt.persistent_workers, rebuilt.prefetch_factor) == (
+        2,
+        True,
+        3,
+    )
     assert rebuilt.drop_last and rebuilt.worker_init_fn is print and rebuilt.timeout == 7
 
 
@@ -178,16 +228,29 @@ def test_set_epoch_reshuffles_the_same_way_on_every_rank() -> None:
     assert orders[0] != orders[1] and orders[1] == orders[2]
 
 
-@pytest.mark.parametrize(("make", "reason"), [
-    (lambda d: torch.utils.data.DataLoader(d, sampler=torch.utils.data.distributed
-                                           .DistributedSampler(d, num_replicas=2, rank=0)),
-     "already has a DistributedSampler"),
-    (lambda d: torch.utils.data.DataLoader(d, sampler=torch.utils.data.WeightedRandomSampler(
-        [1.0] * len(d), len(d))), "custom sampler (WeightedRandomSampler)"),
-    (lambda d: torch.utils.data.DataLoader(d, batch_sampler=[[0, 1], [2, 3]]),
-     "custom batch_sampler"),
-    (lambda d: [d[0], d[1]], "list is not a DataLoader"),
-])
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (
+            lambda d: torch.utils.data.DataLoader(
+                d,
+                sampler=torch.utils.data.distributed.DistributedSampler(d, num_replicas=2, rank=0),
+            ),
+            "already has a DistributedSampler",
+        ),
+        (
+            lambda d: torch.utils.data.DataLoader(
+                d, sampler=torch.utils.data.WeightedRandomSampler([1.0] * len(d), len(d))
+            ),
+            "custom sampler (WeightedRandomSampler)",
+        ),
+        (
+            lambda d: torch.utils.data.DataLoader(d, batch_sampler=[[0, 1], [2, 3]]),
+            "custom batch_sampler",
+        ),
+        (lambda d: [d[0], d[1]], "list is not a DataLoader"),
+    ],
+)
 def test_shard_leaves_what_it_cannot_split_and_says_why(make, reason) -> None:
     loader = make(_dataset())
     rebuilt, why = distributed.shard(loader, distributed.World(0, 2, "gloo"))
@@ -210,9 +273,11 @@ def test_without_a_process_group_there_is_no_world() -> None:
 
 # -- the single-device reference -------------------------------------------------------------
 
+
 def _report(**figures) -> RunReport:
-    return RunReport(framework="torch", model="m", device="cpu", precision="fp32",
-                     matmul_dtype="fp32", **figures)
+    return RunReport(
+        framework="torch", model="m", device="cpu", precision="fp32", matmul_dtype="fp32", **figures
+    )
 
 
 def test_single_device_from_a_number_a_report_or_its_file(tmp_path) -> None:
@@ -226,11 +291,16 @@ def test_single_device_from_a_number_a_report_or_its_file(tmp_path) -> None:
     assert world.single_device_rate(str(path)) == 321.0
 
 
-@pytest.mark.parametrize(("value", "error", "message"), [
-    (0, ValueError, "must be samples/s > 0"), (-1.0, ValueError, "must be samples/s > 0"),
-    (True, TypeError, "give a RunReport"), ([1.0], TypeError, "got list"),
-    ("/nonexistent/run.json", ValueError, "No such file"),
-])
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (0, ValueError, "must be samples/s > 0"),
+        (-1.0, ValueError, "must be samples/s > 0"),
+        (True, TypeError, "give a RunReport"),
+        ([1.0], TypeError, "got list"),
+        ("/nonexistent/run.json", ValueError, "No such file"),
+    ],
+)
 def test_single_device_bad_values_are_clear_errors(value, error, message) -> None:
     with pytest.raises(error, match=message):
         world.single_device_rate(value)
@@ -245,11 +315,19 @@ def test_single_device_refuses_a_multi_device_or_unmeasured_report() -> None:
 
 # -- fit, save, bench --------------------------------------------------------------------------
 
+
 def _fit(plan_=None, **kwargs):
     """Eight steps of a tiny MLP, each measured (warm-up 1, window 2)."""
-    return train(mlp(8, 16, 2), separable(n=64, dim=8, classes=2, batch=8),
-                 optimizer=torch.optim.SGD, lr=0.1, plan=plan_ or CPU_PLAN, warmup=1, window=2,
-                 **kwargs)
+    return train(
+        mlp(8, 16, 2),
+        separable(n=64, dim=8, classes=2, batch=8),
+        optimizer=torch.optim.SGD,
+        lr=0.1,
+        plan=plan_ or CPU_PLAN,
+        warmup=1,
+        window=2,
+        **kwargs,
+    )
 
 
 def test_fit_with_several_gpus_and_no_launcher_prints_the_torchrun_command(capsys) -> None:
@@ -263,13 +341,20 @@ def test_fit_with_several_gpus_and_no_launcher_prints_the_torchrun_command(capsy
 
 def test_fit_after_a_failed_rendezvous_trains_alone_and_says_why(capsys) -> None:
     planned = plan(HardwareInfo(launcher=TORCHRUN, source="snapshot"), Request())
-    failed = planned.with_settings([
-        s.with_status(Status.FAILED, "the process group did not start within 5 s")
-        if s.key == "torch.distributed.backend" else s for s in planned.settings])
+    failed = planned.with_settings(
+        [
+            s.with_status(Status.FAILED, "the process group did not start within 5 s")
+            if s.key == "torch.distributed.backend"
+            else s
+            for s in planned.settings
+        ]
+    )
     report = _fit(failed, progress=False)
     err = capsys.readouterr().err
-    assert ("accelkit: trained this process alone, without DistributedDataParallel: the "
-            "process group did not start within 5 s") in err
+    assert (
+        "accelkit: trained this process alone, without DistributedDataParallel: the "
+        "process group did not start within 5 s"
+    ) in err
     assert report.world_size == 1 and "did not start" in report.notes["world_size"]
     assert report.steps == 8  # the whole data set
 
@@ -303,26 +388,75 @@ def test_save_writes_on_rank_zero_only_unless_asked(tmp_path, monkeypatch) -> No
 def test_bench_compare_single_without_a_launcher_is_a_note(capsys) -> None:
     from accelkit.cli import main
 
-    assert main(["bench", "--model", "mlp", "--framework", "torch", "--steps", "4",
-                 "--batch-size", "8", "--compare-single", "--json"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--model",
+                "mlp",
+                "--framework",
+                "torch",
+                "--steps",
+                "4",
+                "--batch-size",
+                "8",
+                "--compare-single",
+                "--json",
+            ]
+        )
+        == 0
+    )
     import json
 
     document = json.loads(capsys.readouterr().out)
     assert document["world_size"] == 1 and document["scaling_efficiency"] is None
     assert "nothing to compare" in document["notes"]["scaling_efficiency"]
-    assert "torchrun --nproc-per-node N -m accelkit bench --compare-single" in \
-        document["notes"]["scaling_efficiency"]
+    assert (
+        "torchrun --nproc-per-node N -m accelkit bench --compare-single"
+        in document["notes"]["scaling_efficiency"]
+    )
 
 
 def test_bench_single_device_from_the_command_line(capsys) -> None:
     from accelkit.cli import main
 
-    assert main(["bench", "--model", "mlp", "--framework", "torch", "--steps", "4",
-                 "--batch-size", "8", "--single-device", "1e9", "--json"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--model",
+                "mlp",
+                "--framework",
+                "torch",
+                "--steps",
+                "4",
+                "--batch-size",
+                "8",
+                "--single-device",
+                "1e9",
+                "--json",
+            ]
+        )
+        == 0
+    )
     import json
 
     document = json.loads(capsys.readouterr().out)
     assert document["single_device_samples_per_second"] == 1e9
-    assert main(["bench", "--model", "mlp", "--framework", "torch", "--steps", "4",
-                 "--single-device", "/nonexistent.json"]) == 2
+    assert (
+        main(
+            [
+                "bench",
+                "--model",
+                "mlp",
+                "--framework",
+                "torch",
+                "--steps",
+                "4",
+                "--single-device",
+                "/nonexistent.json",
+            ]
+        )
+        == 2
+    )
     assert "single_device='/nonexistent.json'" in capsys.readouterr().err

@@ -22,8 +22,12 @@ from .torch_launch import ROOT, WORKER, Finished, environment
 pytest.importorskip("torch")
 pytestmark = [pytest.mark.torch, pytest.mark.distributed]
 
-SRUN = {"SLURM_NTASKS": "2", "SLURM_NNODES": "1", "SLURM_JOB_NODELIST": "127.0.0.1",
-        "SLURM_JOB_NAME": "train"}
+SRUN = {
+    "SLURM_NTASKS": "2",
+    "SLURM_NNODES": "1",
+    "SLURM_JOB_NODELIST": "127.0.0.1",
+    "SLURM_JOB_NAME": "train",
+}
 
 
 def free_job_id() -> str:
@@ -43,12 +47,25 @@ def srun(*args: str, tasks: int = 2, timeout: float = 120, **extra: str) -> list
     """Start `tasks` processes as srun would (each with its SLURM_PROCID and SLURM_LOCALID),
     each in its own session, killed whole if the run outlives `timeout`."""
     base = {k: v for k, v in environment(**extra).items() if not k.startswith("SLURM_")}
-    processes = [subprocess.Popen(
-        [sys.executable, *args], cwd=ROOT, text=True, start_new_session=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env={**base, **SRUN, "SLURM_NTASKS": str(tasks), "SLURM_PROCID": str(task),
-             "SLURM_LOCALID": str(task), **extra})
-        for task in range(tasks)]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, *args],
+            cwd=ROOT,
+            text=True,
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={
+                **base,
+                **SRUN,
+                "SLURM_NTASKS": str(tasks),
+                "SLURM_PROCID": str(task),
+                "SLURM_LOCALID": str(task),
+                **extra,
+            },
+        )
+        for task in range(tasks)
+    ]
     finished = []
     for process in processes:
         try:
@@ -90,14 +107,31 @@ def _unset(monkeypatch, *names: str) -> None:
 
 
 def test_export_keeps_what_the_user_set(monkeypatch) -> None:
-    _unset(monkeypatch, "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-           "TORCHELASTIC_RUN_ID", "TF_CONFIG")
-    for name, value in {**SRUN, "SLURM_PROCID": "1", "SLURM_LOCALID": "0",
-                        "SLURM_JOB_ID": "123456", "MASTER_PORT": "29555"}.items():
+    _unset(
+        monkeypatch,
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "TORCHELASTIC_RUN_ID",
+        "TF_CONFIG",
+    )
+    for name, value in {
+        **SRUN,
+        "SLURM_PROCID": "1",
+        "SLURM_LOCALID": "0",
+        "SLURM_JOB_ID": "123456",
+        "MASTER_PORT": "29555",
+    }.items():
         monkeypatch.setenv(name, value)
     exported = export_slurm_env()
-    assert exported == {"RANK": "1", "LOCAL_RANK": "0", "WORLD_SIZE": "2",
-                        "MASTER_ADDR": "127.0.0.1"}
+    assert exported == {
+        "RANK": "1",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+    }
     assert os.environ["MASTER_PORT"] == "29555" and os.environ["RANK"] == "1"
     assert export_slurm_env() == {}  # all set now: nothing more to do
 

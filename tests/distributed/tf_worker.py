@@ -35,28 +35,45 @@ def build():
 def mirrored(out: Path) -> None:
     cpus = tf.config.list_physical_devices("CPU")
     tf.config.set_logical_device_configuration(
-        cpus[0], [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
-    plan = accelkit.plan_for("NVIDIA A100-SXM4-80GB", count=2, framework="tensorflow",
-                             precision="fp32")
+        cpus[0], [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()]
+    )
+    plan = accelkit.plan_for(
+        "NVIDIA A100-SXM4-80GB", count=2, framework="tensorflow", precision="fp32"
+    )
     strategy = accelkit.keras.strategy(plan)
     x, y = classification_data()
-    report = accelkit.keras.fit(build, x, y, batch_size=BATCH, epochs=3, verbose=0, plan=plan,
-                                single_device_samples_per_second=1000.0)
+    report = accelkit.keras.fit(
+        build,
+        x,
+        y,
+        batch_size=BATCH,
+        epochs=3,
+        verbose=0,
+        plan=plan,
+        single_device_samples_per_second=1000.0,
+    )
     model = report.trained_model
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        outside = accelkit.keras.fit(build(), x, y, batch_size=BATCH, epochs=1, verbose=0,
-                                     plan=plan)
-    (out / "mirrored.json").write_text(json.dumps({
-        "strategy": type(strategy).__name__,
-        "cross_device_ops": type(strategy.extended._cross_device_ops).__name__,
-        "replicas": strategy.num_replicas_in_sync,
-        "model_in_plan_strategy": model.distribute_strategy is strategy,
-        "report": report.to_dict(),
-        "outside": {"report": outside.to_dict(),
-                    "warnings": [str(w.message) for w in caught
-                                 if "accelkit" in str(w.message)]},
-    }, default=str))
+        outside = accelkit.keras.fit(
+            build(), x, y, batch_size=BATCH, epochs=1, verbose=0, plan=plan
+        )
+    (out / "mirrored.json").write_text(
+        json.dumps(
+            {
+                "strategy": type(strategy).__name__,
+                "cross_device_ops": type(strategy.extended._cross_device_ops).__name__,
+                "replicas": strategy.num_replicas_in_sync,
+                "model_in_plan_strategy": model.distribute_strategy is strategy,
+                "report": report.to_dict(),
+                "outside": {
+                    "report": outside.to_dict(),
+                    "warnings": [str(w.message) for w in caught if "accelkit" in str(w.message)],
+                },
+            },
+            default=str,
+        )
+    )
 
 
 def _after_step(step: int, action):
@@ -77,23 +94,37 @@ def worker(out: Path) -> None:
     x, y = classification_data()
     callbacks = []
     if os.environ.get("ACCELKIT_TEST_DIE_AT"):  # ends abruptly, like a crash or a kill
-        callbacks.append(_after_step(int(os.environ["ACCELKIT_TEST_DIE_AT"]),
-                                     lambda: os._exit(3)))
+        callbacks.append(_after_step(int(os.environ["ACCELKIT_TEST_DIE_AT"]), lambda: os._exit(3)))
     if os.environ.get("ACCELKIT_TEST_STALL_AT"):  # alive (heartbeats go on) but stuck
-        callbacks.append(_after_step(int(os.environ["ACCELKIT_TEST_STALL_AT"]),
-                                     lambda: time.sleep(3600)))
-    report = accelkit.keras.fit(build, x, y, batch_size=BATCH, epochs=3, verbose=0, plan=plan,
-                                callbacks=callbacks, validation_data=(x[:256], y[:256]),
-                                single_device_samples_per_second=1000.0)
+        callbacks.append(
+            _after_step(int(os.environ["ACCELKIT_TEST_STALL_AT"]), lambda: time.sleep(3600))
+        )
+    report = accelkit.keras.fit(
+        build,
+        x,
+        y,
+        batch_size=BATCH,
+        epochs=3,
+        verbose=0,
+        plan=plan,
+        callbacks=callbacks,
+        validation_data=(x[:256], y[:256]),
+        single_device_samples_per_second=1000.0,
+    )
     strategy = accelkit.keras.strategy(plan)
-    (out / f"worker{index}.json").write_text(json.dumps({
-        "strategy": type(strategy).__name__,
-        "replicas": strategy.num_replicas_in_sync,
-        "communication": str(strategy.extended._communication_options.implementation),
-        "plan": plan.to_dict(),
-        "history": report.history,
-        "report": report.to_dict(),
-    }, default=str))
+    (out / f"worker{index}.json").write_text(
+        json.dumps(
+            {
+                "strategy": type(strategy).__name__,
+                "replicas": strategy.num_replicas_in_sync,
+                "communication": str(strategy.extended._communication_options.implementation),
+                "plan": plan.to_dict(),
+                "history": report.history,
+                "report": report.to_dict(),
+            },
+            default=str,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -17,9 +17,19 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = str(Path(__file__).with_name("torch_worker.py"))
-_LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                       "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TF_CONFIG",
-                       "ACCELKIT_DIST_TIMEOUT", "ACCELKIT_DISABLE")
+_LAUNCHER_VARIABLES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TF_CONFIG",
+    "ACCELKIT_DIST_TIMEOUT",
+    "ACCELKIT_DISABLE",
+)
 
 
 @dataclasses.dataclass
@@ -31,10 +41,13 @@ class Finished:
 
     def explain(self) -> str:
         """What went wrong, for an assertion message: stderr without C++ stack frames."""
-        lines = [line for line in self.stderr.splitlines()
-                 if not line.lstrip().startswith("frame #")]
-        return (f"exit {self.returncode} after {self.seconds:.1f} s\nstdout tail:\n"
-                f"{self.stdout[-1500:]}\nstderr:\n" + "\n".join(lines)[-6000:])
+        lines = [
+            line for line in self.stderr.splitlines() if not line.lstrip().startswith("frame #")
+        ]
+        return (
+            f"exit {self.returncode} after {self.seconds:.1f} s\nstdout tail:\n"
+            f"{self.stdout[-1500:]}\nstderr:\n" + "\n".join(lines)[-6000:]
+        )
 
 
 def free_port() -> int:
@@ -45,34 +58,55 @@ def free_port() -> int:
 
 def environment(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARIABLES}
-    env.update(PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1",
-               ACCELKIT_DIST_TIMEOUT="30", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
+    env.update(
+        PYTHONPATH=str(ROOT / "src"),
+        OMP_NUM_THREADS="1",
+        ACCELKIT_DIST_TIMEOUT="30",
+        PYTHONUNBUFFERED="1",
+        PYTHONFAULTHANDLER="1",
+    )
     env.update(extra)
     return env
 
 
 def run(command: list[str], env: dict[str, str], timeout: float) -> Finished:
     start = time.monotonic()
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         out, err = process.communicate()
-        raise AssertionError(f"{' '.join(command)} still running after {timeout} s; "
-                             f"stderr tail:\n{err[-3000:]}") from None
+        raise AssertionError(
+            f"{' '.join(command)} still running after {timeout} s; stderr tail:\n{err[-3000:]}"
+        ) from None
     return Finished(process.returncode, out, err, time.monotonic() - start)
 
 
-def torchrun(*args: str, nproc: int = 2, port: int | None = None, timeout: float = 90,
-             **env: str) -> Finished:
+def torchrun(
+    *args: str, nproc: int = 2, port: int | None = None, timeout: float = 90, **env: str
+) -> Finished:
     """``python -m torch.distributed.run --nproc-per-node N --master-port P ARGS``; without
     `port`, ``--standalone``: torchrun binds a free port itself, so concurrent test runs
     cannot race for one."""
     where = ["--master-port", str(port)] if port else ["--standalone"]
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-               *where, *args]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(nproc),
+        *where,
+        *args,
+    ]
     done = run(command, environment(**env), timeout)
     if _aborted_at_exit(done):
         # A known teardown race of gloo on a loaded 2-core machine: every rank finished
@@ -88,5 +122,8 @@ def _aborted_at_exit(done: Finished) -> bool:
     nothing)."""
     abort = "terminate called without an active exception"
     before = done.stderr.split(abort, 1)[0]
-    return (done.returncode != 0 and abort in done.stderr
-            and "Traceback (most recent call last)" not in before)
+    return (
+        done.returncode != 0
+        and abort in done.stderr
+        and "Traceback (most recent call last)" not in before
+    )

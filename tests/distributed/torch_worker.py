@@ -66,8 +66,9 @@ def count_reductions() -> list[int]:
 
 def fit(model, loss_fn, **kwargs):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    return accelkit.torch.fit(model, separable(shuffle=True), optimizer, loss_fn, warmup=2,
-                              window=4, **kwargs)
+    return accelkit.torch.fit(
+        model, separable(shuffle=True), optimizer, loss_fn, warmup=2, window=4, **kwargs
+    )
 
 
 def main(mode: str, out: str) -> None:
@@ -92,8 +93,9 @@ def main(mode: str, out: str) -> None:
     if mode == "train":
         accumulated = mlp(seed=rank)
         reduced = count_reductions()
-        result["accumulated"] = fit(accumulated, torch.nn.CrossEntropyLoss(), epochs=1,
-                                    accumulation_steps=3).to_dict()
+        result["accumulated"] = fit(
+            accumulated, torch.nn.CrossEntropyLoss(), epochs=1, accumulation_steps=3
+        ).to_dict()
         result["reduced_steps"] = reduced.count(0)  # DDP all-reduces of the first bucket
         sums = [None] * torch.distributed.get_world_size()
         torch.distributed.all_gather_object(sums, [checksum(model), checksum(accumulated)])
@@ -102,9 +104,16 @@ def main(mode: str, out: str) -> None:
         # rank: the baseline's 10 steps and the fused optimizer's 10; compile is fixed).
         tuned = mlp(seed=rank)
         tuned_report = accelkit.torch.fit(
-            tuned, separable(n=1536, shuffle=True), torch.optim.AdamW(tuned.parameters()),
-            torch.nn.CrossEntropyLoss(), warmup=2, window=4, tune=True, compile=False,
-            progress=False)
+            tuned,
+            separable(n=1536, shuffle=True),
+            torch.optim.AdamW(tuned.parameters()),
+            torch.nn.CrossEntropyLoss(),
+            warmup=2,
+            window=4,
+            tune=True,
+            compile=False,
+            progress=False,
+        )
         kept = [None] * torch.distributed.get_world_size()
         torch.distributed.all_gather_object(kept, checksum(tuned))
         result["tuned"] = {"tuning": tuned_report.tuning, "checksums": kept}

@@ -36,27 +36,36 @@ def kinds(source: str) -> list[tuple[str, str, int]]:
 
 # -- the static reader --------------------------------------------------------------
 
-@pytest.mark.parametrize(("source", "expected"), [
-    ("import torch", [("torch", "torch", 1)]),
-    ("from torch import nn", [("torch", "torch", 1)]),
-    ("import torch.nn.functional as F", [("torch", "torch", 1)]),
-    ("import tensorflow as tf", [("tensorflow", "tensorflow", 1)]),
-    ("from tensorflow import keras", [("tensorflow", "tensorflow", 1)]),
-    ("import keras", [("keras", "keras", 1)]),
-    ("from keras import layers", [("keras", "keras", 1)]),
-    ("import tf_keras", [("tensorflow", "tf_keras", 1)]),
-    ("from transformers import AutoModel", [("torch", "transformers", 1)]),
-    ("import lightning.pytorch as pl", [("torch", "lightning", 1)]),
-    ("import timm, torchvision.models", [("torch", "timm", 1)]),
-    ("from accelkit.keras import float32_head", [("keras", "accelkit.keras", 1)]),
-    ("from accelkit import torch as at", [("torch", "accelkit.torch", 1)]),
-    ("import accelkit as ak\n\nreport = ak.keras.fit(model, x)", [("keras", "accelkit.keras", 3)]),
-    ("import accelkit\naccelkit.auto_configure()", []),
-    ("from . import torch\nfrom .keras import x\nimport torchy, mytorch, kerasx", []),
-    ("# import torch\ntext = 'import keras'", []),
-    ("import os\nimport keras\nimport torch\nimport keras.layers\nfrom torch import nn",
-     [("keras", "keras", 2), ("torch", "torch", 3)]),
-    ("""
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("import torch", [("torch", "torch", 1)]),
+        ("from torch import nn", [("torch", "torch", 1)]),
+        ("import torch.nn.functional as F", [("torch", "torch", 1)]),
+        ("import tensorflow as tf", [("tensorflow", "tensorflow", 1)]),
+        ("from tensorflow import keras", [("tensorflow", "tensorflow", 1)]),
+        ("import keras", [("keras", "keras", 1)]),
+        ("from keras import layers", [("keras", "keras", 1)]),
+        ("import tf_keras", [("tensorflow", "tf_keras", 1)]),
+        ("from transformers import AutoModel", [("torch", "transformers", 1)]),
+        ("import lightning.pytorch as pl", [("torch", "lightning", 1)]),
+        ("import timm, torchvision.models", [("torch", "timm", 1)]),
+        ("from accelkit.keras import float32_head", [("keras", "accelkit.keras", 1)]),
+        ("from accelkit import torch as at", [("torch", "accelkit.torch", 1)]),
+        (
+            "import accelkit as ak\n\nreport = ak.keras.fit(model, x)",
+            [("keras", "accelkit.keras", 3)],
+        ),
+        ("import accelkit\naccelkit.auto_configure()", []),
+        ("from . import torch\nfrom .keras import x\nimport torchy, mytorch, kerasx", []),
+        ("# import torch\ntext = 'import keras'", []),
+        (
+            "import os\nimport keras\nimport torch\nimport keras.layers\nfrom torch import nn",
+            [("keras", "keras", 2), ("torch", "torch", 3)],
+        ),
+        (
+            """
      def main():
          try:
              import torch
@@ -64,10 +73,13 @@ def kinds(source: str) -> list[tuple[str, str, int]]:
              pass
      if __name__ == "__main__":
          from tensorflow import keras
-     """, [("torch", "torch", 4), ("tensorflow", "tensorflow", 8)]),
-    ("import torch\ndef broken(:\n", []),
-    ("import torch\x00", []),
-])
+     """,
+            [("torch", "torch", 4), ("tensorflow", "tensorflow", 8)],
+        ),
+        ("import torch\ndef broken(:\n", []),
+        ("import torch\x00", []),
+    ],
+)
 def test_the_reader_finds_the_first_use_of_each_framework(source, expected) -> None:
     assert kinds(source) == expected
 
@@ -79,10 +91,30 @@ def test_the_reader_never_raises_on_any_text(source) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(["import torch", "from tensorflow import keras", "import keras",
-                                 "(", "def f():", "    import tf_keras", "x = 1", "\\", "\t",
-                                 "from . import y", "import accelkit", "accelkit.torch",
-                                 '"""', "if x:", "# -*- coding: latin-1 -*-"]), max_size=12))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "import torch",
+                "from tensorflow import keras",
+                "import keras",
+                "(",
+                "def f():",
+                "    import tf_keras",
+                "x = 1",
+                "\\",
+                "\t",
+                "from . import y",
+                "import accelkit",
+                "accelkit.torch",
+                '"""',
+                "if x:",
+                "# -*- coding: latin-1 -*-",
+            ]
+        ),
+        max_size=12,
+    )
+)
 def test_the_reader_never_raises_on_near_python(lines) -> None:
     uses = uses_in("\n".join(lines))
     assert [u.line for u in uses] == sorted(u.line for u in uses)
@@ -96,8 +128,16 @@ def test_the_main_script_file_is_read(tmp_path) -> None:
     assert script.where(script.uses[0]) == "keras (train.py line 3)"
 
 
-@pytest.mark.parametrize("content", [b"import torch\ndef (:\n", b"\x00\xff\xfe binary",
-                                     b"# -*- coding: nope -*-\nimport torch\n", None, "dir"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"import torch\ndef (:\n",
+        b"\x00\xff\xfe binary",
+        b"# -*- coding: nope -*-\nimport torch\n",
+        None,
+        "dir",
+    ],
+)
 def test_a_script_that_cannot_be_read_tells_why_and_never_raises(tmp_path, content) -> None:
     path = tmp_path / "train.py"
     if content == "dir":
@@ -108,15 +148,21 @@ def test_a_script_that_cannot_be_read_tells_why_and_never_raises(tmp_path, conte
     assert script.uses == () and script.problem
 
 
-@pytest.mark.parametrize(("argv", "expected"), [
-    (["python"], None),
-    (["python", "-"], None),
-    (["python", "-m", "pkg.train"], None),
-    (["python", "-c", "import torch"], "torch"),
-    (["python", "-cimport keras"], "keras"),
-    (["python", "-W", "ignore", "-X", "dev", "-Ic", "from tensorflow import keras"], "tensorflow"),
-    (["python", "-Wignore", "-c"], None),
-])
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["python"], None),
+        (["python", "-"], None),
+        (["python", "-m", "pkg.train"], None),
+        (["python", "-c", "import torch"], "torch"),
+        (["python", "-cimport keras"], "keras"),
+        (
+            ["python", "-W", "ignore", "-X", "dev", "-Ic", "from tensorflow import keras"],
+            "tensorflow",
+        ),
+        (["python", "-Wignore", "-c"], None),
+    ],
+)
 def test_python_c_code_is_read_from_the_command_line(argv, expected) -> None:
     script = main_script(types.SimpleNamespace(), argv)
     if expected is None:
@@ -137,7 +183,9 @@ def test_keras_backend_is_read_as_keras_reads_it(tmp_path) -> None:
     home.mkdir()
     (home / "keras.json").write_text(json.dumps({"backend": "jax"}))
     assert keras_backend({"KERAS_HOME": str(home)}) == ("jax", str(home / "keras.json"))
-    assert keras_backend({"KERAS_HOME": str(home), "KERAS_BACKEND": "tensorflow"})[0] == "tensorflow"
+    assert (
+        keras_backend({"KERAS_HOME": str(home), "KERAS_BACKEND": "tensorflow"})[0] == "tensorflow"
+    )
     (home / "keras.json").write_text("[not json")
     assert keras_backend({"KERAS_HOME": str(home)}) == ("tensorflow", "Keras's default")
 
@@ -153,31 +201,67 @@ def script(source: str) -> Script:
 
 
 def test_an_explicit_framework_is_taken_as_asked() -> None:
-    assert resolve("tensorflow") == Decision(Framework.TENSORFLOW, "framework='tensorflow' requested")
+    assert resolve("tensorflow") == Decision(
+        Framework.TENSORFLOW, "framework='tensorflow' requested"
+    )
     with pytest.raises(ValueError, match="'torch'"):
         resolve("jax")
 
 
-@pytest.mark.parametrize(("imported", "source", "backend", "framework", "reason"), [
-    ({"torch": True}, "import keras", DEFAULT, "torch", "the script imported torch"),
-    ({"tensorflow": True, "keras": True}, "", DEFAULT, "tensorflow",
-     "the script imported tensorflow (keras, which runs on tensorflow"),
-    ({"torch": True, "keras": True}, "", ("torch", "KERAS_BACKEND=torch"), "torch",
-     "the script imported torch (keras, which runs on torch (KERAS_BACKEND=torch))"),
-    ({"torch": True, "tensorflow": True}, "import tensorflow", DEFAULT, "tensorflow",
-     "imported both torch and tensorflow; train.py imports tensorflow"),
-    ({"torch": True, "tensorflow": True}, "", DEFAULT, "torch", "both torch and tensorflow"),
-    ({}, "import os\nimport keras", DEFAULT, "tensorflow",
-     "the script imports keras (train.py line 2), which runs on tensorflow (Keras's default)"),
-    ({}, "import keras", ("torch", "KERAS_BACKEND=torch"), "torch", "runs on torch"),
-    ({}, "from transformers import Trainer", ("tensorflow", "KERAS_BACKEND=tensorflow"), "torch",
-     "the script imports transformers (train.py line 1)"),
-    ({}, "import tf_keras", DEFAULT, "tensorflow", "tf_keras (train.py line 1)"),
-    ({}, "import os", ("tensorflow", "KERAS_BACKEND=tensorflow"), "tensorflow",
-     "KERAS_BACKEND=tensorflow (train.py names neither torch nor tensorflow)"),
-])
-def test_the_framework_the_script_uses_is_chosen(imported, source, backend, framework,
-                                                  reason) -> None:
+@pytest.mark.parametrize(
+    ("imported", "source", "backend", "framework", "reason"),
+    [
+        ({"torch": True}, "import keras", DEFAULT, "torch", "the script imported torch"),
+        (
+            {"tensorflow": True, "keras": True},
+            "",
+            DEFAULT,
+            "tensorflow",
+            "the script imported tensorflow (keras, which runs on tensorflow",
+        ),
+        (
+            {"torch": True, "keras": True},
+            "",
+            ("torch", "KERAS_BACKEND=torch"),
+            "torch",
+            "the script imported torch (keras, which runs on torch (KERAS_BACKEND=torch))",
+        ),
+        (
+            {"torch": True, "tensorflow": True},
+            "import tensorflow",
+            DEFAULT,
+            "tensorflow",
+            "imported both torch and tensorflow; train.py imports tensorflow",
+        ),
+        ({"torch": True, "tensorflow": True}, "", DEFAULT, "torch", "both torch and tensorflow"),
+        (
+            {},
+            "import os\nimport keras",
+            DEFAULT,
+            "tensorflow",
+            "the script imports keras (train.py line 2), which runs on tensorflow (Keras's default)",
+        ),
+        ({}, "import keras", ("torch", "KERAS_BACKEND=torch"), "torch", "runs on torch"),
+        (
+            {},
+            "from transformers import Trainer",
+            ("tensorflow", "KERAS_BACKEND=tensorflow"),
+            "torch",
+            "the script imports transformers (train.py line 1)",
+        ),
+        ({}, "import tf_keras", DEFAULT, "tensorflow", "tf_keras (train.py line 1)"),
+        (
+            {},
+            "import os",
+            ("tensorflow", "KERAS_BACKEND=tensorflow"),
+            "tensorflow",
+            "KERAS_BACKEND=tensorflow (train.py names neither torch nor tensorflow)",
+        ),
+    ],
+)
+def test_the_framework_the_script_uses_is_chosen(
+    imported, source, backend, framework, reason
+) -> None:
     decision = decide({**NOTHING, **imported}, script(source), backend, BOTH)
     assert decision.framework is Framework(framework) and decision.applies
     assert not decision.at_import
@@ -191,14 +275,21 @@ def test_keras_on_jax_gets_a_plan_to_read_applied_to_nothing(imported, source) -
     assert "runs on jax" in decision.reason and "nothing applied" in decision.reason
 
 
-@pytest.mark.parametrize(("source", "backend", "first", "why"), [
-    ("import keras\nimport torch", DEFAULT, "tensorflow",
-     "the script imports keras (train.py line 1) and torch (train.py line 2)"),
-    ("import torch\nfrom tensorflow import keras", DEFAULT, "torch", "torch (train.py line 1)"),
-    ("import os", DEFAULT, "torch", "train.py names neither torch nor tensorflow"),
-    ("import os", ("tensorflow", "/home/u/.keras/keras.json"), "torch", "names neither"),
-    ("import os", ("jax", "KERAS_BACKEND=jax"), "torch", "names neither"),
-])
+@pytest.mark.parametrize(
+    ("source", "backend", "first", "why"),
+    [
+        (
+            "import keras\nimport torch",
+            DEFAULT,
+            "tensorflow",
+            "the script imports keras (train.py line 1) and torch (train.py line 2)",
+        ),
+        ("import torch\nfrom tensorflow import keras", DEFAULT, "torch", "torch (train.py line 1)"),
+        ("import os", DEFAULT, "torch", "train.py names neither torch nor tensorflow"),
+        ("import os", ("tensorflow", "/home/u/.keras/keras.json"), "torch", "names neither"),
+        ("import os", ("jax", "KERAS_BACKEND=jax"), "torch", "names neither"),
+    ],
+)
 def test_both_or_neither_is_decided_at_import(source, backend, first, why) -> None:
     decision = decide(NOTHING, script(source), backend, BOTH)
     assert decision.at_import == (Framework.TORCH, Framework.TENSORFLOW)
@@ -206,26 +297,31 @@ def test_both_or_neither_is_decided_at_import(source, backend, first, why) -> No
     assert decision.reason.startswith("decided at import: ") and why in decision.reason
     if "names neither" in why:
         assert decision.first_decides
-        assert decision.reason.endswith("the first of torch and tensorflow the script imports "
-                                        "is configured")
+        assert decision.reason.endswith(
+            "the first of torch and tensorflow the script imports is configured"
+        )
     else:
         assert not decision.first_decides
-        assert decision.reason.endswith("torch and tensorflow are each configured when the "
-                                        "script imports them")
+        assert decision.reason.endswith(
+            "torch and tensorflow are each configured when the script imports them"
+        )
 
 
 def test_only_installed_frameworks_wait_for_their_import() -> None:
     unread = Script(problem="no script file (<stdin>)")
     decision = decide(NOTHING, unread, DEFAULT, {Framework.TENSORFLOW})
     assert decision.at_import == (Framework.TENSORFLOW,)
-    assert decision.reason == ("decided at import: no script file (<stdin>); tensorflow is "
-                               "configured when the script imports it")
+    assert decision.reason == (
+        "decided at import: no script file (<stdin>); tensorflow is "
+        "configured when the script imports it"
+    )
     none = decide(NOTHING, unread, DEFAULT, set())
     assert (none.framework, none.at_import) == (Framework.TORCH, ())
     assert "neither torch nor tensorflow is installed" in none.reason
 
 
 # -- the import hook, on packages made for the test ----------------------------------
+
 
 @pytest.fixture
 def packages(tmp_path, monkeypatch):
@@ -255,8 +351,9 @@ def test_the_hook_fires_once_after_the_outermost_import_is_whole(packages) -> No
     calls = []
 
     def on_import(group, trigger):
-        calls.append((group, trigger, sys.modules["fakeinner"].WHOLE,
-                      sys.modules["fakeouter"].WHOLE))
+        calls.append(
+            (group, trigger, sys.modules["fakeinner"].WHOLE, sys.modules["fakeouter"].WHOLE)
+        )
 
     import_hook.watch({"g": ("fakeinner", "fakeouter"), "other": ("fakeother",)}, on_import)
     import_hook.watch({"g": ("fakeinner", "fakeouter"), "other": ("fakeother",)}, on_import)
@@ -308,8 +405,11 @@ def test_imports_made_by_the_callback_are_not_hooked_yet_their_group_fires(packa
 
 def test_with_first_only_the_first_import_decides(packages) -> None:
     calls = []
-    import_hook.watch({"g": ("fakeouter", "fakeinner"), "other": ("fakeother",)},
-                      lambda g, t: calls.append(g), first_only=True)
+    import_hook.watch(
+        {"g": ("fakeouter", "fakeinner"), "other": ("fakeother",)},
+        lambda g, t: calls.append(g),
+        first_only=True,
+    )
     import fakeother  # noqa: F401
     import fakeouter  # noqa: F401
 
@@ -327,9 +427,13 @@ def test_unwatch_stops_the_hook(packages) -> None:
 
 # -- real scripts in fresh processes ----------------------------------------------------
 
+
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("KERAS_BACKEND", "ACCELKIT_PRECISION", "ACCELKIT_DISABLE", "RANK")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("KERAS_BACKEND", "ACCELKIT_PRECISION", "ACCELKIT_DISABLE", "RANK")
+    }
     env.update(PYTHONPATH=str(ROOT / "src"), TF_CPP_MIN_LOG_LEVEL="3", **extra)
     return env
 
@@ -337,11 +441,17 @@ def _env(**extra: str) -> dict[str, str]:
 RUNS = {  # name: (arguments, stdin, extra environment)
     "keras": ([str(SCRIPTS / "keras_script.py")], None, {}),
     "torch": ([str(SCRIPTS / "torch_script.py")], None, {"KERAS_BACKEND": "tensorflow"}),
-    "keras_on_torch": ([str(SCRIPTS / "keras_script.py"), "plan-only"], None,
-                       {"KERAS_BACKEND": "torch"}),
+    "keras_on_torch": (
+        [str(SCRIPTS / "keras_script.py"), "plan-only"],
+        None,
+        {"KERAS_BACKEND": "torch"},
+    ),
     "torch_then_keras": ([str(SCRIPTS / "both_script.py"), "torch,keras"], None, {}),
-    "keras_then_torch": ([str(SCRIPTS / "both_script.py"), "keras,torch"], None,
-                         {"ACCELKIT_PRECISION": "fp16"}),
+    "keras_then_torch": (
+        [str(SCRIPTS / "both_script.py"), "keras,torch"],
+        None,
+        {"ACCELKIT_PRECISION": "fp16"},
+    ),
     "stdin": (["-"], (SCRIPTS / "torch_script.py").read_text(), {}),
     "command": (["-c", (SCRIPTS / "torch_script.py").read_text()], None, {}),
 }
@@ -350,18 +460,25 @@ RUNS = {  # name: (arguments, stdin, extra environment)
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Every script of RUNS started at once; name -> the JSON it printed."""
-    missing = [name for name in ("torch", "tensorflow", "keras")
-               if importlib.util.find_spec(name) is None]
+    missing = [
+        name for name in ("torch", "tensorflow", "keras") if importlib.util.find_spec(name) is None
+    ]
     if missing:
-        pytest.skip(f"the scripts import torch, tensorflow and keras; {', '.join(missing)} "
-                    "not installed")
+        pytest.skip(
+            f"the scripts import torch, tensorflow and keras; {', '.join(missing)} not installed"
+        )
     home = tmp_path_factory.mktemp("keras_home")  # no user keras.json decides here
     started = {}
     for name, (args, stdin, extra) in RUNS.items():
         started[name] = subprocess.Popen(
-            [sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, cwd=str(ROOT),
-            env=_env(KERAS_HOME=str(home), **extra))
+            [sys.executable, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(ROOT),
+            env=_env(KERAS_HOME=str(home), **extra),
+        )
     results = {}
     for name, process in started.items():
         out, err = process.communicate(RUNS[name][1], timeout=300)
@@ -385,7 +502,8 @@ def test_a_keras_script_gets_the_tensorflow_plan_and_no_torch(runs) -> None:
     assert seen["plan"]["framework"] == "tensorflow"
     assert _note(seen["plan"]).startswith(
         f"framework: the script imports keras (keras_script.py line "
-        f"{_line('keras_script.py', 'import keras')}), which runs on tensorflow")
+        f"{_line('keras_script.py', 'import keras')}), which runs on tensorflow"
+    )
     assert "torch" not in seen["after"] and seen["policy"] == "float32"
 
 
@@ -393,7 +511,9 @@ def test_a_torch_script_gets_the_torch_plan_whatever_keras_backend_says(runs) ->
     seen = runs["torch"]
     assert seen["plan"]["framework"] == "torch"
     line = _line("torch_script.py", "import torch")
-    assert _note(seen["plan"]) == f"framework: the script imports torch (torch_script.py line {line})"
+    assert (
+        _note(seen["plan"]) == f"framework: the script imports torch (torch_script.py line {line})"
+    )
     assert seen["after"] == ["torch"]
 
 
@@ -410,7 +530,8 @@ def test_a_script_using_both_configures_each_at_its_import(runs) -> None:
     assert set(seen["plan"]["statuses"].values()) == {"planned"}
     assert _note(seen["plan"]).startswith(
         "framework: decided at import: the script imports torch (both_script.py line "
-        f"{_line('both_script.py', 'import torch')}) and keras")
+        f"{_line('both_script.py', 'import torch')}) and keras"
+    )
     after_torch = seen["torch"]
     assert after_torch["framework"] == "torch" and after_torch["modules"] == ["torch"]
     assert "framework: decided at import: the script imported torch" in after_torch["notes"]

@@ -15,8 +15,9 @@ from accelkit.planning import Request, Status, plan
 pytestmark = pytest.mark.tensorflow
 
 T4 = HardwareInfo(gpus=(GpuInfo(0, "Tesla T4", compute_capability=(7, 5)),), source="snapshot")
-A100 = HardwareInfo(gpus=(GpuInfo(0, "NVIDIA A100-SXM4-80GB", compute_capability=(8, 0)),),
-                    source="snapshot")
+A100 = HardwareInfo(
+    gpus=(GpuInfo(0, "NVIDIA A100-SXM4-80GB", compute_capability=(8, 0)),), source="snapshot"
+)
 
 
 @pytest.fixture(autouse=True)

@@ -12,8 +12,9 @@ from accelkit.planning import Precision, Request, Status, plan
 
 pytestmark = pytest.mark.torch
 
-A100 = HardwareInfo(gpus=(GpuInfo(0, "NVIDIA A100-SXM4-80GB", compute_capability=(8, 0)),),
-                    source="snapshot")
+A100 = HardwareInfo(
+    gpus=(GpuInfo(0, "NVIDIA A100-SXM4-80GB", compute_capability=(8, 0)),), source="snapshot"
+)
 T4 = HardwareInfo(gpus=(GpuInfo(0, "Tesla T4", compute_capability=(7, 5)),), source="snapshot")
 
 
@@ -142,8 +143,9 @@ def test_set_device_on_the_local_rank(torch_flags) -> None:
     from accelkit.frameworks.torch_adapter import apply_device
     from accelkit.hardware.info import LauncherEnv
 
-    two_ranks = HardwareInfo(gpus=A100.gpus, launcher=LauncherEnv(
-        rank=0, local_rank=0, world_size=2, local_world_size=2))
+    two_ranks = HardwareInfo(
+        gpus=A100.gpus, launcher=LauncherEnv(rank=0, local_rank=0, world_size=2, local_world_size=2)
+    )
     setting = plan(two_ranks, Request()).get("torch.cuda.set_device")
     status, detail = apply_device(setting)
     if torch_flags.cuda.is_available():

@@ -14,8 +14,9 @@ from accelkit.planning.keys import Key
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-A100 = HardwareInfo(gpus=(GpuInfo(0, "NVIDIA A100-SXM4-80GB", compute_capability=(8, 0)),),
-                    source="snapshot")
+A100 = HardwareInfo(
+    gpus=(GpuInfo(0, "NVIDIA A100-SXM4-80GB", compute_capability=(8, 0)),), source="snapshot"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -34,10 +35,13 @@ def benchmark(result: accelkit.Plan):
     return result.get(Key.CUDNN_BENCHMARK)
 
 
-@pytest.mark.parametrize("ask, named", [
-    (lambda: torch.use_deterministic_algorithms(True), "use_deterministic_algorithms"),
-    (lambda: setattr(torch.backends.cudnn, "deterministic", True), "cudnn.deterministic"),
-])
+@pytest.mark.parametrize(
+    "ask, named",
+    [
+        (lambda: torch.use_deterministic_algorithms(True), "use_deterministic_algorithms"),
+        (lambda: setattr(torch.backends.cudnn, "deterministic", True), "cudnn.deterministic"),
+    ],
+)
 def test_the_scripts_determinism_keeps_cudnn_benchmark_off(ask, named) -> None:
     ask()
     result = accelkit.auto_configure(framework="torch", hardware=A100, verbose=False)
@@ -47,8 +51,9 @@ def test_the_scripts_determinism_keeps_cudnn_benchmark_off(ask, named) -> None:
 
 
 def test_deterministic_request_plans_benchmark_off() -> None:
-    result = accelkit.auto_configure(framework="torch", hardware=A100, verbose=False,
-                                     deterministic=True)
+    result = accelkit.auto_configure(
+        framework="torch", hardware=A100, verbose=False, deterministic=True
+    )
     setting = benchmark(result)
     assert setting.value is False and "deterministic=True" in setting.reason
     assert setting.status is Status.ALREADY_SET and torch.backends.cudnn.benchmark is False
@@ -76,5 +81,6 @@ def test_without_determinism_benchmark_is_applied_as_before() -> None:
 
 
 def test_plan_for_takes_deterministic() -> None:
-    assert accelkit.plan_for("A100-SXM4-80GB", deterministic=True).value(
-        Key.CUDNN_BENCHMARK) is False
+    assert (
+        accelkit.plan_for("A100-SXM4-80GB", deterministic=True).value(Key.CUDNN_BENCHMARK) is False
+    )

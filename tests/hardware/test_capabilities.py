@@ -27,18 +27,30 @@ def test_tensor_core_dtypes_by_generation(cc, tensor_cores, bf16, fp8) -> None:
     assert caps.has_fp8(cc) is fp8
 
 
-@pytest.mark.parametrize(("precision", "tf32", "dtype"), [
-    ("bf16", False, "bf16"), ("fp16", True, "fp16"), ("tf32", False, "tf32"),
-    ("fp32", True, "tf32"), ("fp32", False, "fp32"), (Precision.BF16, False, "bf16"),
-])
+@pytest.mark.parametrize(
+    ("precision", "tf32", "dtype"),
+    [
+        ("bf16", False, "bf16"),
+        ("fp16", True, "fp16"),
+        ("tf32", False, "tf32"),
+        ("fp32", True, "tf32"),
+        ("fp32", False, "fp32"),
+        (Precision.BF16, False, "bf16"),
+    ],
+)
 def test_the_matmul_dtype_of_a_run(precision, tf32, dtype) -> None:
     assert caps.matmul_dtype(precision, tf32) == dtype
 
 
-@pytest.mark.parametrize(("precision", "torch_name", "policy"), [
-    (Precision.BF16, "bfloat16", "mixed_bfloat16"), (Precision.FP16, "float16", "mixed_float16"),
-    (Precision.TF32, None, "float32"), (Precision.FP32, None, "float32"),
-])
+@pytest.mark.parametrize(
+    ("precision", "torch_name", "policy"),
+    [
+        (Precision.BF16, "bfloat16", "mixed_bfloat16"),
+        (Precision.FP16, "float16", "mixed_float16"),
+        (Precision.TF32, None, "float32"),
+        (Precision.FP32, None, "float32"),
+    ],
+)
 def test_names_per_framework_round_trip(precision, torch_name, policy) -> None:
     assert caps.torch_dtype_name(precision) == torch_name
     assert caps.keras_policy(precision) == policy
@@ -75,10 +87,18 @@ def test_the_datasheet_table_agrees_with_the_generations() -> None:
         assert (spec.peak("fp8") is not None) <= caps.has_fp8(spec.compute_capability), spec.key
 
 
-@pytest.mark.parametrize(("name", "tensor_cores"), [
-    ("NVIDIA GeForce GTX 1660 Ti", False), ("NVIDIA GeForce GTX 1660 SUPER", False),
-    ("NVIDIA GeForce GTX 1650", False), ("GeForce GTX 1630", False),
-    ("NVIDIA GeForce RTX 2060", True), ("Tesla T4", True), (None, True)])
+@pytest.mark.parametrize(
+    ("name", "tensor_cores"),
+    [
+        ("NVIDIA GeForce GTX 1660 Ti", False),
+        ("NVIDIA GeForce GTX 1660 SUPER", False),
+        ("NVIDIA GeForce GTX 1650", False),
+        ("GeForce GTX 1630", False),
+        ("NVIDIA GeForce RTX 2060", True),
+        ("Tesla T4", True),
+        (None, True),
+    ],
+)
 def test_gtx_16_at_7_5_has_no_tensor_cores(name, tensor_cores) -> None:
     """Issue 13, item 22: a GTX 16 reports 7.5 like the RTX 20 series; by compute
     capability alone it would get fp16 mixed precision on tensor cores it lacks."""

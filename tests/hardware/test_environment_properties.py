@@ -11,9 +11,30 @@ from hypothesis import strategies as st
 from accelkit.hardware import environment
 
 # Any text a shell could put in a variable, and the spellings that matter.
-TEXT = st.one_of(st.text(max_size=12),
-                 st.sampled_from(["0", "1", " 0 ", "false", "No", "OFF", "yes", "", "-1", "+2",
-                                  "007", "1e3", "nan", "inf", "-inf", "3.5", "0x10"]))
+TEXT = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(
+        [
+            "0",
+            "1",
+            " 0 ",
+            "false",
+            "No",
+            "OFF",
+            "yes",
+            "",
+            "-1",
+            "+2",
+            "007",
+            "1e3",
+            "nan",
+            "inf",
+            "-inf",
+            "3.5",
+            "0x10",
+        ]
+    ),
+)
 
 
 @given(TEXT)

@@ -32,8 +32,7 @@ def test_links_join_every_pair_of_a_server_and_none_across(count) -> None:
     hardware = what_if("H100 SXM", count)
     server = {g.index: g.index // MAX_GPUS_PER_NODE for g in hardware.gpus}
     pairs = {(link.a, link.b) for link in hardware.links}
-    expected = {(a, b) for a in range(count) for b in range(a + 1, count)
-                if server[a] == server[b]}
+    expected = {(a, b) for a in range(count) for b in range(a + 1, count) if server[a] == server[b]}
     assert pairs == expected
     assert all(link.p2p and link.nvlink for link in hardware.links)
 
@@ -44,6 +43,8 @@ def test_one_server_is_every_pair() -> None:
 
 
 def test_check_count_names_what_it_checks() -> None:
-    with pytest.raises(ValueError, match="--count=17 is not valid; use a whole number from 1 to 16"):
+    with pytest.raises(
+        ValueError, match="--count=17 is not valid; use a whole number from 1 to 16"
+    ):
         check_count(17, MAX_GPUS_PER_NODE, "--count")
     assert check_count(16, MAX_GPUS_PER_NODE) == 16

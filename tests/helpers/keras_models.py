@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 
 
-def classification_data(n: int = 1024, dim: int = 16,
-                        classes: int = 4) -> tuple[np.ndarray, np.ndarray]:
+def classification_data(
+    n: int = 1024, dim: int = 16, classes: int = 4
+) -> tuple[np.ndarray, np.ndarray]:
     """`n` float32 samples of `dim` features and their class (the argmax of a fixed random
     linear map to `classes` scores, so a model can learn it), the same on every call.
 
@@ -30,8 +31,15 @@ def classification_data(n: int = 1024, dim: int = 16,
     return x, (x @ rng.normal(size=(dim, classes))).argmax(1)
 
 
-def mlp(dim: int = 16, hidden: int = 64, classes: int = 4, *, loss: Any = None,
-        metrics: Any = None, name: str | None = None) -> Any:
+def mlp(
+    dim: int = 16,
+    hidden: int = 64,
+    classes: int = 4,
+    *,
+    loss: Any = None,
+    metrics: Any = None,
+    name: str | None = None,
+) -> Any:
     """Dense(hidden, relu) then Dense(classes) logits, seeded, compiled with Adam(1e-2) and
     sparse categorical cross-entropy (or `loss`). Its training step on a batch of B is
     2·B·(dim·hidden + hidden·classes)·2 + 2·B·hidden·classes FLOPs.
@@ -46,8 +54,11 @@ def mlp(dim: int = 16, hidden: int = 64, classes: int = 4, *, loss: Any = None,
     inputs = keras.Input((dim,))
     outputs = keras.layers.Dense(classes)(keras.layers.Dense(hidden, activation="relu")(inputs))
     model = keras.Model(inputs, outputs, name=name)
-    model.compile(optimizer=keras.optimizers.Adam(1e-2), metrics=metrics,
-                  loss=loss or keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-2),
+        metrics=metrics,
+        loss=loss or keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     return model
 
 

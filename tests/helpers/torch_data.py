@@ -21,19 +21,22 @@ from accelkit.profiling.run_report import RunReport
 CPU_PLAN = plan(HardwareInfo(source="snapshot"), Request(framework="torch"))
 
 
-def separable(n: int = 1024, dim: int = 16, classes: int = 4, batch: int = 32,
-              shuffle: bool = False) -> torch.utils.data.DataLoader:
+def separable(
+    n: int = 1024, dim: int = 16, classes: int = 4, batch: int = 32, shuffle: bool = False
+) -> torch.utils.data.DataLoader:
     """A DataLoader over `n` points whose class is the argmax of a fixed linear map:
     a problem an MLP learns in a few epochs. The same data on every call."""
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(n, dim, generator=generator)
     y = (x @ torch.randn(dim, classes, generator=generator)).argmax(1)
-    return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=batch,
-                                       shuffle=shuffle)
+    return torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x, y), batch_size=batch, shuffle=shuffle
+    )
 
 
-def batches(n: int = 48, batch: int = 64, dim: int = 256, classes: int = 8,
-            nan_from: int | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def batches(
+    n: int = 48, batch: int = 64, dim: int = 256, classes: int = 8, nan_from: int | None = None
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Pre-built batches in a list: no per-sample collation, so no input wait to speak of.
     From batch index `nan_from` on, each batch holds one NaN."""
     generator = torch.Generator().manual_seed(0)
@@ -57,13 +60,20 @@ def mlp(*widths: int, seed: int = 0) -> torch.nn.Sequential:
     return torch.nn.Sequential(*layers[:-1])
 
 
-def train(model: Any = None, loader: Any = None, *, optimizer: Any = torch.optim.AdamW,
-          lr: float = 1e-2, **kwargs: Any) -> RunReport:
+def train(
+    model: Any = None,
+    loader: Any = None,
+    *,
+    optimizer: Any = torch.optim.AdamW,
+    lr: float = 1e-2,
+    **kwargs: Any,
+) -> RunReport:
     """`accelkit.torch.fit` with cross-entropy, on `CPU_PLAN` without progress unless
     given; `model` and `loader` default to `mlp()` and `separable()`."""
     model = mlp() if model is None else model
     loader = separable() if loader is None else loader
     kwargs.setdefault("plan", CPU_PLAN)
     kwargs.setdefault("progress", False)
-    return accelkit.torch.fit(model, loader, optimizer(model.parameters(), lr=lr),
-                              torch.nn.CrossEntropyLoss(), **kwargs)
+    return accelkit.torch.fit(
+        model, loader, optimizer(model.parameters(), lr=lr), torch.nn.CrossEntropyLoss(), **kwargs
+    )

@@ -39,10 +39,19 @@ class _Rows(torch.utils.data.Dataset):
 def _train(tmp_path, callback, model=None, **arguments):
     arguments = {"max_steps": 12, "logging_steps": 4, **arguments}
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path), report_to=[], use_cpu=True,
-        per_device_train_batch_size=BATCH, save_strategy="no", **arguments)
-    trainer = transformers.Trainer(model=model or gpt2(vocab=VOCAB, context=LENGTH), args=args,
-                                   train_dataset=_Rows(), callbacks=[callback])
+        output_dir=str(tmp_path),
+        report_to=[],
+        use_cpu=True,
+        per_device_train_batch_size=BATCH,
+        save_strategy="no",
+        **arguments,
+    )
+    trainer = transformers.Trainer(
+        model=model or gpt2(vocab=VOCAB, context=LENGTH),
+        args=args,
+        train_dataset=_Rows(),
+        callbacks=[callback],
+    )
     with callback:
         trainer.train()
     return trainer
@@ -55,7 +64,8 @@ def test_figures_reach_the_log_history_and_the_report(tmp_path) -> None:
     assert len(logged) >= 2  # windows, then the whole run with train_runtime
     assert "train_runtime" in logged[-1] and "accelkit/flops_per_step" in logged[-1]
     assert logged[0]["accelkit/tokens_per_second"] == pytest.approx(
-        logged[0]["accelkit/samples_per_second"] * LENGTH)
+        logged[0]["accelkit/samples_per_second"] * LENGTH
+    )
     report = callback.report
     assert report.steps == trainer.state.global_step == 12
     assert report.samples_per_second > 0
@@ -98,8 +108,10 @@ def test_the_users_error_passes_through_and_the_sampler_stops(tmp_path) -> None:
     assert callback.report is None
 
 
-@pytest.mark.parametrize(("gpu", "bf16", "fp16", "tf32"), [
-    ("A100-SXM4-80GB", True, False, True), ("T4", False, True, None), (None, False, False, None)])
+@pytest.mark.parametrize(
+    ("gpu", "bf16", "fp16", "tf32"),
+    [("A100-SXM4-80GB", True, False, True), ("T4", False, True, None), (None, False, False, None)],
+)
 def test_training_arguments_follow_the_plan(gpu, bf16, fp16, tf32) -> None:
     fields = training_arguments(accelkit.plan_for(gpu))
     assert (fields["bf16"], fields["fp16"], fields["tf32"]) == (bf16, fp16, tf32)
@@ -110,6 +122,7 @@ def test_training_arguments_follow_the_plan(gpu, bf16, fp16, tf32) -> None:
 
 
 def test_training_arguments_of_a_cpu_plan_construct(tmp_path) -> None:
-    args = transformers.TrainingArguments(**training_arguments(accelkit.plan_for(None)),
-                                          output_dir=str(tmp_path), use_cpu=True)
+    args = transformers.TrainingArguments(
+        **training_arguments(accelkit.plan_for(None)), output_dir=str(tmp_path), use_cpu=True
+    )
     assert not args.bf16 and not args.fp16

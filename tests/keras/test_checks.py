@@ -71,21 +71,30 @@ def looked_up(embedding, ids):
     table = keras.ops.convert_to_numpy(embedding.token_emb.embeddings).astype("float32")
     positions = keras.ops.convert_to_numpy(embedding.pos_emb.embeddings).astype("float32")
     out = keras.ops.convert_to_numpy(embedding(ids)).astype("float32")[0] - positions
-    return [int(np.argmin(np.abs(table.astype("float16").astype("float32") - row).sum(1)))
-            for row in out[:len(IDS)]]
+    return [
+        int(np.argmin(np.abs(table.astype("float16").astype("float32") - row).sum(1)))
+        for row in out[: len(IDS)]
+    ]
 
 
 # -- token ids declared float ---------------------------------------------------------------
+
 
 def test_float_ids_of_the_keras_io_transformer_are_found_and_really_rounded(mixed) -> None:
     model, embedding = text_transformer()
     assert looked_up(embedding, batch("float32")) == [3, 2048, 12344, 19984]  # the corruption
     [found] = checks.float_ids(model)
-    assert found == {"layer": "token_and_position", "type": "TokenAndPositionEmbedding",
-                     "embedding": "token_emb", "input_dim": VOCAB,
-                     "input": model.inputs[0]._keras_history.operation.name,
-                     "input_dtype": "float32", "input_shape": [MAXLEN],
-                     "cast_by": "token_and_position", "cast_dtype": "float16"}
+    assert found == {
+        "layer": "token_and_position",
+        "type": "TokenAndPositionEmbedding",
+        "embedding": "token_emb",
+        "input_dim": VOCAB,
+        "input": model.inputs[0]._keras_history.operation.name,
+        "input_dtype": "float32",
+        "input_shape": [MAXLEN],
+        "cast_by": "token_and_position",
+        "cast_dtype": "float16",
+    }
 
 
 def test_the_guard_names_the_layer_the_input_and_the_fix(mixed) -> None:
@@ -94,10 +103,18 @@ def test_the_guard_names_the_layer_the_input_and_the_fix(mixed) -> None:
         checks.check_before_training(model)
     message = str(raised.value)
     assert isinstance(raised.value, ValueError)
-    for part in ("'ids' (float32)", "'token_emb'", "'token_and_position'", "float16",
-                 "mixed_float16", "up to 2048", "2049 -> 2048",
-                 "19999 -> 20000 [out of range]",
-                 'keras.Input(shape=(20,), dtype="int32")', "allow_float_ids=True"):
+    for part in (
+        "'ids' (float32)",
+        "'token_emb'",
+        "'token_and_position'",
+        "float16",
+        "mixed_float16",
+        "up to 2048",
+        "2049 -> 2048",
+        "19999 -> 20000 [out of range]",
+        'keras.Input(shape=(20,), dtype="int32")',
+        "allow_float_ids=True",
+    ):
         assert part in message, part
     assert raised.value.findings[0]["input"] == "ids"
 
@@ -107,16 +124,29 @@ def test_allow_float_ids_warns_and_returns_the_facts(mixed, caplog) -> None:
     with caplog.at_level(logging.WARNING, logger="accelkit"):
         found = checks.check_before_training(model, "mixed_float16", allow_float_ids=True)
     assert found[0]["cast_dtype"] == "float16"
-    assert "keras.Input(shape=(20,), dtype=\"int32\")" in caplog.text
+    assert 'keras.Input(shape=(20,), dtype="int32")' in caplog.text
 
 
 def test_the_first_batch_shows_how_many_ids_change(mixed) -> None:
     model, _ = text_transformer(name="ids")
-    expected = {"input": "ids", "max_id": 19990, "values": MAXLEN, "changed": 3,
-                "rounded_in": "float16", "exact_up_to": 2048, "example": [19990, 19984.0],
-                "cast_by": "token_and_position", "cast_dtype": "float16"}
-    for x in (batch("int64"), batch("float32"), {"ids": batch()}, [batch()],
-              keras.ops.convert_to_tensor(batch("int32"))):
+    expected = {
+        "input": "ids",
+        "max_id": 19990,
+        "values": MAXLEN,
+        "changed": 3,
+        "rounded_in": "float16",
+        "exact_up_to": 2048,
+        "example": [19990, 19984.0],
+        "cast_by": "token_and_position",
+        "cast_dtype": "float16",
+    }
+    for x in (
+        batch("int64"),
+        batch("float32"),
+        {"ids": batch()},
+        [batch()],
+        keras.ops.convert_to_tensor(batch("int32")),
+    ):
         found = checks.ids_exceed_float16(x, model)
         assert {k: found[k] for k in expected} == expected, type(x)
     small = np.full((1, MAXLEN), 2048, dtype="int64")
@@ -138,25 +168,28 @@ def test_a_float_input_straight_into_embedding_is_exact_and_not_reported(mixed) 
     model = keras.Model(inputs, embedding(inputs))
     out = keras.ops.convert_to_numpy(model(batch("float32")))[0]
     table = keras.ops.convert_to_numpy(embedding.embeddings)
-    assert np.array_equal(out[:len(IDS)], table[IDS].astype(out.dtype))
+    assert np.array_equal(out[: len(IDS)], table[IDS].astype(out.dtype))
     assert checks.float_ids(model) == []
 
 
 @pytest.mark.parametrize("between", ["lambda", "reshape", "cast", "lambda_then_int32"])
 def test_a_casting_op_between_input_and_embedding_is_found(mixed, between) -> None:
     inputs = keras.Input((MAXLEN,))
-    x = {"lambda": lambda t: keras.layers.Lambda(lambda v: v, name="lambda")(t),
-         "reshape": lambda t: keras.layers.Reshape((MAXLEN,), name="reshape")(t),
-         "cast": lambda t: keras.ops.cast(t, "float16"),
-         "lambda_then_int32": lambda t: keras.ops.cast(  # rounded before the int cast
-             keras.layers.Lambda(lambda v: v, name="lambda_then_int32")(t), "int32"),
-         }[between](inputs)
+    x = {
+        "lambda": lambda t: keras.layers.Lambda(lambda v: v, name="lambda")(t),
+        "reshape": lambda t: keras.layers.Reshape((MAXLEN,), name="reshape")(t),
+        "cast": lambda t: keras.ops.cast(t, "float16"),
+        "lambda_then_int32": lambda t: keras.ops.cast(  # rounded before the int cast
+            keras.layers.Lambda(lambda v: v, name="lambda_then_int32")(t), "int32"
+        ),
+    }[between](inputs)
     model = keras.Model(inputs, keras.layers.Embedding(VOCAB, 4, name="emb")(x))
     [found] = checks.float_ids(model)
     assert found["embedding"] == "emb" and found["cast_dtype"] == "float16"
     assert between in found["cast_by"]
-    cast_to_int = keras.Model(inputs, keras.layers.Embedding(VOCAB, 4)(
-        keras.ops.cast(inputs, "int32")))
+    cast_to_int = keras.Model(
+        inputs, keras.layers.Embedding(VOCAB, 4)(keras.ops.cast(inputs, "int32"))
+    )
     assert checks.float_ids(cast_to_int) == []
 
 
@@ -206,6 +239,7 @@ def test_a_cnn_has_no_finding(mixed) -> None:
 
 
 # -- 16-bit outputs ---------------------------------------------------------------------------
+
 
 def test_float16_outputs_are_named_until_a_float32_head(mixed) -> None:
     model, _ = text_transformer(dtype="int32")

@@ -40,14 +40,15 @@ def rows(path) -> list[dict[str, str]]:
 
 def test_history_and_csv_logger_record_each_epochs_figures(tmp_path) -> None:
     x, y = classification_data(640)  # 20 steps of 32 an epoch: two windows of 10
-    callback = accelkit.keras.ProfileCallback(CPU_PLAN, warmup=0, window=10,
-                                              tokens_per_sample=8)
+    callback = accelkit.keras.ProfileCallback(CPU_PLAN, warmup=0, window=10, tokens_per_sample=8)
     logger = keras.callbacks.CSVLogger(str(tmp_path / "log.csv"))
-    history = keras_models.mlp().fit(x, y, batch_size=32, epochs=3, verbose=0,
-                                     callbacks=[callback, logger])
+    history = keras_models.mlp().fit(
+        x, y, batch_size=32, epochs=3, verbose=0, callbacks=[callback, logger]
+    )
     for key in (SAMPLES_PER_SECOND, TOKENS_PER_SECOND, INPUT_WAIT_SHARE):
-        assert len(history.history[key]) == 3 and all(v > 0 or key == INPUT_WAIT_SHARE
-                                                       for v in history.history[key])
+        assert len(history.history[key]) == 3 and all(
+            v > 0 or key == INPUT_WAIT_SHARE for v in history.history[key]
+        )
     assert MFU not in history.history  # a CPU has no datasheet peak: left out, not None
     rates = history.history[SAMPLES_PER_SECOND]
     assert history.history[TOKENS_PER_SECOND] == pytest.approx([8 * r for r in rates])
@@ -63,9 +64,18 @@ def test_history_and_csv_logger_record_each_epochs_figures(tmp_path) -> None:
 def test_accelkit_fit_puts_its_callback_before_the_users_csv_logger(tmp_path) -> None:
     x, y = classification_data(640)
     path = tmp_path / "log.csv"
-    report = accelkit.keras.fit(keras_models.mlp(), x, y, batch_size=32, epochs=2, verbose=0,
-                                plan=CPU_PLAN, warmup=0, window=10,
-                                callbacks=[keras.callbacks.CSVLogger(str(path))])
+    report = accelkit.keras.fit(
+        keras_models.mlp(),
+        x,
+        y,
+        batch_size=32,
+        epochs=2,
+        verbose=0,
+        plan=CPU_PLAN,
+        warmup=0,
+        window=10,
+        callbacks=[keras.callbacks.CSVLogger(str(path))],
+    )
     assert SAMPLES_PER_SECOND in rows(path)[0]
     assert len(report.history[SAMPLES_PER_SECOND]) == 2
 
@@ -73,8 +83,11 @@ def test_accelkit_fit_puts_its_callback_before_the_users_csv_logger(tmp_path) ->
 def test_steps_per_execution_counts_every_batch_of_the_epoch() -> None:
     x, y = classification_data(640)
     model = keras_models.mlp()
-    model.compile(optimizer="adam", steps_per_execution=5,
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer="adam",
+        steps_per_execution=5,
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     callback = accelkit.keras.ProfileCallback(CPU_PLAN, warmup=0, window=10)
     history = model.fit(x, y, batch_size=32, epochs=3, verbose=0, callbacks=[callback])
     rates = history.history[SAMPLES_PER_SECOND]
@@ -87,8 +100,14 @@ def test_steps_per_execution_counts_every_batch_of_the_epoch() -> None:
 
 def test_an_epoch_where_no_window_ended_adds_nothing() -> None:
     x, y = classification_data(128)  # 4 steps an epoch, a window of 50
-    history = keras_models.mlp().fit(x, y, batch_size=32, epochs=2, verbose=0,
-                                     callbacks=[accelkit.keras.ProfileCallback(CPU_PLAN)])
+    history = keras_models.mlp().fit(
+        x,
+        y,
+        batch_size=32,
+        epochs=2,
+        verbose=0,
+        callbacks=[accelkit.keras.ProfileCallback(CPU_PLAN)],
+    )
     assert not any(key.startswith("accelkit_") for key in history.history)
 
 

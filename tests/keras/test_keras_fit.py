@@ -19,8 +19,10 @@ keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
 
 CPU_PLAN = plan(HardwareInfo(source="snapshot"), Request(framework="tensorflow"))
-T4_PLAN = plan(HardwareInfo(gpus=(GpuInfo(0, "Tesla T4", compute_capability=(7, 5)),)),
-               Request(framework="tensorflow"))
+T4_PLAN = plan(
+    HardwareInfo(gpus=(GpuInfo(0, "Tesla T4", compute_capability=(7, 5)),)),
+    Request(framework="tensorflow"),
+)
 
 
 class Boom(Exception):
@@ -50,9 +52,11 @@ def test_fit_learns_and_reports_consistent_figures() -> None:
     # both kernel gradients and the second layer's input gradient.
     assert report.flops_per_step == 2 * 32 * (16 * 64 + 64 * 4) * 2 + 2 * 32 * 64 * 4
     assert report.achieved_tflops == pytest.approx(
-        report.flops_per_step * report.steady_steps / report.steady_seconds / 1e12)
+        report.flops_per_step * report.steady_steps / report.steady_seconds / 1e12
+    )
     assert report.samples_per_second == pytest.approx(
-        32 * report.steady_steps / report.steady_seconds)
+        32 * report.steady_steps / report.steady_seconds
+    )
     assert 0 <= report.input_wait_share < 1
     assert report.framework == "tensorflow" and report.device == "cpu"
 
@@ -60,8 +64,9 @@ def test_fit_learns_and_reports_consistent_figures() -> None:
 def test_tf_data_input_and_tokens_per_sample() -> None:
     x, y = classification_data()
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(64).prefetch(2)
-    report = accelkit.keras.fit(mlp(), dataset, epochs=2, verbose=0, plan=CPU_PLAN,
-                                tokens_per_sample=16)
+    report = accelkit.keras.fit(
+        mlp(), dataset, epochs=2, verbose=0, plan=CPU_PLAN, tokens_per_sample=16
+    )
     assert report.steps == 2 * 16
     assert report.tokens_per_second == pytest.approx(report.samples_per_second * 16)
 
@@ -70,13 +75,11 @@ def test_a_slow_input_pipeline_shows_as_input_wait() -> None:
     x, y = classification_data(256)
 
     def slow(xb, yb):
-        return tf.py_function(lambda a: (__import__("time").sleep(0.2), a)[1], [xb],
-                              tf.float32), yb
+        return tf.py_function(lambda a: (__import__("time").sleep(0.2), a)[1], [xb], tf.float32), yb
 
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(32).map(slow)
     dataset = dataset.map(lambda a, b: (tf.ensure_shape(a, (None, 16)), b))
-    report = accelkit.keras.fit(mlp(), dataset, epochs=2, verbose=0, plan=CPU_PLAN,
-                                warmup=1)
+    report = accelkit.keras.fit(mlp(), dataset, epochs=2, verbose=0, plan=CPU_PLAN, warmup=1)
     # 200 ms of loading against a step of a few ms (tens on a loaded 2-core machine: at
     # 50 ms the share fell to 0.39 there); Keras' own per-step work is the rest.
     assert report.input_wait_share > 0.4
@@ -89,8 +92,7 @@ def test_mixed_policy_model_gets_a_float32_head_and_still_learns() -> None:
     assert model.outputs[0].dtype == "float16"
     x, y = classification_data()
     with pytest.warns(UserWarning, match="float32"):
-        report = accelkit.keras.fit(model, x, y, batch_size=32, epochs=3, verbose=0,
-                                    plan=T4_PLAN)
+        report = accelkit.keras.fit(model, x, y, batch_size=32, epochs=3, verbose=0, plan=T4_PLAN)
     assert "float32 output head" in report.notes["model"]
     assert report.losses[-1] < report.losses[0]
     assert report.precision == "fp16"
@@ -114,8 +116,9 @@ def test_user_errors_propagate_unchanged() -> None:
 
     x, y = classification_data()
     with pytest.raises(Boom, match="user's callback"):
-        accelkit.keras.fit(mlp(), x, y, batch_size=32, verbose=0, plan=CPU_PLAN,
-                           callbacks=[Failing()])
+        accelkit.keras.fit(
+            mlp(), x, y, batch_size=32, verbose=0, plan=CPU_PLAN, callbacks=[Failing()]
+        )
     assert not [t for t in threading.enumerate() if t.name == "accelkit-nvml"]
 
 
@@ -126,8 +129,9 @@ def test_keyboard_interrupt_leaves_a_partial_report() -> None:
                 raise KeyboardInterrupt
 
     x, y = classification_data()
-    report = accelkit.keras.fit(mlp(), x, y, batch_size=32, verbose=0, plan=CPU_PLAN,
-                                callbacks=[Interrupt()])
+    report = accelkit.keras.fit(
+        mlp(), x, y, batch_size=32, verbose=0, plan=CPU_PLAN, callbacks=[Interrupt()]
+    )
     assert report.interrupted and report.steps == 10
 
 
@@ -203,4 +207,5 @@ def test_the_callback_leaves_keras_async_dispatch_alone() -> None:
     # callback counts steps in the train function instead, and has no such hook.
     for hook in ("on_batch_end", "on_train_batch_end", "on_train_batch_begin"):
         assert getattr(accelkit.keras.ProfileCallback, hook) is getattr(
-            keras.callbacks.Callback, hook)
+            keras.callbacks.Callback, hook
+        )

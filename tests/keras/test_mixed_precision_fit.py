@@ -19,8 +19,10 @@ pytestmark = pytest.mark.tensorflow
 keras = pytest.importorskip("keras")
 pytest.importorskip("tensorflow")
 
-T4_PLAN = plan(HardwareInfo(gpus=(GpuInfo(0, "Tesla T4", compute_capability=(7, 5)),)),
-               Request(framework="tensorflow"))  # mixed_float16
+T4_PLAN = plan(
+    HardwareInfo(gpus=(GpuInfo(0, "Tesla T4", compute_capability=(7, 5)),)),
+    Request(framework="tensorflow"),
+)  # mixed_float16
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +34,7 @@ def policy_kept():
 def _token_data(n: int = 64) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)
     x = rng.integers(0, VOCAB, size=(n, MAXLEN)).astype("float32")  # ids as keras-io feeds them
-    x[0, :len(IDS)] = IDS
+    x[0, : len(IDS)] = IDS
     return x, rng.integers(0, 2, size=n)
 
 
@@ -57,8 +59,9 @@ def test_fit_told_to_allow_them_trains_with_a_critical_verdict() -> None:
     accelkit.apply(T4_PLAN)
     model, _ = text_transformer()
     x, y = _token_data()
-    report = accelkit.keras.fit(_compiled(model), x, y, batch_size=16, epochs=1, verbose=0,
-                                allow_float_ids=True)
+    report = accelkit.keras.fit(
+        _compiled(model), x, y, batch_size=16, epochs=1, verbose=0, allow_float_ids=True
+    )
     assert _advice_ids(report).get("float_ids") == "critical"
     assert report.facts["float_id_inputs"] and report.facts["ids_over_float16"]["changed"]
 
@@ -67,8 +70,9 @@ def test_int32_ids_train_under_mixed_float16_without_a_verdict() -> None:
     accelkit.apply(T4_PLAN)
     model, _ = text_transformer(dtype="int32")
     x, y = _token_data()
-    report = accelkit.keras.fit(_compiled(model), x.astype("int32"), y, batch_size=16,
-                                epochs=1, verbose=0)
+    report = accelkit.keras.fit(
+        _compiled(model), x.astype("int32"), y, batch_size=16, epochs=1, verbose=0
+    )
     assert "float_ids" not in _advice_ids(report)
     assert report.precision == "fp16"
 
@@ -108,14 +112,16 @@ def test_an_unknown_fit_argument_is_the_users_error_not_ours() -> None:
 def test_a_keras_io_cnn_trains_in_fp16_with_a_float32_head_and_no_critical_verdict() -> None:
     # keras-io's "Simple MNIST convnet", small, under an applied T4 plan (mixed_float16).
     accelkit.apply(T4_PLAN)
-    model = keras.Sequential([
-        keras.Input(shape=(28, 28, 1)),
-        keras.layers.Conv2D(8, kernel_size=(3, 3), activation="relu"),
-        keras.layers.MaxPooling2D(pool_size=(2, 2)),
-        keras.layers.Flatten(),
-        keras.layers.Dropout(0.5),
-        keras.layers.Dense(10, activation="softmax"),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input(shape=(28, 28, 1)),
+            keras.layers.Conv2D(8, kernel_size=(3, 3), activation="relu"),
+            keras.layers.MaxPooling2D(pool_size=(2, 2)),
+            keras.layers.Flatten(),
+            keras.layers.Dropout(0.5),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
     model.compile(loss="sparse_categorical_crossentropy", optimizer="adam")
     rng = np.random.default_rng(0)
     x = rng.random((64, 28, 28, 1), dtype=np.float32)

@@ -44,8 +44,14 @@ SCRIPT = textwrap.dedent("""
 
 def test_the_callback_measures_on_the_pytorch_backend_without_tensorflow() -> None:
     env = {**os.environ, "KERAS_BACKEND": "torch", "PYTHONPATH": str(SRC)}
-    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                          env=env, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     report = result["report"]

@@ -31,9 +31,11 @@ def float32_policy():
 
 def mlp(steps_per_execution: int = 1):
     model = keras_models.mlp()
-    model.compile(optimizer=keras.optimizers.Adam(1e-2),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  steps_per_execution=steps_per_execution)
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-2),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        steps_per_execution=steps_per_execution,
+    )
     return model
 
 
@@ -43,10 +45,12 @@ def assert_consistent(report, optimizer_steps: int) -> None:
     assert report.steady_steps == report.steps - report.warmup_steps > 0
     assert report.batch_size == 32
     assert report.samples_per_second == pytest.approx(
-        32 * report.steady_steps / report.steady_seconds)
+        32 * report.steady_steps / report.steady_seconds
+    )
     assert report.flops_per_step == FLOPS_32
     assert report.achieved_tflops == pytest.approx(
-        FLOPS_32 * report.steady_steps / report.steady_seconds / 1e12)
+        FLOPS_32 * report.steady_steps / report.steady_seconds / 1e12
+    )
 
 
 # 10 batches of 32 an epoch: 4 runs calls of 4, 4, 2 (Keras' shorter last call), 5 divides it.
@@ -59,8 +63,10 @@ def test_any_steps_per_execution_counts_every_batch(steps_per_execution: int) ->
     assert_consistent(report, 30)
     assert report.losses[-1] < report.losses[0]
     if steps_per_execution > 1:  # batches fetched inside Keras' loop: no wait to time
-        assert report.input_wait_share is None and "steps_per_execution" in report.notes[
-            "input_wait_share"]
+        assert (
+            report.input_wait_share is None
+            and "steps_per_execution" in report.notes["input_wait_share"]
+        )
 
 
 def test_profile_callback_counts_a_tf_data_fit_with_steps_per_execution() -> None:
@@ -88,8 +94,11 @@ def test_a_fit_of_no_epochs_is_refused_before_training(epochs) -> None:
 @pytest.mark.parametrize("kind", ["arrays", "dataset"])
 def test_data_that_yields_no_batch_is_a_clear_error(kind: str) -> None:
     x, y = classification_data(64)
-    data = ((x[:0], y[:0]) if kind == "arrays"
-            else (tf.data.Dataset.from_tensor_slices((x, y)).take(0).batch(8), None))
+    data = (
+        (x[:0], y[:0])
+        if kind == "arrays"
+        else (tf.data.Dataset.from_tensor_slices((x, y)).take(0).batch(8), None)
+    )
     with pytest.raises(ValueError, match="yielded no batch"):
         accelkit.keras.fit(mlp(), *data, epochs=1, verbose=0, plan=CPU_PLAN)
 
@@ -102,11 +111,19 @@ def test_one_callback_is_taken_as_keras_takes_it() -> None:
             Counting.epochs += 1
 
     x, y = classification_data(64)
-    report = accelkit.keras.fit(mlp(), x, y, epochs=2, verbose=0, plan=CPU_PLAN,
-                                callbacks=Counting())
+    report = accelkit.keras.fit(
+        mlp(), x, y, epochs=2, verbose=0, plan=CPU_PLAN, callbacks=Counting()
+    )
     assert Counting.epochs == 2 and report.steps == 4
-    accelkit.keras.fit(mlp(), x, y, epochs=1, verbose=0, plan=CPU_PLAN,
-                       callbacks=keras.callbacks.CallbackList([Counting()]))
+    accelkit.keras.fit(
+        mlp(),
+        x,
+        y,
+        epochs=1,
+        verbose=0,
+        plan=CPU_PLAN,
+        callbacks=keras.callbacks.CallbackList([Counting()]),
+    )
     assert Counting.epochs == 3
 
 
@@ -124,7 +141,7 @@ class InterruptedAt(keras.utils.PyDataset):
     def __getitem__(self, i: int):
         if i == self.at:
             raise KeyboardInterrupt
-        return self.x[32 * i:32 * (i + 1)], self.y[32 * i:32 * (i + 1)]
+        return self.x[32 * i : 32 * (i + 1)], self.y[32 * i : 32 * (i + 1)]
 
 
 def test_a_keyboard_interrupt_in_a_py_dataset_leaves_a_partial_report() -> None:
@@ -140,7 +157,7 @@ def test_a_keyboard_interrupt_in_a_generator_leaves_a_partial_report() -> None:
         for i in range(8):
             if i == 5:
                 raise KeyboardInterrupt
-            yield x[32 * i:32 * (i + 1)], y[32 * i:32 * (i + 1)]
+            yield x[32 * i : 32 * (i + 1)], y[32 * i : 32 * (i + 1)]
 
     report = accelkit.keras.fit(mlp(), batches(), epochs=1, verbose=0, plan=CPU_PLAN)
     assert report.interrupted and 1 <= report.steps <= 5
@@ -161,6 +178,7 @@ def test_other_pipeline_errors_still_propagate() -> None:
 def test_zero_samples_is_not_mistaken_for_np_empty() -> None:
     # A fit of one batch still trains and reports (the no-batch check counts steps only).
     x, y = classification_data(32)
-    report = accelkit.keras.fit(mlp(), x, y, batch_size=32, epochs=1, verbose=0,
-                                plan=CPU_PLAN, warmup=0)
+    report = accelkit.keras.fit(
+        mlp(), x, y, batch_size=32, epochs=1, verbose=0, plan=CPU_PLAN, warmup=0
+    )
     assert report.steps == 1 and np.isfinite(report.losses[0])

@@ -29,8 +29,9 @@ class Classifier(pl.LightningModule):
 
     def __init__(self, fail_at: int | None = None) -> None:
         super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
-                                       torch.nn.Linear(32, 4))
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)
+        )
         self.fail_at = fail_at
 
     def training_step(self, batch, batch_idx):
@@ -47,9 +48,16 @@ class Classifier(pl.LightningModule):
 
 def _trainer(tmp_path, callback, **kwargs):
     logger = pl.loggers.CSVLogger(tmp_path, name="run")
-    return pl.Trainer(accelerator="cpu", devices=1, callbacks=[callback], logger=logger,
-                      enable_checkpointing=False, enable_progress_bar=False,
-                      enable_model_summary=False, **kwargs)
+    return pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        callbacks=[callback],
+        logger=logger,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **kwargs,
+    )
 
 
 def _sampler_threads():
@@ -66,9 +74,12 @@ def test_fit_logs_window_figures_and_reports(tmp_path) -> None:
     assert report.steps == trainer.global_step == 16
     assert report.epochs == 2
     assert report.samples_per_second > 0
-    expected = count_train_step_flops(Classifier().net, torch.randn(32, 16),
-                                      torch.randint(0, 4, (32,)),
-                                      torch.nn.functional.cross_entropy).total
+    expected = count_train_step_flops(
+        Classifier().net,
+        torch.randn(32, 16),
+        torch.randint(0, 4, (32,)),
+        torch.nn.functional.cross_entropy,
+    ).total
     assert report.flops_per_step == expected
     assert isinstance(report.advice, list)
 
@@ -107,29 +118,52 @@ def test_given_flops_are_not_counted(tmp_path) -> None:
     assert callback.report.steps == 3
 
 
-@pytest.mark.parametrize(("gpu", "expected"), [
-    ("A100-SXM4-80GB", {"precision": "bf16-mixed", "accelerator": "gpu", "devices": 1,
-                        "strategy": "auto"}),
-    ("Tesla T4", {"precision": "16-mixed", "accelerator": "gpu", "devices": 1,
-                  "strategy": "auto"}),
-    (None, {"precision": "32-true", "accelerator": "cpu", "devices": 1, "strategy": "auto"}),
-])
+@pytest.mark.parametrize(
+    ("gpu", "expected"),
+    [
+        (
+            "A100-SXM4-80GB",
+            {"precision": "bf16-mixed", "accelerator": "gpu", "devices": 1, "strategy": "auto"},
+        ),
+        (
+            "Tesla T4",
+            {"precision": "16-mixed", "accelerator": "gpu", "devices": 1, "strategy": "auto"},
+        ),
+        (None, {"precision": "32-true", "accelerator": "cpu", "devices": 1, "strategy": "auto"}),
+    ],
+)
 def test_trainer_kwargs(gpu, expected) -> None:
     assert trainer_kwargs(accelkit.plan_for(gpu)) == expected
 
 
 def test_trainer_kwargs_under_torchrun_is_ddp() -> None:
-    environ = {"RANK": "0", "WORLD_SIZE": "16", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "8",
-               "MASTER_ADDR": "node0", "MASTER_PORT": "29500"}
+    environ = {
+        "RANK": "0",
+        "WORLD_SIZE": "16",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "8",
+        "MASTER_ADDR": "node0",
+        "MASTER_PORT": "29500",
+    }
     kwargs = trainer_kwargs(accelkit.plan_for("H100-SXM5-80GB", 8, environ=environ))
-    assert kwargs == {"precision": "bf16-mixed", "accelerator": "gpu", "devices": 8,
-                      "strategy": "ddp"}
+    assert kwargs == {
+        "precision": "bf16-mixed",
+        "accelerator": "gpu",
+        "devices": 8,
+        "strategy": "ddp",
+    }
 
 
 def test_cpu_trainer_kwargs_run_a_fit(tmp_path) -> None:
     callback = AccelkitCallback(CPU_PLAN, warmup=0, window=2)
     logger = pl.loggers.CSVLogger(tmp_path)
     kwargs = trainer_kwargs(CPU_PLAN)
-    pl.Trainer(callbacks=[callback], logger=logger, max_steps=4, enable_progress_bar=False,
-               enable_checkpointing=False, **kwargs).fit(Classifier(), separable(n=256))
+    pl.Trainer(
+        callbacks=[callback],
+        logger=logger,
+        max_steps=4,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        **kwargs,
+    ).fit(Classifier(), separable(n=256))
     assert callback.report.steps == 4

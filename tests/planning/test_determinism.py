@@ -8,8 +8,9 @@ from accelkit.hardware.info import GpuInfo, HardwareInfo
 from accelkit.planning import Request, plan
 from accelkit.planning.keys import Key
 
-A100 = HardwareInfo(gpus=(GpuInfo(0, "NVIDIA A100-SXM4-80GB", compute_capability=(8, 0)),),
-                    source="snapshot")
+A100 = HardwareInfo(
+    gpus=(GpuInfo(0, "NVIDIA A100-SXM4-80GB", compute_capability=(8, 0)),), source="snapshot"
+)
 
 
 def test_deterministic_plans_cudnn_benchmark_off_with_its_reason() -> None:

@@ -14,22 +14,33 @@ from accelkit.planning import Request, Status, plan
 from accelkit.planning.keys import ADAPTER, REGISTRY, CrossDevice, Key, Kind, Phase
 from accelkit.planning.types import Plan
 
-GPUS = [None, "Tesla P100-PCIE-16GB", "Tesla T4", "A100-SXM4-80GB", "GeForce RTX 4090",
-        "NVIDIA H200"]
+GPUS = [
+    None,
+    "Tesla P100-PCIE-16GB",
+    "Tesla T4",
+    "A100-SXM4-80GB",
+    "GeForce RTX 4090",
+    "NVIDIA H200",
+]
 LAUNCHERS = [
     {},
     {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"},
-    {"TF_CONFIG": json.dumps({"cluster": {"worker": ["a:1", "b:2"]},
-                              "task": {"type": "worker", "index": 0}})},
+    {
+        "TF_CONFIG": json.dumps(
+            {"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 0}}
+        )
+    },
 ]
 NO_P2P = HardwareInfo(
-    gpus=tuple(GpuInfo(i, "NVIDIA GeForce RTX 4090", compute_capability=(8, 9))
-               for i in range(2)),
+    gpus=tuple(GpuInfo(i, "NVIDIA GeForce RTX 4090", compute_capability=(8, 9)) for i in range(2)),
     links=(Link(0, 1, p2p=False),),
     launcher=LauncherEnv(rank=0, local_rank=0, world_size=4, local_world_size=2),
-    source="snapshot")
-MIG = HardwareInfo(gpus=(GpuInfo(0, "NVIDIA A100-SXM4-80GB", compute_capability=(8, 0),
-                                 mig_enabled=True),), source="snapshot")
+    source="snapshot",
+)
+MIG = HardwareInfo(
+    gpus=(GpuInfo(0, "NVIDIA A100-SXM4-80GB", compute_capability=(8, 0), mig_enabled=True),),
+    source="snapshot",
+)
 
 
 def _plans() -> list[Plan]:
@@ -40,9 +51,11 @@ def _plans() -> list[Plan]:
             continue
         hardware = what_if(gpu, count, environ=environ)
         for framework, precision, compile in itertools.product(
-                ("torch", "tensorflow"), ("auto", "fp32", "fp16"), (False, True)):
-            found.append(plan(hardware, Request(framework=framework, precision=precision,
-                                                compile=compile)))
+            ("torch", "tensorflow"), ("auto", "fp32", "fp16"), (False, True)
+        ):
+            found.append(
+                plan(hardware, Request(framework=framework, precision=precision, compile=compile))
+            )
     for hardware in (NO_P2P, MIG):
         found += [plan(hardware, Request(framework=f)) for f in ("torch", "tensorflow")]
     return found
@@ -70,8 +83,11 @@ def test_every_key_is_registered_and_every_registered_key_can_be_emitted() -> No
 @pytest.mark.parametrize("framework", ["torch", "tensorflow"])
 def test_each_adapter_applies_exactly_the_keys_the_registry_gives_it(framework) -> None:
     pytest.importorskip("torch" if framework == "torch" else "tensorflow")
-    given = {key for key, entry in REGISTRY.items()
-             if entry.by_adapter and entry.framework in (framework, "any")}
+    given = {
+        key
+        for key, entry in REGISTRY.items()
+        if entry.by_adapter and entry.framework in (framework, "any")
+    }
     applied = set(_appliers(framework))
     # Environment variables without an applier of their own are set by `apply_env`.
     plain_env = {key for key in given - applied if REGISTRY[key].kind is Kind.ENV}
@@ -108,7 +124,9 @@ def test_the_tensorflow_cross_device_choice_is_a_typed_value() -> None:
     values = {p.value(Key.TF_STRATEGY) for p in PLANS if p.get(Key.TF_STRATEGY)}
     assert values == set(CrossDevice)
     assert plan(NO_P2P, Request(framework="tensorflow")).value(Key.TF_STRATEGY) in (
-        CrossDevice.HIERARCHICAL_COPY, CrossDevice.NCCL)
+        CrossDevice.HIERARCHICAL_COPY,
+        CrossDevice.NCCL,
+    )
 
 
 def test_compile_is_one_decision() -> None:

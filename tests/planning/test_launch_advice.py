@@ -16,8 +16,13 @@ GPUS = sorted({row.name for row in specs.all_specs()})
 
 
 def _launched(gpu: str, count: int):
-    environ = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(count),
-               "LOCAL_WORLD_SIZE": str(count), "MASTER_ADDR": "localhost"}
+    environ = {
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": str(count),
+        "LOCAL_WORLD_SIZE": str(count),
+        "MASTER_ADDR": "localhost",
+    }
     return plan_for(gpu, count, environ=environ)
 
 
@@ -43,7 +48,7 @@ def test_past_one_server_the_launch_spans_servers() -> None:
 @given(gpu=st.sampled_from(GPUS), count=st.integers(2, MAX_GPUS_PER_NODE))
 def test_the_launch_advice_sets_what_the_launched_plan_sets(gpu, count) -> None:
     words = shlex.split(plan_for(gpu, count).get("launch").value)
-    prefix = dict(w.split("=", 1) for w in words[:words.index("torchrun")])
+    prefix = dict(w.split("=", 1) for w in words[: words.index("torchrun")])
     launched = {k: v for k, v in _launched(gpu, count).env.items() if k.startswith("NCCL_")}
     assert prefix == launched
     assert not set(prefix) & NEVER_SET

@@ -27,15 +27,31 @@ GENERATIONS = {
 }
 
 
-def make_hardware(name: str, cc: tuple[int, int], count: int = 1, *, p2p: bool | None = True,
-                  nvlink: bool = False, environ: dict | None = None, mig: bool = False,
-                  infiniband: bool = False) -> HardwareInfo:
-    gpus = tuple(GpuInfo(index=i, name=name, compute_capability=cc, memory_bytes=80 * 10**9,
-                         mig_enabled=mig) for i in range(count))
-    links = tuple(Link(a, b, p2p=p2p, nvlink=nvlink)
-                  for a, b in itertools.combinations(range(count), 2))
-    return HardwareInfo(gpus=gpus, links=links, launcher=LauncherEnv(**(environ or {})),
-                        infiniband=infiniband, source="snapshot")
+def make_hardware(
+    name: str,
+    cc: tuple[int, int],
+    count: int = 1,
+    *,
+    p2p: bool | None = True,
+    nvlink: bool = False,
+    environ: dict | None = None,
+    mig: bool = False,
+    infiniband: bool = False,
+) -> HardwareInfo:
+    gpus = tuple(
+        GpuInfo(index=i, name=name, compute_capability=cc, memory_bytes=80 * 10**9, mig_enabled=mig)
+        for i in range(count)
+    )
+    links = tuple(
+        Link(a, b, p2p=p2p, nvlink=nvlink) for a, b in itertools.combinations(range(count), 2)
+    )
+    return HardwareInfo(
+        gpus=gpus,
+        links=links,
+        launcher=LauncherEnv(**(environ or {})),
+        infiniband=infiniband,
+        source="snapshot",
+    )
 
 
 CPU = HardwareInfo(source="snapshot")
@@ -44,16 +60,30 @@ TORCHRUN_2x8 = {"rank": 3, "local_rank": 3, "world_size": 16, "local_world_size"
 TF_CONFIG_2 = {"tf_config_workers": 2, "tf_config_task": "worker:0"}
 
 TORCH_PRECISION = {
-    "pascal": Precision.FP32, "volta": Precision.FP16, "turing": Precision.FP16,
-    "turing-geforce": Precision.FP16, "ampere": Precision.BF16, "ampere-ga10x": Precision.BF16,
-    "ada": Precision.BF16, "ada-geforce": Precision.BF16, "hopper": Precision.BF16,
-    "blackwell": Precision.BF16, "blackwell-geforce": Precision.BF16,
+    "pascal": Precision.FP32,
+    "volta": Precision.FP16,
+    "turing": Precision.FP16,
+    "turing-geforce": Precision.FP16,
+    "ampere": Precision.BF16,
+    "ampere-ga10x": Precision.BF16,
+    "ada": Precision.BF16,
+    "ada-geforce": Precision.BF16,
+    "hopper": Precision.BF16,
+    "blackwell": Precision.BF16,
+    "blackwell-geforce": Precision.BF16,
 }
 TF_POLICY = {
-    "pascal": "float32", "volta": "mixed_float16", "turing": "mixed_float16",
-    "turing-geforce": "mixed_float16", "ampere": "mixed_float16",
-    "ampere-ga10x": "mixed_float16", "ada": "mixed_float16", "ada-geforce": "mixed_float16",
-    "hopper": "mixed_float16", "blackwell": "mixed_float16", "blackwell-geforce": "mixed_float16",
+    "pascal": "float32",
+    "volta": "mixed_float16",
+    "turing": "mixed_float16",
+    "turing-geforce": "mixed_float16",
+    "ampere": "mixed_float16",
+    "ampere-ga10x": "mixed_float16",
+    "ada": "mixed_float16",
+    "ada-geforce": "mixed_float16",
+    "hopper": "mixed_float16",
+    "blackwell": "mixed_float16",
+    "blackwell-geforce": "mixed_float16",
 }
 
 
@@ -87,8 +117,9 @@ def test_tensorflow_policy_by_generation(generation: str, count: int) -> None:
     mixed = TF_POLICY[generation] != "float32"
     assert (result.get("keras.float32_head") is not None) == mixed
     assert result.value("tf.config.experimental.set_memory_growth") is True
-    assert (result.get("tf.config.experimental.enable_tensor_float_32_execution")
-            is not None) == (cc >= (8, 0))
+    assert (result.get("tf.config.experimental.enable_tensor_float_32_execution") is not None) == (
+        cc >= (8, 0)
+    )
     expected = Distribution.MIRRORED if count > 1 else Distribution.NONE
     assert result.distribution is expected
 
@@ -112,10 +143,13 @@ def test_tf32_request_on_volta_raises() -> None:
 
 
 def test_mixed_generations_plan_for_the_oldest() -> None:
-    hardware = HardwareInfo(gpus=(
-        GpuInfo(0, "NVIDIA A100-SXM4-80GB", compute_capability=(8, 0)),
-        GpuInfo(1, "Tesla V100-SXM2-32GB", compute_capability=(7, 0)),
-    ), links=(Link(0, 1, p2p=True),))
+    hardware = HardwareInfo(
+        gpus=(
+            GpuInfo(0, "NVIDIA A100-SXM4-80GB", compute_capability=(8, 0)),
+            GpuInfo(1, "Tesla V100-SXM2-32GB", compute_capability=(7, 0)),
+        ),
+        links=(Link(0, 1, p2p=True),),
+    )
     result = plan(hardware, Request())
     assert result.precision is Precision.FP16
     assert result.get("torch.backends.cuda.matmul.allow_tf32") is None
@@ -137,8 +171,9 @@ def test_tf32_request_keeps_fp32_tensors_with_tf32_on() -> None:
 
 
 def test_tensorflow_bf16_on_request() -> None:
-    result = plan(make_hardware("NVIDIA H200", (9, 0)),
-                  Request(framework="tensorflow", precision="bf16"))
+    result = plan(
+        make_hardware("NVIDIA H200", (9, 0)), Request(framework="tensorflow", precision="bf16")
+    )
     assert result.value("keras.mixed_precision.global_policy") == "mixed_bfloat16"
     assert result.get("keras.loss_scale") is None
 
@@ -159,6 +194,7 @@ def test_unknown_compute_capability_is_fp32() -> None:
 
 # -- distribution ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("count", [2, 4, 8])
 def test_torch_several_gpus_without_launcher_advises_torchrun(count: int) -> None:
     result = plan(make_hardware("NVIDIA H200", (9, 0), count, nvlink=True), Request())
@@ -170,8 +206,9 @@ def test_torch_several_gpus_without_launcher_advises_torchrun(count: int) -> Non
 
 
 def test_torch_under_torchrun_uses_nccl_ddp_on_local_rank() -> None:
-    hardware = make_hardware("NVIDIA H200", (9, 0), 8, nvlink=True,
-                             environ=TORCHRUN_2x8, infiniband=True)
+    hardware = make_hardware(
+        "NVIDIA H200", (9, 0), 8, nvlink=True, environ=TORCHRUN_2x8, infiniband=True
+    )
     result = plan(hardware, Request())
     assert result.distribution is Distribution.DDP
     assert result.value("torch.distributed.backend") == "nccl"
@@ -190,8 +227,13 @@ def test_torchrun_on_cpu_uses_gloo() -> None:
 
 
 def test_no_peer_to_peer_disables_nccl_p2p_with_the_pairs() -> None:
-    hardware = make_hardware("NVIDIA GeForce RTX 4090", (8, 9), 4, p2p=False,
-                             environ={**TORCHRUN_2, "world_size": 4, "local_world_size": 4})
+    hardware = make_hardware(
+        "NVIDIA GeForce RTX 4090",
+        (8, 9),
+        4,
+        p2p=False,
+        environ={**TORCHRUN_2, "world_size": 4, "local_world_size": 4},
+    )
     result = plan(hardware, Request())
     setting = result.get("NCCL_P2P_DISABLE")
     assert setting.value == "1" and setting.kind == "env"
@@ -208,21 +250,27 @@ def test_multi_node_without_infiniband_advises_socket_interface() -> None:
 
 
 def test_tensorflow_mirrored_uses_nccl_where_peers_reach() -> None:
-    result = plan(make_hardware("NVIDIA A100-SXM4-80GB", (8, 0), 4, nvlink=True),
-                  Request(framework="tensorflow"))
+    result = plan(
+        make_hardware("NVIDIA A100-SXM4-80GB", (8, 0), 4, nvlink=True),
+        Request(framework="tensorflow"),
+    )
     assert result.distribution is Distribution.MIRRORED
     assert "NcclAllReduce" in result.value("tf.distribute.Strategy")
 
 
 def test_tensorflow_mirrored_without_p2p_uses_hierarchical_copy() -> None:
-    result = plan(make_hardware("NVIDIA GeForce RTX 4090", (8, 9), 2, p2p=False),
-                  Request(framework="tensorflow"))
+    result = plan(
+        make_hardware("NVIDIA GeForce RTX 4090", (8, 9), 2, p2p=False),
+        Request(framework="tensorflow"),
+    )
     assert "HierarchicalCopyAllReduce" in result.value("tf.distribute.Strategy")
 
 
 def test_tensorflow_tf_config_is_multi_worker() -> None:
-    result = plan(make_hardware("NVIDIA H100 80GB HBM3", (9, 0), 8, environ=TF_CONFIG_2),
-                  Request(framework="tensorflow"))
+    result = plan(
+        make_hardware("NVIDIA H100 80GB HBM3", (9, 0), 8, environ=TF_CONFIG_2),
+        Request(framework="tensorflow"),
+    )
     assert result.distribution is Distribution.MULTI_WORKER_MIRRORED
     assert "NCCL" in result.value("tf.distribute.Strategy")
     assert "2 workers" in result.get("tf.distribute.Strategy").reason
@@ -236,8 +284,9 @@ def test_tf_config_on_cpu_uses_ring() -> None:
 
 
 def test_mig_means_one_slice_per_process() -> None:
-    result = plan(make_hardware("NVIDIA A100-SXM4-80GB", (8, 0), 2, mig=True,
-                                environ=TORCHRUN_2), Request())
+    result = plan(
+        make_hardware("NVIDIA A100-SXM4-80GB", (8, 0), 2, mig=True, environ=TORCHRUN_2), Request()
+    )
     assert result.distribution is Distribution.NONE
     assert "MIG" in result.get("distribution").reason
 
@@ -258,18 +307,23 @@ def test_never_sets_nvlink_multicast(framework: str, generation: str) -> None:
     name, cc = GENERATIONS[generation]
     for environ in (None, TORCHRUN_2x8, TF_CONFIG_2):
         for p2p in (True, False):
-            result = plan(make_hardware(name, cc, 8, p2p=p2p, environ=environ),
-                          Request(framework=framework))
+            result = plan(
+                make_hardware(name, cc, 8, p2p=p2p, environ=environ), Request(framework=framework)
+            )
             assert not NEVER_SET & set(result.env)
 
 
 # -- requests and plans as data ---------------------------------------------------------
 
-@pytest.mark.parametrize("field, value, valid", [
-    ("precision", "float16", "'bf16'"),
-    ("framework", "jax", "'tensorflow'"),
-    ("distribute", "fsdp", "'mirrored'"),
-])
+
+@pytest.mark.parametrize(
+    "field, value, valid",
+    [
+        ("precision", "float16", "'bf16'"),
+        ("framework", "jax", "'tensorflow'"),
+        ("distribute", "fsdp", "'mirrored'"),
+    ],
+)
 def test_bad_request_values_name_the_valid_ones(field: str, value: str, valid: str) -> None:
     with pytest.raises(ValueError) as error:
         Request(**{field: value})
@@ -278,8 +332,9 @@ def test_bad_request_values_name_the_valid_ones(field: str, value: str, valid: s
 
 def test_compile_request_adds_the_helper() -> None:
     torch_plan = plan(make_hardware("NVIDIA H200", (9, 0)), Request(compile=True))
-    tf_plan = plan(make_hardware("NVIDIA H200", (9, 0)),
-                   Request(framework=Framework.TENSORFLOW, compile=True))
+    tf_plan = plan(
+        make_hardware("NVIDIA H200", (9, 0)), Request(framework=Framework.TENSORFLOW, compile=True)
+    )
     assert torch_plan.value("torch.compile") is True
     assert tf_plan.value("keras.jit_compile") is True
 
@@ -290,8 +345,10 @@ def test_fixed_shapes_false_leaves_cudnn_benchmark_off() -> None:
 
 
 def test_plan_round_trips_through_json() -> None:
-    original = plan(make_hardware("NVIDIA GeForce RTX 4090", (8, 9), 2, p2p=False,
-                                  environ=TORCHRUN_2), Request())
+    original = plan(
+        make_hardware("NVIDIA GeForce RTX 4090", (8, 9), 2, p2p=False, environ=TORCHRUN_2),
+        Request(),
+    )
     restored = Plan.from_dict(json.loads(json.dumps(original.to_dict())))
     assert restored == original
 

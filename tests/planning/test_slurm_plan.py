@@ -7,15 +7,25 @@ from accelkit.hardware.environment import read_launcher
 from accelkit.hardware.info import GpuInfo, HardwareInfo
 from accelkit.planning import Distribution, Request, plan
 
-SRUN = {"SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NTASKS": "4", "SLURM_NNODES": "2",
-        "SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_JOB_ID": "777"}
+SRUN = {
+    "SLURM_PROCID": "3",
+    "SLURM_LOCALID": "1",
+    "SLURM_NTASKS": "4",
+    "SLURM_NNODES": "2",
+    "SLURM_JOB_NODELIST": "gpu[01-02]",
+    "SLURM_JOB_ID": "777",
+}
 
 
 def hardware(environ: dict[str, str], gpus: int = 0) -> HardwareInfo:
     return HardwareInfo(
-        gpus=tuple(GpuInfo(index=i, name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0))
-                   for i in range(gpus)),
-        launcher=read_launcher(environ), source="snapshot")
+        gpus=tuple(
+            GpuInfo(index=i, name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0))
+            for i in range(gpus)
+        ),
+        launcher=read_launcher(environ),
+        source="snapshot",
+    )
 
 
 def test_two_tasks_on_cpu_give_ddp_over_gloo_naming_slurm() -> None:
@@ -42,8 +52,14 @@ def test_one_gpu_bound_per_task_is_device_zero() -> None:
 
 
 def test_torchrun_inside_srun_is_planned_as_torchrun() -> None:
-    torchrun = {**SRUN, "RANK": "9", "LOCAL_RANK": "1", "WORLD_SIZE": "16",
-                "LOCAL_WORLD_SIZE": "8", "TORCHELASTIC_RUN_ID": "x"}
+    torchrun = {
+        **SRUN,
+        "RANK": "9",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "16",
+        "LOCAL_WORLD_SIZE": "8",
+        "TORCHELASTIC_RUN_ID": "x",
+    }
     setting = plan(hardware(torchrun), Request()).get("torch.distributed.backend")
     assert "torchrun started 16 processes" in setting.reason
 
@@ -60,11 +76,13 @@ def test_tensorflow_under_srun_is_multi_worker_through_slurm() -> None:
     assert "RING" in setting.value and "SlurmClusterResolver" in setting.reason
     assert "4 tasks on 2 node(s)" in setting.reason
     assert "NCCL" in plan(hardware(SRUN, gpus=4), Request(framework="tensorflow")).value(
-        "tf.distribute.Strategy")
+        "tf.distribute.Strategy"
+    )
 
 
 def test_tf_config_wins_over_slurm() -> None:
     config = '{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}}'
-    setting = plan(hardware({**SRUN, "TF_CONFIG": config}),
-                   Request(framework="tensorflow")).get("tf.distribute.Strategy")
+    setting = plan(hardware({**SRUN, "TF_CONFIG": config}), Request(framework="tensorflow")).get(
+        "tf.distribute.Strategy"
+    )
     assert "TF_CONFIG names 2 workers" in setting.reason

@@ -12,8 +12,10 @@ from accelkit.planning.keys import Key
 
 
 def _snapshot(*names: str, cc: tuple[int, int] = (7, 5)) -> HardwareInfo:
-    gpus = tuple(GpuInfo(index=i, name=name, compute_capability=cc, memory_bytes=6 * 10**9)
-                 for i, name in enumerate(names))
+    gpus = tuple(
+        GpuInfo(index=i, name=name, compute_capability=cc, memory_bytes=6 * 10**9)
+        for i, name in enumerate(names)
+    )
     return HardwareInfo(gpus=gpus, source="snapshot")
 
 
@@ -21,16 +23,27 @@ def _keys(p) -> set:
     return {s.key for s in p.settings}
 
 
-@pytest.mark.parametrize("name", ["NVIDIA GeForce GTX 1660", "NVIDIA GeForce GTX 1660 SUPER",
-                                  "NVIDIA GeForce GTX 1660 Ti", "NVIDIA GeForce GTX 1650"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "NVIDIA GeForce GTX 1660",
+        "NVIDIA GeForce GTX 1660 SUPER",
+        "NVIDIA GeForce GTX 1660 Ti",
+        "NVIDIA GeForce GTX 1650",
+    ],
+)
 @pytest.mark.parametrize("framework", [Framework.TORCH, Framework.TENSORFLOW])
 def test_a_gtx_16_card_plans_fp32_with_the_reason(name, framework):
     p = plan(_snapshot(name), Request(framework=framework))
     assert p.precision is Precision.FP32
     reason = next(s.reason for s in p.settings if s.key in (Key.PRECISION, Key.KERAS_POLICY))
     assert name in reason and "no tensor cores" in reason
-    assert not _keys(p) & {Key.GRAD_SCALER, Key.AUTOCAST_DTYPE, Key.CHANNELS_LAST,
-                           Key.KERAS_LOSS_SCALE}
+    assert not _keys(p) & {
+        Key.GRAD_SCALER,
+        Key.AUTOCAST_DTYPE,
+        Key.CHANNELS_LAST,
+        Key.KERAS_LOSS_SCALE,
+    }
 
 
 def test_an_rtx_20_card_of_the_same_capability_still_plans_fp16():
@@ -48,16 +61,21 @@ def test_every_gpu_must_have_tensor_cores():
 
 
 def test_a_gpu_of_unknown_capability_does_not_decide():
-    gpus = (GpuInfo(index=0, name="NVIDIA GeForce RTX 2080", compute_capability=(7, 5)),
-            GpuInfo(index=1, name="NVIDIA GeForce RTX 2080"))
+    gpus = (
+        GpuInfo(index=0, name="NVIDIA GeForce RTX 2080", compute_capability=(7, 5)),
+        GpuInfo(index=1, name="NVIDIA GeForce RTX 2080"),
+    )
     assert plan(HardwareInfo(gpus=gpus, source="snapshot"), Request()).precision is Precision.FP16
 
 
-@pytest.mark.parametrize(("gpu", "precision"), [
-    ("NVIDIA GeForce GTX 1660 SUPER", Precision.FP32),
-    ("NVIDIA GeForce GTX 1080 Ti", Precision.FP32),
-    ("NVIDIA TITAN V", Precision.FP16),
-])
+@pytest.mark.parametrize(
+    ("gpu", "precision"),
+    [
+        ("NVIDIA GeForce GTX 1660 SUPER", Precision.FP32),
+        ("NVIDIA GeForce GTX 1080 Ti", Precision.FP32),
+        ("NVIDIA TITAN V", Precision.FP16),
+    ],
+)
 def test_what_if_plans_for_the_new_rows(gpu, precision):
     assert plan(what_if(gpu, count=2), Request()).precision is precision
 

@@ -17,13 +17,20 @@ pytestmark = pytest.mark.torch
 CHANNELS = 32
 
 
-@pytest.mark.parametrize(("layer", "macs_per_position"), [
-    (nn.Conv2d(CHANNELS, CHANNELS, 7, padding=3), CHANNELS * CHANNELS * 7 * 7),
-    (nn.Conv2d(CHANNELS, CHANNELS, 7, padding=3, groups=4), CHANNELS * CHANNELS // 4 * 7 * 7),
-    (nn.Conv2d(CHANNELS, CHANNELS, 7, padding=3, groups=CHANNELS), CHANNELS * 7 * 7),
-    # A transposed convolution: each input position meets every weight of its group.
-    (nn.ConvTranspose2d(CHANNELS, CHANNELS, 2, stride=2, groups=4), CHANNELS * CHANNELS // 4 * 4),
-], ids=["dense", "groups=4", "depthwise", "transposed groups=4"])
+@pytest.mark.parametrize(
+    ("layer", "macs_per_position"),
+    [
+        (nn.Conv2d(CHANNELS, CHANNELS, 7, padding=3), CHANNELS * CHANNELS * 7 * 7),
+        (nn.Conv2d(CHANNELS, CHANNELS, 7, padding=3, groups=4), CHANNELS * CHANNELS // 4 * 7 * 7),
+        (nn.Conv2d(CHANNELS, CHANNELS, 7, padding=3, groups=CHANNELS), CHANNELS * 7 * 7),
+        # A transposed convolution: each input position meets every weight of its group.
+        (
+            nn.ConvTranspose2d(CHANNELS, CHANNELS, 2, stride=2, groups=4),
+            CHANNELS * CHANNELS // 4 * 4,
+        ),
+    ],
+    ids=["dense", "groups=4", "depthwise", "transposed groups=4"],
+)
 def test_a_grouped_convolution_costs_its_forward_once_per_gradient(layer, macs_per_position):
     """PyTorch's formula counted the weight gradient over all input channels, not the
     group's: `groups` times too many (ConvNeXt's depthwise 7x7 counted 2.9x its step)."""
@@ -48,8 +55,10 @@ class _Attention(nn.Module):
     def forward(self, x):
         b, t, _ = x.shape
         q = self.q(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
-        k, v = (z.view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-                for z in self.kv(x).chunk(2, dim=-1))
+        k, v = (
+            z.view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+            for z in self.kv(x).chunk(2, dim=-1)
+        )
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 
 

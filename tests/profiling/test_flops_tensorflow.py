@@ -41,11 +41,13 @@ def zeros(*shape: int, dtype: str = "float32") -> np.ndarray:
 
 
 def mlp(batch: int = 32) -> tuple[keras.Model, np.ndarray, np.ndarray]:
-    model = keras.Sequential([
-        keras.Input((784,)),
-        keras.layers.Dense(256, activation="relu"),
-        keras.layers.Dense(10),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input((784,)),
+            keras.layers.Dense(256, activation="relu"),
+            keras.layers.Dense(10),
+        ]
+    )
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     model.compile(optimizer="adam", loss=loss)
     return model, zeros(batch, 784), zeros(batch, dtype="int32")
@@ -88,13 +90,15 @@ def test_the_count_is_for_the_batch_given():
 
 def test_cnn_counts_match_the_formula_exactly():
     batch, side, classes = 8, 32, 10
-    model = keras.Sequential([
-        keras.Input((side, side, 3)),
-        keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
-        keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
-        keras.layers.Flatten(),
-        keras.layers.Dense(classes),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input((side, side, 3)),
+            keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
+            keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(classes),
+        ]
+    )
     model.compile(optimizer="adam", loss="mse")
 
     count = count_train_step_flops(model, zeros(batch, side, side, 3), zeros(batch, classes))
@@ -119,13 +123,15 @@ def test_strided_channels_first_convolutions_count_like_channels_last():
 
     def model(data_format: str) -> keras.Model:
         shape = (side, side, 3) if data_format == "channels_last" else (3, side, side)
-        model = keras.Sequential([
-            keras.Input(shape),
-            keras.layers.Conv2D(8, 3, padding="same", data_format=data_format),
-            keras.layers.Conv2D(8, 3, strides=2, padding="valid", data_format=data_format),
-            keras.layers.Flatten(),
-            keras.layers.Dense(2),
-        ])
+        model = keras.Sequential(
+            [
+                keras.Input(shape),
+                keras.layers.Conv2D(8, 3, padding="same", data_format=data_format),
+                keras.layers.Conv2D(8, 3, strides=2, padding="valid", data_format=data_format),
+                keras.layers.Flatten(),
+                keras.layers.Dense(2),
+            ]
+        )
         model.compile(optimizer="adam", loss="mse")
         return model
 
@@ -140,17 +146,36 @@ def test_strided_channels_first_convolutions_count_like_channels_last():
     assert nchw.total == nhwc.total and nchw.by_op == nhwc.by_op
 
 
-@pytest.mark.parametrize(("layer", "shape", "op_types"), [
-    (lambda: keras.layers.Conv1D(4, 3, padding="same"), (16, 4),
-     ("Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput")),
-    (lambda: keras.layers.Conv3D(2, 3, padding="same"), (6, 6, 6, 2),
-     ("Conv3D", "Conv3DBackpropFilterV2", "Conv3DBackpropInputV2")),
-    (lambda: keras.layers.DepthwiseConv2D(3, padding="same"), (8, 8, 3),
-     ("DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropFilter",
-      "DepthwiseConv2dNativeBackpropInput")),
-    (lambda: keras.layers.Conv2DTranspose(3, 3, padding="same"), (8, 8, 3),
-     ("Conv2DBackpropInput", "Conv2DBackpropFilter", "Conv2D")),
-], ids=["conv1d", "conv3d", "depthwise", "transpose"])
+@pytest.mark.parametrize(
+    ("layer", "shape", "op_types"),
+    [
+        (
+            lambda: keras.layers.Conv1D(4, 3, padding="same"),
+            (16, 4),
+            ("Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput"),
+        ),
+        (
+            lambda: keras.layers.Conv3D(2, 3, padding="same"),
+            (6, 6, 6, 2),
+            ("Conv3D", "Conv3DBackpropFilterV2", "Conv3DBackpropInputV2"),
+        ),
+        (
+            lambda: keras.layers.DepthwiseConv2D(3, padding="same"),
+            (8, 8, 3),
+            (
+                "DepthwiseConv2dNative",
+                "DepthwiseConv2dNativeBackpropFilter",
+                "DepthwiseConv2dNativeBackpropInput",
+            ),
+        ),
+        (
+            lambda: keras.layers.Conv2DTranspose(3, 3, padding="same"),
+            (8, 8, 3),
+            ("Conv2DBackpropInput", "Conv2DBackpropFilter", "Conv2D"),
+        ),
+    ],
+    ids=["conv1d", "conv3d", "depthwise", "transpose"],
+)
 def test_each_convolution_gradient_costs_its_forward(layer, shape, op_types):
     """Two identical same-padded layers (channels in = out): kernel grads = both forwards,
     input grad = the second layer's forward (the first one's is not needed)."""
@@ -271,13 +296,15 @@ def test_sample_weights_and_dict_inputs_are_traced():
 
 
 def test_counting_leaves_weights_statistics_and_optimizer_untouched():
-    model = keras.Sequential([
-        keras.Input((6,)),
-        keras.layers.Dense(8),
-        keras.layers.BatchNormalization(),
-        keras.layers.Dropout(0.5),
-        keras.layers.Dense(2),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Dense(8),
+            keras.layers.BatchNormalization(),
+            keras.layers.Dropout(0.5),
+            keras.layers.Dense(2),
+        ]
+    )
     model.compile(optimizer="adam", loss="mse")
     before = [v.numpy() for v in model.variables]
 
@@ -316,8 +343,14 @@ def test_with_two_replicas_the_count_is_one_replicas():
     """)
     src = os.path.join(os.path.dirname(__file__), "..", "..", "src")
     env = {**os.environ, "PYTHONPATH": src, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                         timeout=300, check=False)
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     forward = 2 * 32 * 784 * 10
     assert run.stdout.split() == [str(2 * forward), str(forward), "True"]
@@ -336,13 +369,21 @@ def test_registration_is_idempotent_and_counts_do_not_change():
     assert first.by_op["Einsum"] > 0
 
 
-@pytest.mark.parametrize(("equation", "shapes", "output", "flops"), [
-    ("mk,kn->mn", [[3, 4], [4, 5]], [3, 5], 2 * 3 * 4 * 5),
-    ("BTNH,BSNH->BNTS", [[2, 3, 4, 5], [2, 6, 4, 5]], [2, 4, 3, 6], 2 * 2 * 3 * 4 * 5 * 6),
-    ("...ij,jk->...ik", [[7, 2, 3, 4], [4, 5]], [7, 2, 3, 5], 2 * 7 * 2 * 3 * 4 * 5),
-    ("...ij,...jk->...ik", [[1, 3, 4], [6, 4, 5]], [6, 3, 5], 2 * 6 * 3 * 4 * 5),  # broadcast batch
-    ("ab->ba", [[3, 4]], [4, 3], 0),  # a transpose
-    ("abc->ac", [[3, 4, 5]], [3, 5], 3 * 4 * 5 - 3 * 5),  # a sum
-])
+@pytest.mark.parametrize(
+    ("equation", "shapes", "output", "flops"),
+    [
+        ("mk,kn->mn", [[3, 4], [4, 5]], [3, 5], 2 * 3 * 4 * 5),
+        ("BTNH,BSNH->BNTS", [[2, 3, 4, 5], [2, 6, 4, 5]], [2, 4, 3, 6], 2 * 2 * 3 * 4 * 5 * 6),
+        ("...ij,jk->...ik", [[7, 2, 3, 4], [4, 5]], [7, 2, 3, 5], 2 * 7 * 2 * 3 * 4 * 5),
+        (
+            "...ij,...jk->...ik",
+            [[1, 3, 4], [6, 4, 5]],
+            [6, 3, 5],
+            2 * 6 * 3 * 4 * 5,
+        ),  # broadcast batch
+        ("ab->ba", [[3, 4]], [4, 3], 0),  # a transpose
+        ("abc->ac", [[3, 4, 5]], [3, 5], 3 * 4 * 5 - 3 * 5),  # a sum
+    ],
+)
 def test_einsum_rule(equation, shapes, output, flops):
     assert einsum_flops(equation, shapes, output) == flops

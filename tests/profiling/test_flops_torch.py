@@ -116,8 +116,9 @@ def test_gpt_counts_match_6NT_plus_attention():
     palm = 6 * n_matmul * tokens + 12 * layers * context * dim * tokens
     assert count.total == palm
     attention_ops = sum(flops for op, flops in count.by_op.items() if "attention" in op)
-    assert attention_ops == attention_forward + attention_backward + recompute, \
+    assert attention_ops == attention_forward + attention_backward + recompute, (
         "SDPA must be counted, not 0"
+    )
     assert any("recomputation" in note for note in count.notes)
     assert any("scalar loss the model returned" in note for note in count.notes)
 

@@ -28,8 +28,13 @@ pytestmark = pytest.mark.torch
 BATCH, LENGTH, DIM, LAYERS, VOCAB = 2, 128, 256, 4, 2048
 
 
-def palm_flops(matmul_params: int, layers: int = LAYERS, dim: int = DIM,
-               length: int = LENGTH, batch: int = BATCH) -> int:
+def palm_flops(
+    matmul_params: int,
+    layers: int = LAYERS,
+    dim: int = DIM,
+    length: int = LENGTH,
+    batch: int = BATCH,
+) -> int:
     """6·N + 12·L·T·d training FLOPs per token (PaLM appendix B), times the tokens."""
     return (6 * matmul_params + 12 * layers * length * dim) * length * batch
 
@@ -50,16 +55,18 @@ def test_gpt2_counts_within_2_percent_of_6N_plus_attention():
 def test_padding_is_counted_as_computed():
     """The model computes every position, padded or not: the count does not change."""
     model = gpt2(layers=LAYERS, dim=DIM, heads=4, vocab=VOCAB, context=LENGTH)
-    full, padded = (count_train_step_flops(model, lm_batches(1, BATCH, LENGTH, VOCAB,
-                                                             real=real)[0]).total
-                    for real in (None, [LENGTH, LENGTH // 4]))
+    full, padded = (
+        count_train_step_flops(model, lm_batches(1, BATCH, LENGTH, VOCAB, real=real)[0]).total
+        for real in (None, [LENGTH, LENGTH // 4])
+    )
     assert padded == full
 
 
 def test_bert_masked_lm_counts_within_2_percent():
     intermediate = 4 * DIM
-    model = bert(layers=LAYERS, dim=DIM, heads=4, vocab=VOCAB, context=LENGTH,
-                 intermediate=intermediate)
+    model = bert(
+        layers=LAYERS, dim=DIM, heads=4, vocab=VOCAB, context=LENGTH, intermediate=intermediate
+    )
     # Per layer: Q, K, V, output 4d², feed-forward 2·d·I; the MLM head's transform d²
     # and its decoder d·V (tied to the word embedding).
     matmul_params = LAYERS * (4 * DIM * DIM + 2 * DIM * intermediate) + DIM * DIM + DIM * VOCAB
@@ -73,12 +80,20 @@ def test_bert_masked_lm_counts_within_2_percent():
 def test_llama_with_grouped_query_attention_counts_within_2_percent():
     heads, kv_heads, intermediate = 8, 2, 688
     kv_dim = DIM // heads * kv_heads
-    model = llama(layers=LAYERS, dim=DIM, heads=heads, kv_heads=kv_heads, vocab=VOCAB,
-                  context=LENGTH, intermediate=intermediate)
+    model = llama(
+        layers=LAYERS,
+        dim=DIM,
+        heads=heads,
+        kv_heads=kv_heads,
+        vocab=VOCAB,
+        context=LENGTH,
+        intermediate=intermediate,
+    )
     # Per layer: q and o d², k and v d·kv_dim each, SwiGLU gate, up and down 3·d·I; the
     # untied LM head d·V. Attention runs over all query heads: 12·L·T·d still.
-    matmul_params = (LAYERS * (2 * DIM * DIM + 2 * DIM * kv_dim + 3 * DIM * intermediate)
-                     + DIM * VOCAB)
+    matmul_params = (
+        LAYERS * (2 * DIM * DIM + 2 * DIM * kv_dim + 3 * DIM * intermediate) + DIM * VOCAB
+    )
 
     count = count_train_step_flops(model, lm_batches(1, BATCH, LENGTH, VOCAB)[0])
 

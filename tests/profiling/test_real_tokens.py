@@ -71,9 +71,16 @@ def test_steps_without_tokens_need_no_real_count():
 
 def _report(clock: StepClock) -> RunReport:
     hardware = HardwareInfo(source="snapshot")
-    return report_from(Measurements(framework="torch", model="m", device="cpu",
-                                    plan=plan(hardware, Request()), hardware=hardware,
-                                    clock=clock.finish()))
+    return report_from(
+        Measurements(
+            framework="torch",
+            model="m",
+            device="cpu",
+            plan=plan(hardware, Request()),
+            hardware=hardware,
+            clock=clock.finish(),
+        )
+    )
 
 
 def test_the_report_gives_padded_and_real_tokens_per_second_and_shows_both():

@@ -76,8 +76,13 @@ def test_sampler_series_is_bounded_and_averages_the_devices():
         time.sleep(0.1)
     summary = sampler.summary()
     series = summary.series
-    assert set(series) == {"time", "gpu_utilization", "gpu_memory_used_bytes", "power_w",
-                           "sm_clock_mhz"}
+    assert set(series) == {
+        "time",
+        "gpu_utilization",
+        "gpu_memory_used_bytes",
+        "power_w",
+        "sm_clock_mhz",
+    }
     assert 2 <= len(series["time"]) <= 8 < summary.samples / 2
     assert series["gpu_utilization"] == pytest.approx([90.5] * len(series["time"]))
     assert series["gpu_memory_used_bytes"] == [2e9] * len(series["time"])

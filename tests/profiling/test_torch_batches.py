@@ -31,12 +31,17 @@ def test_split_takes_targets_from_a_tuple_or_a_dicts_labels():
     assert torch_batches.split(encoding) == ({"input_ids": x}, y)
 
 
-@pytest.mark.parametrize(("batch", "received"), [
-    (torch.zeros(8, 16), "Tensor of shape (8, 16) torch.float32"),
-    ((torch.zeros(8, 16),), "tuple of 1: (Tensor of shape (8, 16)"),
-    ({"input_ids": torch.zeros(2, 3, dtype=torch.long), "attention_mask": None},
-     "dict with keys ['input_ids', 'attention_mask']"),
-])
+@pytest.mark.parametrize(
+    ("batch", "received"),
+    [
+        (torch.zeros(8, 16), "Tensor of shape (8, 16) torch.float32"),
+        ((torch.zeros(8, 16),), "tuple of 1: (Tensor of shape (8, 16)"),
+        (
+            {"input_ids": torch.zeros(2, 3, dtype=torch.long), "attention_mask": None},
+            "dict with keys ['input_ids', 'attention_mask']",
+        ),
+    ],
+)
 def test_a_batch_without_targets_is_refused_when_there_is_a_loss_fn(batch, received):
     with pytest.raises(ValueError, match="with a loss_fn each batch must be") as error:
         torch_batches.split(batch)
@@ -55,32 +60,43 @@ def test_call_passes_dicts_as_keywords_tuples_as_positions_else_one_argument():
     assert torch_batches.call(model, x) == ((x,), {})
 
 
-@pytest.mark.parametrize("output", [
-    LOSS,
-    {"loss": LOSS, "logits": torch.zeros(2, 3)},
-    transformers.modeling_outputs.CausalLMOutput(loss=LOSS, logits=torch.zeros(2, 3)),
-    collections.namedtuple("Out", "logits loss")(torch.zeros(2, 3), LOSS),  # .loss
-    (LOSS, torch.zeros(2, 3)),  # transformers' return_dict=False
-    [torch.zeros(2, 3), LOSS],  # nanoGPT's (logits, loss)
-])
+@pytest.mark.parametrize(
+    "output",
+    [
+        LOSS,
+        {"loss": LOSS, "logits": torch.zeros(2, 3)},
+        transformers.modeling_outputs.CausalLMOutput(loss=LOSS, logits=torch.zeros(2, 3)),
+        collections.namedtuple("Out", "logits loss")(torch.zeros(2, 3), LOSS),  # .loss
+        (LOSS, torch.zeros(2, 3)),  # transformers' return_dict=False
+        [torch.zeros(2, 3), LOSS],  # nanoGPT's (logits, loss)
+    ],
+)
 def test_the_loss_is_read_from_every_accepted_output(output):
     assert torch_batches.loss_of(output) is LOSS
 
 
-@pytest.mark.parametrize(("output", "received", "hint"), [
-    (transformers.modeling_outputs.CausalLMOutput(logits=torch.zeros(2, 3)),
-     "CausalLMOutput with keys ['logits'], loss=None", "without labels"),
-    ({"logits": torch.zeros(2, 3)}, "dict with keys ['logits']", "give a loss_fn"),
-    ({"loss": None}, "output['loss'] is None", "without labels"),
-    (torch.zeros(4, 3), "Tensor of shape (4, 3) torch.float32", "reduce the loss"),
-    ((torch.zeros(2, 3), None), "tuple of 2: (Tensor of shape (2, 3) torch.float32, None)",
-     "give a loss_fn"),
-    (torch.tensor(3), "Tensor of shape () torch.int64", "give a loss_fn"),
-    (None, "returned None", "without labels"),
-    ("text", "returned str", "give a loss_fn"),
-])
-def test_an_output_without_a_loss_is_refused_naming_it_and_what_is_accepted(output, received,
-                                                                            hint):
+@pytest.mark.parametrize(
+    ("output", "received", "hint"),
+    [
+        (
+            transformers.modeling_outputs.CausalLMOutput(logits=torch.zeros(2, 3)),
+            "CausalLMOutput with keys ['logits'], loss=None",
+            "without labels",
+        ),
+        ({"logits": torch.zeros(2, 3)}, "dict with keys ['logits']", "give a loss_fn"),
+        ({"loss": None}, "output['loss'] is None", "without labels"),
+        (torch.zeros(4, 3), "Tensor of shape (4, 3) torch.float32", "reduce the loss"),
+        (
+            (torch.zeros(2, 3), None),
+            "tuple of 2: (Tensor of shape (2, 3) torch.float32, None)",
+            "give a loss_fn",
+        ),
+        (torch.tensor(3), "Tensor of shape () torch.int64", "give a loss_fn"),
+        (None, "returned None", "without labels"),
+        ("text", "returned str", "give a loss_fn"),
+    ],
+)
+def test_an_output_without_a_loss_is_refused_naming_it_and_what_is_accepted(output, received, hint):
     with pytest.raises(ValueError) as error:
         torch_batches.loss_of(output)
     message = str(error.value)
@@ -102,8 +118,9 @@ def test_token_ids_prefer_input_ids_and_the_mask_must_match_their_shape():
     batch = {"pixel_values": pixels, "input_ids": ids, "attention_mask": mask}
     assert torch_batches.token_ids(batch) is ids
     assert torch_batches.attention_mask(batch, ids) is mask
-    assert torch_batches.attention_mask({"input_ids": ids, "attention_mask": mask[:, :3]},
-                                        ids) is None
+    assert (
+        torch_batches.attention_mask({"input_ids": ids, "attention_mask": mask[:, :3]}, ids) is None
+    )
     assert torch_batches.token_ids((pixels, ids)) is None  # the first tensor: images
     assert torch_batches.token_ids(torch.zeros(4, 7)) is None  # float: not token ids
     assert torch_batches.batch_size({"scale": torch.tensor(2.0), "x": pixels}) == 4
@@ -128,8 +145,12 @@ def _batch(kind: str, ids, lengths):
 
 
 @settings(max_examples=60, deadline=None)
-@given(kind=st.sampled_from(CONTAINERS), size=st.integers(1, 6), length=st.integers(1, 9),
-       data=st.data())
+@given(
+    kind=st.sampled_from(CONTAINERS),
+    size=st.integers(1, 6),
+    length=st.integers(1, 9),
+    data=st.data(),
+)
 def test_samples_tokens_and_real_tokens_of_any_container(kind, size, length, data):
     lengths = data.draw(st.lists(st.integers(0, length), min_size=size, max_size=size))
     ids = torch.randint(0, 50, (size, length))

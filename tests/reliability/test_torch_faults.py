@@ -30,13 +30,23 @@ pytestmark = pytest.mark.torch
 from ..helpers.torch_data import CPU_PLAN, batches, mlp
 
 NUMERIC = {  # argument -> (smallest valid, None allowed)
-    "epochs": (1, False), "steps": (1, True), "accumulation_steps": (1, False),
-    "warmup": (0, False), "window": (1, False), "tokens_per_sample": (1, True),
-    "max_grad_norm": (None, True), "flops_per_step": (None, True),
+    "epochs": (1, False),
+    "steps": (1, True),
+    "accumulation_steps": (1, False),
+    "warmup": (0, False),
+    "window": (1, False),
+    "tokens_per_sample": (1, True),
+    "max_grad_norm": (None, True),
+    "flops_per_step": (None, True),
 }
-ODD_VALUES = st.one_of(st.booleans(), st.floats(allow_nan=True, allow_infinity=True),
-                       st.integers(-5, 3), st.text(max_size=3), st.none(),
-                       st.lists(st.integers(), max_size=2))
+ODD_VALUES = st.one_of(
+    st.booleans(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-5, 3),
+    st.text(max_size=3),
+    st.none(),
+    st.lists(st.integers(), max_size=2),
+)
 
 
 class Boom(Exception):
@@ -49,8 +59,13 @@ def fit(model: Any = None, data: Any = None, **kwargs: Any) -> accelkit.RunRepor
     kwargs.setdefault("plan", CPU_PLAN)
     kwargs.setdefault("progress", False)
     kwargs.setdefault("tune", False)
-    return accelkit.torch.fit(model, data, torch.optim.SGD(model.parameters(), lr=0.01),
-                              torch.nn.CrossEntropyLoss(), **kwargs)
+    return accelkit.torch.fit(
+        model,
+        data,
+        torch.optim.SGD(model.parameters(), lr=0.01),
+        torch.nn.CrossEntropyLoss(),
+        **kwargs,
+    )
 
 
 def _valid(name: str, value: Any) -> bool:
@@ -85,6 +100,7 @@ def test_a_bad_tune_value_is_refused_before_training(value: Any) -> None:
 
 
 # -- interrupts and the user's own errors, at each stage --------------------------------
+
 
 def _sampler_threads() -> int:
     return sum(1 for t in threading.enumerate() if "nvml" in t.name.lower())
@@ -152,13 +168,15 @@ def test_an_error_in_the_flop_count_leaves_the_figure_out_and_trains_on() -> Non
 
 # -- reports on disk ---------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def report() -> accelkit.RunReport:
     return fit(steps=3)
 
 
 def test_a_full_disk_leaves_the_earlier_report_whole(
-        report: accelkit.RunReport, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    report: accelkit.RunReport, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "run.json"
     report.save(path)
     earlier = path.read_bytes()
@@ -182,7 +200,8 @@ def test_a_full_disk_leaves_the_earlier_report_whole(
 
 @pytest.mark.parametrize("where", ["missing/dir/run.json", "run.json/inside"])
 def test_an_unwritable_path_raises_oserror_and_writes_nothing(
-        report: accelkit.RunReport, tmp_path: Any, where: str) -> None:
+    report: accelkit.RunReport, tmp_path: Any, where: str
+) -> None:
     (tmp_path / "run.json").write_text("{}")  # a file where a folder is expected
     with pytest.raises(OSError):
         report.save(tmp_path / where)

@@ -11,17 +11,29 @@ from accelkit.profiling.run_report import RunReport
 
 # Any value a JSON file can hold, small.
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**6, 10**6)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
-                                                                max_size=3),
-    max_leaves=6)
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**6)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
 
 
 def saved_report() -> dict[str, Any]:
     """A small CPU run's report as its file holds it."""
-    report = RunReport(framework="torch", model="m", device="cpu", precision="fp32",
-                       matmul_dtype="fp32", samples_per_second=10.0, steps=5)
+    report = RunReport(
+        framework="torch",
+        model="m",
+        device="cpu",
+        precision="fp32",
+        matmul_dtype="fp32",
+        samples_per_second=10.0,
+        steps=5,
+    )
     return json.loads(json.dumps(report.to_dict()))
 
 

@@ -11,9 +11,18 @@ T4_FP32 = plan(what_if("Tesla T4"), Request(precision="fp32"))
 
 
 def _input_bound() -> RunReport:
-    return RunReport(framework="torch", model="m", device="cpu", precision="fp32",
-                     matmul_dtype="fp32", input_wait_share=0.6, step_time_s=0.1,
-                     samples_per_second=10.0, steady_steps=20, steady_seconds=2.0)
+    return RunReport(
+        framework="torch",
+        model="m",
+        device="cpu",
+        precision="fp32",
+        matmul_dtype="fp32",
+        input_wait_share=0.6,
+        step_time_s=0.1,
+        samples_per_second=10.0,
+        steady_steps=20,
+        steady_seconds=2.0,
+    )
 
 
 def test_with_advice_puts_the_advisors_verdicts_in_the_report() -> None:

@@ -41,8 +41,11 @@ class _Page(html.parser.HTMLParser):
         if tag in ("script", "link", "iframe", "img"):
             self.fetching.append(tag)
         if "data-values" in attrs and self._chart:
-            numbers = [None if v == "null" else float(v) for v in attrs["data-values"].split(",")
-                       ] if attrs["data-values"] else []
+            numbers = (
+                [None if v == "null" else float(v) for v in attrs["data-values"].split(",")]
+                if attrs["data-values"]
+                else []
+            )
             self.series.setdefault(self._chart, {})[attrs.get("data-name", "x")] = numbers
         if "data-value" in attrs and self._chart:
             self.values.setdefault(self._chart, {})[attrs["data-name"]] = float(attrs["data-value"])
@@ -55,7 +58,8 @@ class _Page(html.parser.HTMLParser):
 def _report(**figures) -> RunReport:
     windows = 5
     series = {
-        "time_s": [1.0, 2.0, 3.0, 4.0, 5.5], "step": [10.0, 20.0, 30.0, 40.0, 50.0],
+        "time_s": [1.0, 2.0, 3.0, 4.0, 5.5],
+        "step": [10.0, 20.0, 30.0, 40.0, 50.0],
         "step_time_s": [0.1, 0.1, 0.12, 0.1, 0.15],
         "samples_per_second": [640.0, 640.0, 533.3, 640.0, 426.7],
         "input_wait_s": [0.01, 0.02, 0.0, 0.01, 0.05],
@@ -66,19 +70,47 @@ def _report(**figures) -> RunReport:
         "sm_clock_mhz": [1980.0] * 6,
     }
     assert len(series["time_s"]) == windows
-    base = dict(framework="torch", model="mlp", device="cuda:0", precision="bf16",
-                matmul_dtype="bf16", steps=53, warmup_steps=3, samples_per_second=600.0,
-                flops_per_step=1e12, achieved_tflops=9.5, peak_tflops=989.0,
-                peak_source="NVIDIA H100 SXM datasheet", mfu=9.5 / 989.0,
-                calibrated_tflops=700.0, calibration_method="bf16 matmul",
-                mfu_calibrated=9.5 / 700.0, input_wait_share=0.12, gpu_utilization=70.0,
-                plan={"precision": "bf16", "distribution": "single",
-                      "settings": [{"key": "precision", "value": "bf16",
-                                    "reason": "cc 9.0 <has> bf16 & tensor cores",
-                                    "status": "applied"}]},
-                advice=[{"severity": "high", "title": "input wait 12% <of step>",
-                         "evidence": {"input_wait_share": 0.12}, "action": "num_workers=8"}],
-                series=series)
+    base = dict(
+        framework="torch",
+        model="mlp",
+        device="cuda:0",
+        precision="bf16",
+        matmul_dtype="bf16",
+        steps=53,
+        warmup_steps=3,
+        samples_per_second=600.0,
+        flops_per_step=1e12,
+        achieved_tflops=9.5,
+        peak_tflops=989.0,
+        peak_source="NVIDIA H100 SXM datasheet",
+        mfu=9.5 / 989.0,
+        calibrated_tflops=700.0,
+        calibration_method="bf16 matmul",
+        mfu_calibrated=9.5 / 700.0,
+        input_wait_share=0.12,
+        gpu_utilization=70.0,
+        plan={
+            "precision": "bf16",
+            "distribution": "single",
+            "settings": [
+                {
+                    "key": "precision",
+                    "value": "bf16",
+                    "reason": "cc 9.0 <has> bf16 & tensor cores",
+                    "status": "applied",
+                }
+            ],
+        },
+        advice=[
+            {
+                "severity": "high",
+                "title": "input wait 12% <of step>",
+                "evidence": {"input_wait_share": 0.12},
+                "action": "num_workers=8",
+            }
+        ],
+        series=series,
+    )
     return RunReport(**{**base, **figures})
 
 
@@ -88,21 +120,28 @@ def test_every_chart_holds_the_report_numbers():
     for chart in CHARTS:
         assert page.ids.get(chart) == "svg", chart
     s = report.series
-    assert page.series["chart-throughput"] == {"x": s["time_s"],
-                                               "samples/s": s["samples_per_second"]}
+    assert page.series["chart-throughput"] == {
+        "x": s["time_s"],
+        "samples/s": s["samples_per_second"],
+    }
     parts = page.series["chart-step-breakdown"]
     assert parts["x"] == s["time_s"]
     for name, values in breakdown(report).items():
         assert parts[name] == pytest.approx([v * 1e3 for v in values])
     for i, step in enumerate(s["step_time_s"]):  # the parts add up to the step
-        assert sum(parts[n][i] for n in ("compute", "input wait", "idle")) == \
-            pytest.approx(step * 1e3)
-    assert page.values["chart-mfu"] == {"achieved": 9.5, "measured ceiling": 700.0,
-                                        "datasheet peak": 989.0}
+        assert sum(parts[n][i] for n in ("compute", "input wait", "idle")) == pytest.approx(
+            step * 1e3
+        )
+    assert page.values["chart-mfu"] == {
+        "achieved": 9.5,
+        "measured ceiling": 700.0,
+        "datasheet peak": 989.0,
+    }
     assert page.series["chart-gpu-utilization"]["GPU utilisation"] == s["gpu_utilization"]
     assert page.series["chart-gpu-power"]["power draw"] == s["power_w"]
-    assert page.series["chart-gpu-memory"]["memory used"] == [v / 1e9 for v in
-                                                              s["gpu_memory_used_bytes"]]
+    assert page.series["chart-gpu-memory"]["memory used"] == [
+        v / 1e9 for v in s["gpu_memory_used_bytes"]
+    ]
     assert page.series["chart-gpu-power"]["x"] == s["gpu_time_s"]
     assert page.ids.get("plan") == "table" and page.ids.get("advice") == "ol"
 
@@ -155,7 +194,9 @@ def test_a_real_cpu_fit_charts_its_windows():
 
     report = train(epochs=1, warmup=2, window=4)
     s = report.series
-    assert s["step"][-1] == report.steps and len(s["step"]) == len(report.to_dict()["series"]["time_s"])
+    assert s["step"][-1] == report.steps and len(s["step"]) == len(
+        report.to_dict()["series"]["time_s"]
+    )
     assert s["step_time_s"] and all(v > 0 for v in s["step_time_s"])
     assert "gpu_time_s" not in s
     page = _Page(render_html(report))
@@ -165,6 +206,7 @@ def test_a_real_cpu_fit_charts_its_windows():
 
 
 def test_to_html_is_the_renderer_s_page() -> None:
-    report = RunReport(framework="torch", model="m", device="cpu", precision="fp32",
-                       matmul_dtype="fp32")
+    report = RunReport(
+        framework="torch", model="m", device="cpu", precision="fp32", matmul_dtype="fp32"
+    )
     assert report.to_html() == render_html(report)

@@ -18,8 +18,15 @@ def test_a_plan_table_lists_every_setting_with_its_status() -> None:
 
 
 def test_a_run_table_shows_the_figures_and_why_one_is_missing() -> None:
-    report = RunReport(framework="torch", model="TinyNet", device="cpu", precision="fp32",
-                       matmul_dtype="fp32", samples_per_second=1234.5, steady_steps=10)
+    report = RunReport(
+        framework="torch",
+        model="TinyNet",
+        device="cpu",
+        precision="fp32",
+        matmul_dtype="fp32",
+        samples_per_second=1234.5,
+        steady_steps=10,
+    )
     report.note("mfu", "no GPU: CPUs have no datasheet peak here")
     text = render_run(report)
     assert str(report) == text
@@ -29,6 +36,12 @@ def test_a_run_table_shows_the_figures_and_why_one_is_missing() -> None:
 def test_only_a_true_interrupted_flag_reads_as_interrupted() -> None:
     # A report edited by hand ("no" is truthy) must not print INTERRUPTED.
     for flag, shown in ((True, True), (False, False), ("no", False), (None, False)):
-        report = RunReport(framework="torch", model="m", device="cpu", precision="fp32",
-                           matmul_dtype="fp32", interrupted=flag)
+        report = RunReport(
+            framework="torch",
+            model="m",
+            device="cpu",
+            precision="fp32",
+            matmul_dtype="fp32",
+            interrupted=flag,
+        )
         assert ("INTERRUPTED" in render_run(report)) is shown

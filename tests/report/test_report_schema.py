@@ -29,22 +29,28 @@ def test_any_value_in_any_field_loads_as_itself_or_is_refused_by_name(field, val
         assert getattr(report, field) == value
 
 
-@pytest.mark.parametrize(("field", "value", "words"), [
-    ("samples_per_second", "fast", "must be a number or null, got the string 'fast'"),
-    ("steps", 2.5, "must be a whole number"),
-    ("interrupted", "no", "must be true or false"),
-    ("losses", [0.5, "x"], "'losses[1]' must be a number"),
-    ("notes", {"mfu": 3}, "'notes.mfu' must be a string"),
-    ("real_tokens_per_second", "many", "'real_tokens_per_second' must be a number or null"),
-    ("history", {"loss": ["x"]}, "'history.loss[0]' must be a number"),
-    ("epoch", [0, "1"], "'epoch[1]' must be a whole number"),
-    ("params", [], "'params' must be an object"),
-    ("tuning", "fast", "'tuning' must be an object or null"),
-    ("tuning", {"speedup": "2x"}, "'tuning.speedup' must be a number or null"),
-    ("tuning", {"candidates": [{"name": "eager"}]}, "'tuning.candidates[0].settings'"),
-    ("tuning", {"candidates": [{"name": "e", "settings": {}, "spread": [1, "2"]}]},
-     "'tuning.candidates[0].spread[1]' must be a number"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("samples_per_second", "fast", "must be a number or null, got the string 'fast'"),
+        ("steps", 2.5, "must be a whole number"),
+        ("interrupted", "no", "must be true or false"),
+        ("losses", [0.5, "x"], "'losses[1]' must be a number"),
+        ("notes", {"mfu": 3}, "'notes.mfu' must be a string"),
+        ("real_tokens_per_second", "many", "'real_tokens_per_second' must be a number or null"),
+        ("history", {"loss": ["x"]}, "'history.loss[0]' must be a number"),
+        ("epoch", [0, "1"], "'epoch[1]' must be a whole number"),
+        ("params", [], "'params' must be an object"),
+        ("tuning", "fast", "'tuning' must be an object or null"),
+        ("tuning", {"speedup": "2x"}, "'tuning.speedup' must be a number or null"),
+        ("tuning", {"candidates": [{"name": "eager"}]}, "'tuning.candidates[0].settings'"),
+        (
+            "tuning",
+            {"candidates": [{"name": "e", "settings": {}, "spread": [1, "2"]}]},
+            "'tuning.candidates[0].spread[1]' must be a number",
+        ),
+    ],
+)
 def test_wrong_types_are_refused_naming_the_field(field, value, words) -> None:
     with pytest.raises(ValueError, match="field") as caught:
         RunReport.from_dict({**saved_report(), field: value})
@@ -62,22 +68,46 @@ def test_a_missing_required_field_is_named(field) -> None:
 def test_a_tuned_report_still_loads(tmp_path) -> None:
     from accelkit.profiling.tuning import Trial, TuneResult
 
-    trials = (Trial("eager", {"compile": False, "optimizer": "default"}, "baseline", 0.02,
-                    [0.019, 0.021], 10),
-              Trial("eager+fused", {"compile": False, "optimizer": "fused"}, "chosen", 0.01,
-                    [0.0099, 0.011], 10, None, "faster"))
+    trials = (
+        Trial(
+            "eager",
+            {"compile": False, "optimizer": "default"},
+            "baseline",
+            0.02,
+            [0.019, 0.021],
+            10,
+        ),
+        Trial(
+            "eager+fused",
+            {"compile": False, "optimizer": "fused"},
+            "chosen",
+            0.01,
+            [0.0099, 0.011],
+            10,
+            None,
+            "faster",
+        ),
+    )
     tuning = TuneResult("tuned", trials, False, "fused", 1.5, 20).to_dict()
-    report = RunReport.from_dict({**saved_report(), "tuning": tuning, "history": {"loss": [1.0, 0.5]},
-                                  "epoch": [0, 1], "params": {"epochs": 2},
-                                  "real_tokens_per_second": 3.5})
+    report = RunReport.from_dict(
+        {
+            **saved_report(),
+            "tuning": tuning,
+            "history": {"loss": [1.0, 0.5]},
+            "epoch": [0, 1],
+            "params": {"epochs": 2},
+            "real_tokens_per_second": 3.5,
+        }
+    )
     report.save(tmp_path / "run.json")
     assert RunReport.load(tmp_path / "run.json") == report
 
 
 @settings(max_examples=60, deadline=None)
 @given(document=json_values)
-def test_a_file_that_is_no_report_object_is_refused_naming_the_file(tmp_path_factory,
-                                                                    document) -> None:
+def test_a_file_that_is_no_report_object_is_refused_naming_the_file(
+    tmp_path_factory, document
+) -> None:
     path = tmp_path_factory.mktemp("run") / "run.json"
     path.write_text(json.dumps(document))
     with pytest.raises(ValueError, match="is not an accelkit run report") as caught:

@@ -10,13 +10,18 @@ from accelkit.profiling.run_report import SCHEMA, RunReport
 
 
 def _report(**figures) -> RunReport:
-    return RunReport(framework="torch", model="m", device="cpu", precision="fp32",
-                     matmul_dtype="fp32", **figures)
+    return RunReport(
+        framework="torch", model="m", device="cpu", precision="fp32", matmul_dtype="fp32", **figures
+    )
 
 
 def test_a_saved_report_loads_back_equal(tmp_path) -> None:
-    report = _report(samples_per_second=12.5, steps=10, facts={"layers": [{"name": "fc"}]},
-                     advice=[{"id": "input_bound"}])
+    report = _report(
+        samples_per_second=12.5,
+        steps=10,
+        facts={"layers": [{"name": "fc"}]},
+        advice=[{"id": "input_bound"}],
+    )
     report.note("mfu", "no GPU")
     assert report.save(tmp_path / "run.json") is True
     loaded = RunReport.load(tmp_path / "run.json")
@@ -43,11 +48,20 @@ def test_unknown_keys_of_a_newer_report_are_ignored() -> None:
     assert RunReport.from_dict(data).steps == 3
 
 
-@pytest.mark.parametrize(("rank", "writes"), [
-    (None, True), ("0", True), (" 0 ", True), ("", True), ("not-a-rank", True), ("1", False),
-])
-def test_only_the_process_that_speaks_for_the_run_saves(tmp_path, monkeypatch, rank,
-                                                        writes) -> None:
+@pytest.mark.parametrize(
+    ("rank", "writes"),
+    [
+        (None, True),
+        ("0", True),
+        (" 0 ", True),
+        ("", True),
+        ("not-a-rank", True),
+        ("1", False),
+    ],
+)
+def test_only_the_process_that_speaks_for_the_run_saves(
+    tmp_path, monkeypatch, rank, writes
+) -> None:
     # One rank rule for the package (accelkit.hardware.environment.rank): unset, empty or
     # not an integer is a process alone, rank 0.
     if rank is None:
@@ -76,8 +90,11 @@ def test_a_save_is_whole_or_nothing_and_leaves_no_temporary_file(tmp_path, monke
 
 def test_numpy_values_and_non_finite_figures_save_as_strict_json(tmp_path) -> None:
     np = pytest.importorskip("numpy")
-    report = _report(samples_per_second=float("nan"), step_time_s=np.float32(0.5),
-                     facts={np.int64(3): np.int64(7), "scale": [np.float64("inf"), 2.0]})
+    report = _report(
+        samples_per_second=float("nan"),
+        step_time_s=np.float32(0.5),
+        facts={np.int64(3): np.int64(7), "scale": [np.float64("inf"), 2.0]},
+    )
     report.save(tmp_path / "run.json")
     text = (tmp_path / "run.json").read_text()
     data = json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))

@@ -229,7 +229,8 @@ def test_consumer_pascal_turing_and_titan_rows():
     assert lookup("NVIDIA GeForce GTX 1660 SUPER").peak("fp16") is None
     assert lookup("titan v").peak("fp16") == 110
     assert lookup("NVIDIA GeForce RTX 4090 D").peak("bf16") == pytest.approx(
-        by_key("rtx-4090").peak("bf16") * 114 / 128, abs=0.1)
+        by_key("rtx-4090").peak("bf16") * 114 / 128, abs=0.1
+    )
     h800 = lookup("NVIDIA H800")
     assert h800.key == "h800-sxm" and h800.peaks_unknown and h800.peak("bf16") is None
     assert "Peaks unknown" in h800.notes

@@ -16,8 +16,9 @@ pytestmark = pytest.mark.torch
 
 from ..helpers.torch_data import CPU_PLAN, mlp, separable, train
 
-A100_PLAN = plan(HardwareInfo(gpus=(GpuInfo(0, "NVIDIA A100-SXM4-80GB",
-                                            compute_capability=(8, 0)),)), Request())
+A100_PLAN = plan(
+    HardwareInfo(gpus=(GpuInfo(0, "NVIDIA A100-SXM4-80GB", compute_capability=(8, 0)),)), Request()
+)
 
 
 class Boom(Exception):
@@ -34,9 +35,11 @@ def test_fit_learns_and_reports_consistent_figures() -> None:
     forward = 2 * 32 * (16 * 64 + 64 * 4)
     assert report.flops_per_step == forward + 2 * 32 * (16 * 64 + 64 * 4) + 2 * 32 * 64 * 4
     assert report.achieved_tflops == pytest.approx(
-        report.flops_per_step * report.steady_steps / report.steady_seconds / 1e12)
+        report.flops_per_step * report.steady_steps / report.steady_seconds / 1e12
+    )
     assert report.samples_per_second == pytest.approx(
-        32 * report.steady_steps / report.steady_seconds)
+        32 * report.steady_steps / report.steady_seconds
+    )
     assert report.batch_size == 32
     assert 0 <= report.input_wait_share <= 1
     assert report.mfu is None and "no GPU" in report.notes["mfu"]
@@ -58,16 +61,29 @@ def test_gradient_accumulation_steps_the_optimizer_every_n_batches() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     calls = []
     optimizer.register_step_post_hook(lambda *_: calls.append(1))
-    accelkit.torch.fit(model, separable(), optimizer, torch.nn.CrossEntropyLoss(), steps=10,
-                       accumulation_steps=4, plan=CPU_PLAN, progress=False)
+    accelkit.torch.fit(
+        model,
+        separable(),
+        optimizer,
+        torch.nn.CrossEntropyLoss(),
+        steps=10,
+        accumulation_steps=4,
+        plan=CPU_PLAN,
+        progress=False,
+    )
     assert len(calls) == 3  # after batches 4 and 8, and the remainder at the end
 
 
 def test_bf16_plan_trains_a_cnn_with_float32_outputs_on_cpu() -> None:
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
-                                torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(),
-                                torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 2))
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8 * 8 * 8, 2),
+    )
     x = torch.randn(256, 3, 8, 8)
     y = (x.mean(dim=(1, 2, 3)) > 0).long()
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=32)
@@ -79,8 +95,9 @@ def test_bf16_plan_trains_a_cnn_with_float32_outputs_on_cpu() -> None:
         return loss
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    report = accelkit.torch.fit(model, loader, optimizer, loss_fn, epochs=4, plan=A100_PLAN,
-                                progress=False, device="cpu")
+    report = accelkit.torch.fit(
+        model, loader, optimizer, loss_fn, epochs=4, plan=A100_PLAN, progress=False, device="cpu"
+    )
     assert report.precision == "bf16"
     # 16-bit outputs, float32 loss: autocast runs the loss in float32.
     assert set(seen) == {(torch.bfloat16, torch.float32)}
@@ -94,12 +111,20 @@ def test_one_convolution_is_not_a_conv_net_for_channels_last() -> None:
     that converts conv nets; asked for explicitly, it converts."""
     torch.manual_seed(0)
     for asked, converted in ((None, False), (True, True)):
-        model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 4, stride=4), torch.nn.Flatten(),
-                                    torch.nn.Linear(8 * 2 * 2, 2))
+        model = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 4, stride=4), torch.nn.Flatten(), torch.nn.Linear(8 * 2 * 2, 2)
+        )
         data = [(torch.randn(4, 3, 8, 8), torch.randint(0, 2, (4,))) for _ in range(3)]
-        accelkit.torch.fit(model, data, torch.optim.SGD(model.parameters(), lr=0.1),
-                           torch.nn.CrossEntropyLoss(), plan=A100_PLAN, device="cpu",
-                           progress=False, channels_last=asked)
+        accelkit.torch.fit(
+            model,
+            data,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            torch.nn.CrossEntropyLoss(),
+            plan=A100_PLAN,
+            device="cpu",
+            progress=False,
+            channels_last=asked,
+        )
         weight = model[0].weight
         assert weight.is_contiguous(memory_format=torch.channels_last) is converted
 
@@ -108,15 +133,23 @@ def test_tokens_per_second_from_token_id_batches() -> None:
     vocab, length = 50, 12
     torch.manual_seed(0)
     tokens = torch.randint(0, vocab, (128, length))
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(tokens, tokens),
-                                         batch_size=16)
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(tokens, tokens), batch_size=16
+    )
     model = torch.nn.Sequential(torch.nn.Embedding(vocab, 32), torch.nn.Linear(32, vocab))
 
     def loss_fn(logits, targets):
         return torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
 
-    report = accelkit.torch.fit(model, loader, torch.optim.AdamW(model.parameters()), loss_fn,
-                                epochs=2, plan=CPU_PLAN, progress=False)
+    report = accelkit.torch.fit(
+        model,
+        loader,
+        torch.optim.AdamW(model.parameters()),
+        loss_fn,
+        epochs=2,
+        plan=CPU_PLAN,
+        progress=False,
+    )
     assert report.tokens_per_second == pytest.approx(report.samples_per_second * length)
 
 
@@ -125,8 +158,14 @@ def test_user_errors_propagate_unchanged() -> None:
         raise Boom("from the user's loss")
 
     with pytest.raises(Boom, match="from the user's loss"):
-        accelkit.torch.fit(mlp(), separable(), torch.optim.SGD(mlp().parameters(), lr=0.1),
-                           loss_fn, plan=CPU_PLAN, progress=False)
+        accelkit.torch.fit(
+            mlp(),
+            separable(),
+            torch.optim.SGD(mlp().parameters(), lr=0.1),
+            loss_fn,
+            plan=CPU_PLAN,
+            progress=False,
+        )
     assert not [t for t in threading.enumerate() if t.name == "accelkit-nvml"]
 
 
@@ -140,24 +179,36 @@ def test_keyboard_interrupt_leaves_a_partial_report() -> None:
         return torch.nn.functional.cross_entropy(outputs, targets)
 
     model = mlp()
-    report = accelkit.torch.fit(model, separable(), torch.optim.SGD(model.parameters(), lr=0.1),
-                                loss_fn, plan=CPU_PLAN, progress=False, flops_per_step=1.0)
+    report = accelkit.torch.fit(
+        model,
+        separable(),
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn,
+        plan=CPU_PLAN,
+        progress=False,
+        flops_per_step=1.0,
+    )
     assert report.interrupted and report.steps == 6
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"epochs": 0}, "epochs"),
-    ({"steps": 0}, "steps"),
-    ({"accumulation_steps": 0}, "accumulation_steps"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"epochs": 0}, "epochs"),
+        ({"steps": 0}, "steps"),
+        ({"accumulation_steps": 0}, "accumulation_steps"),
+    ],
+)
 def test_bad_arguments_raise_clear_errors(kwargs, message) -> None:
     with pytest.raises(ValueError, match=message):
         train(**kwargs)
 
 
 def test_empty_loader_is_a_clear_error() -> None:
-    empty = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(
-        torch.zeros(0, 16), torch.zeros(0, dtype=torch.long)), batch_size=4)
+    empty = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(torch.zeros(0, 16), torch.zeros(0, dtype=torch.long)),
+        batch_size=4,
+    )
     with pytest.raises(ValueError, match="no batch"):
         train(loader=empty)
 
@@ -186,10 +237,24 @@ def test_report_round_trips_through_json(tmp_path) -> None:
     loaded = accelkit.RunReport.load(path)
     assert loaded == report
     document = json.loads(path.read_text())
-    for key in ("samples_per_second", "flops_per_step", "achieved_tflops", "peak_tflops", "mfu",
-                "input_wait_share", "gpu_utilization", "peak_memory_bytes", "world_size",
-                "global_samples_per_second", "scaling_efficiency", "advice", "notes",
-                "hardware", "plan", "versions"):
+    for key in (
+        "samples_per_second",
+        "flops_per_step",
+        "achieved_tflops",
+        "peak_tflops",
+        "mfu",
+        "input_wait_share",
+        "gpu_utilization",
+        "peak_memory_bytes",
+        "world_size",
+        "global_samples_per_second",
+        "scaling_efficiency",
+        "advice",
+        "notes",
+        "hardware",
+        "plan",
+        "versions",
+    ):
         assert key in document
 
 
@@ -197,14 +262,23 @@ def test_report_round_trips_through_json(tmp_path) -> None:
 def test_fit_on_cuda_reports_gpu_figures_and_mfu() -> None:
     gpu_plan = accelkit.auto_configure(framework="torch", verbose=False)
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(),
-                                torch.nn.Linear(4096, 1024))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024)
+    )
     x, y = torch.randn(4096, 1024), torch.randn(4096, 1024)
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=256,
-                                         pin_memory=True)
-    report = accelkit.torch.fit(model, loader, torch.optim.AdamW(model.parameters()),
-                                torch.nn.MSELoss(), epochs=20, plan=gpu_plan, progress=False,
-                                window=16)
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x, y), batch_size=256, pin_memory=True
+    )
+    report = accelkit.torch.fit(
+        model,
+        loader,
+        torch.optim.AdamW(model.parameters()),
+        torch.nn.MSELoss(),
+        epochs=20,
+        plan=gpu_plan,
+        progress=False,
+        window=16,
+    )
     assert report.device.startswith("cuda")
     assert report.peak_memory_bytes and report.peak_memory_bytes > 0
     assert report.gpu_utilization is not None
@@ -217,14 +291,19 @@ def test_accelkit_fit_takes_torch_fits_arguments_positional_or_by_name() -> None
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = separable()
     loss_fn = torch.nn.CrossEntropyLoss()
-    report = accelkit.fit(model, loader, optimizer, loss_fn, epochs=1, plan=CPU_PLAN,
-                          progress=False)
+    report = accelkit.fit(
+        model, loader, optimizer, loss_fn, epochs=1, plan=CPU_PLAN, progress=False
+    )
     assert report.framework == "torch" and report.epochs == 1
-    report = accelkit.fit(model, loader, optimizer=optimizer, loss_fn=loss_fn, steps=4,
-                          plan=CPU_PLAN, progress=False)
+    report = accelkit.fit(
+        model, loader, optimizer=optimizer, loss_fn=loss_fn, steps=4, plan=CPU_PLAN, progress=False
+    )
     assert report.steps == 4
-    with pytest.raises(TypeError, match=r"accelkit.torch.fit.*missing a required argument: "
-                                         r"'loss_fn'"):
+    with pytest.raises(
+        TypeError,
+        match=r"accelkit.torch.fit.*missing a required argument: "
+        r"'loss_fn'",
+    ):
         accelkit.fit(model, loader, optimizer, plan=CPU_PLAN)
 
 
@@ -258,19 +337,27 @@ _BAD = {  # argument: values that must be refused (issue 13: -1 clipped into gra
 }
 
 
-@pytest.mark.parametrize(("name", "value"),
-                         [(name, value) for name, values in _BAD.items() for value in values])
+@pytest.mark.parametrize(
+    ("name", "value"), [(name, value) for name, values in _BAD.items() for value in values]
+)
 def test_every_numeric_argument_is_checked_before_training(name, value) -> None:
     model = mlp(16, 64, 4)
     with pytest.raises(ValueError, match=f"{name}={value!r} must be"):
-        accelkit.torch.fit(model, separable(), torch.optim.SGD(model.parameters(), lr=0.1),
-                           torch.nn.CrossEntropyLoss(), plan=CPU_PLAN, progress=False,
-                           **{name: value})
+        accelkit.torch.fit(
+            model,
+            separable(),
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            torch.nn.CrossEntropyLoss(),
+            plan=CPU_PLAN,
+            progress=False,
+            **{name: value},
+        )
 
 
-@pytest.mark.parametrize(("name", "value"), [("warmup", -1), ("window", 0),
-                                             ("flops_per_step", float("nan")),
-                                             ("tokens_per_sample", True)])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("warmup", -1), ("window", 0), ("flops_per_step", float("nan")), ("tokens_per_sample", True)],
+)
 def test_meter_checks_its_numeric_arguments(name, value) -> None:
     with pytest.raises(ValueError, match=f"{name}={value!r} must be"):
         accelkit.torch.Meter(mlp(16, 4), plan=CPU_PLAN, **{name: value})

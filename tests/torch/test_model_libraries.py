@@ -27,7 +27,7 @@ def fit(model, batches, loss_fn=None, **kwargs):
 
 def steady(batches, report):
     """The batches of the steady state (after warm-up), for figures counted by hand."""
-    return batches[report.warmup_steps:report.steps]
+    return batches[report.warmup_steps : report.steps]
 
 
 # -- transformers models, the Hugging Face way ----------------------------------------
@@ -43,8 +43,9 @@ def test_gpt2_trains_on_dict_batches_with_labels_and_loss_fn_none():
     assert report.steps == 16 and len(report.losses) == 4
     assert report.losses[-1] < report.losses[0]  # it learns the four batches
     assert report.batch_size == 4
-    assert report.tokens_per_second == pytest.approx(4 * 32 * report.steady_steps
-                                                     / report.steady_seconds)
+    assert report.tokens_per_second == pytest.approx(
+        4 * 32 * report.steady_steps / report.steady_seconds
+    )
     # The count is the model's own loss path (labels in the batch), on the first batch.
     assert report.flops_per_step == count_train_step_flops(model, batches[0]).total > 0
     assert "scalar loss the model returned" in report.notes["flops_per_step"]
@@ -55,10 +56,17 @@ def test_gpt2_trains_on_dict_batches_with_labels_and_loss_fn_none():
 
 def test_bert_masked_lm_with_padding_reports_padded_and_real_tokens():
     model = bert("masked_lm")
-    lengths = [[32, 20, 9, 1], [32, 32, 5, 12], [16, 16, 16, 16], [3, 31, 30, 29],
-               [8, 9, 10, 11], [32, 1, 1, 1]]
-    batches = [lm_batches(n=1, batch=4, length=32, real=real, seed=i)[0]
-               for i, real in enumerate(lengths)]
+    lengths = [
+        [32, 20, 9, 1],
+        [32, 32, 5, 12],
+        [16, 16, 16, 16],
+        [3, 31, 30, 29],
+        [8, 9, 10, 11],
+        [32, 1, 1, 1],
+    ]
+    batches = [
+        lm_batches(n=1, batch=4, length=32, real=real, seed=i)[0] for i, real in enumerate(lengths)
+    ]
 
     report = fit(model, batches, warmup=2)
 
@@ -70,8 +78,10 @@ def test_bert_masked_lm_with_padding_reports_padded_and_real_tokens():
     assert report.real_tokens_per_second == pytest.approx(real / report.steady_seconds)
     assert "real_tokens_per_second" not in report.notes
     assert "real, without padding" in str(report)
-    assert accelkit.RunReport.from_dict(report.to_dict()).real_tokens_per_second == \
-        report.real_tokens_per_second
+    assert (
+        accelkit.RunReport.from_dict(report.to_dict()).real_tokens_per_second
+        == report.real_tokens_per_second
+    )
 
 
 def test_bert_classifier_with_a_loss_fn_gets_the_model_output_and_the_labels():
@@ -100,7 +110,8 @@ def test_llama_trains_on_dict_batches():
 
     assert report.steps == 4 and report.losses and report.flops_per_step > 0
     assert report.real_tokens_per_second == pytest.approx(
-        34 * report.steady_steps / report.steady_seconds)
+        34 * report.steady_steps / report.steady_seconds
+    )
 
 
 def test_meter_reads_a_batch_encoding_in_a_hand_written_loop():
@@ -108,8 +119,9 @@ def test_meter_reads_a_batch_encoding_in_a_hand_written_loop():
     size and no tokens in it."""
     model = gpt2()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    batches = [transformers.BatchEncoding(b)
-               for b in lm_batches(n=5, batch=2, length=16, real=[16, 7])]
+    batches = [
+        transformers.BatchEncoding(b) for b in lm_batches(n=5, batch=2, length=16, real=[16, 7])
+    ]
     meter = accelkit.torch.Meter(model, plan=CPU_PLAN, warmup=1, sample_gpu=False)
 
     with meter:
@@ -139,8 +151,12 @@ class Returns(torch.nn.Module):
     def forward(self, x, y):
         logits = self.net(x)
         loss = torch.nn.functional.cross_entropy(logits, y)
-        return {"dict": {"loss": loss, "logits": logits}, "loss first": (loss, logits),
-                "loss last": (logits, loss), "scalar": loss}[self.form]
+        return {
+            "dict": {"loss": loss, "logits": logits},
+            "loss first": (loss, logits),
+            "loss last": (logits, loss),
+            "scalar": loss,
+        }[self.form]
 
 
 @pytest.mark.parametrize("form", ["dict", "loss first", "loss last", "scalar"])
@@ -179,8 +195,13 @@ def test_tuple_batches_with_dict_inputs_and_a_loss_fn():
 
     batches = [({"features": x}, y) for x, y in separable()]
 
-    report = fit(Named(), batches, lambda out, y: torch.nn.functional.cross_entropy(
-        out["logits"], y), epochs=2, lr=1e-2)
+    report = fit(
+        Named(),
+        batches,
+        lambda out, y: torch.nn.functional.cross_entropy(out["logits"], y),
+        epochs=2,
+        lr=1e-2,
+    )
 
     assert report.losses[-1] < report.losses[0] and report.batch_size == 32
 
@@ -226,10 +247,13 @@ def test_a_per_token_loss_in_the_output_is_refused():
         fit(PerToken(), separable())
 
 
-@pytest.mark.parametrize(("batches", "received"), [
-    (lambda: [x for x, _ in separable()], "Tensor of shape (32, 16)"),
-    (lambda: lm_batches(n=2, labels="none"), "dict with keys ['input_ids']"),
-])
+@pytest.mark.parametrize(
+    ("batches", "received"),
+    [
+        (lambda: [x for x, _ in separable()], "Tensor of shape (32, 16)"),
+        (lambda: lm_batches(n=2, labels="none"), "dict with keys ['input_ids']"),
+    ],
+)
 def test_a_loss_fn_with_batches_that_hold_no_targets_is_refused(batches, received):
     """A dict batch with a loss_fn used to be refused as not "(inputs, targets)" whatever
     it held; now its "labels" are the targets, and without them the message says so."""
@@ -254,8 +278,11 @@ def test_a_batch_encoding_moves_to_the_device_whole() -> None:
     """transformers' BatchEncoding is a UserDict, not a dict: every tensor in it moves."""
     from accelkit.torch.prepare import to_device
 
-    encoding = transformers.BatchEncoding({"input_ids": torch.ones(2, 3, dtype=torch.long),
-                                           "attention_mask": torch.ones(2, 3)})
+    encoding = transformers.BatchEncoding(
+        {"input_ids": torch.ones(2, 3, dtype=torch.long), "attention_mask": torch.ones(2, 3)}
+    )
     moved = to_device(encoding, torch.device("meta"))
-    assert {k: v.device.type for k, v in moved.items()} == {"input_ids": "meta",
-                                                            "attention_mask": "meta"}
+    assert {k: v.device.type for k, v in moved.items()} == {
+        "input_ids": "meta",
+        "attention_mask": "meta",
+    }

@@ -16,21 +16,28 @@ pytestmark = pytest.mark.torch
 
 from ..helpers.torch_data import CPU_PLAN, mlp, separable, train
 
-A100 = HardwareInfo(gpus=(GpuInfo(0, "NVIDIA A100-SXM4-80GB", compute_capability=(8, 0)),),
-                    source="snapshot")
+A100 = HardwareInfo(
+    gpus=(GpuInfo(0, "NVIDIA A100-SXM4-80GB", compute_capability=(8, 0)),), source="snapshot"
+)
 
 
 def cnn() -> torch.nn.Sequential:
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
-                               torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.ReLU(),
-                               torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 2))
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 8, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8 * 8 * 8, 2),
+    )
 
 
 def images(n: int = 4) -> list[tuple[torch.Tensor, torch.Tensor]]:
     generator = torch.Generator().manual_seed(0)
-    return [(torch.randn(8, 3, 8, 8, generator=generator), torch.randint(0, 2, (8,)))
-            for _ in range(n)]
+    return [
+        (torch.randn(8, 3, 8, 8, generator=generator), torch.randint(0, 2, (8,))) for _ in range(n)
+    ]
 
 
 def fit_cnn(model: torch.nn.Module, **kwargs) -> tuple[accelkit.RunReport, set]:
@@ -41,18 +48,25 @@ def fit_cnn(model: torch.nn.Module, **kwargs) -> tuple[accelkit.RunReport, set]:
         seen.add(outputs.dtype)
         return torch.nn.functional.cross_entropy(outputs, targets)
 
-    report = accelkit.torch.fit(model, images(), torch.optim.SGD(model.parameters(), lr=0.1),
-                                loss_fn, device="cpu", progress=False, **kwargs)
+    report = accelkit.torch.fit(
+        model,
+        images(),
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn,
+        device="cpu",
+        progress=False,
+        **kwargs,
+    )
     return report, seen
 
 
 def channels_last(model: torch.nn.Module) -> bool:
     weight = model[0].weight
-    return weight.is_contiguous(memory_format=torch.channels_last) and not (
-        weight.is_contiguous())
+    return weight.is_contiguous(memory_format=torch.channels_last) and not (weight.is_contiguous())
 
 
 # -- item 8: a loader spent before the last epoch ------------------------------------------
+
 
 def test_a_one_shot_generator_reports_the_epochs_it_trained(caplog) -> None:
     batches = (batch for batch in separable(n=256))  # 8 batches, once
@@ -70,6 +84,7 @@ def test_a_reiterable_loader_trains_every_epoch_without_a_note() -> None:
 
 
 # -- item 9: Meter counts each step once ---------------------------------------------------
+
 
 def test_a_nested_meter_step_counts_once(caplog) -> None:
     model = mlp(16, 4)
@@ -118,6 +133,7 @@ def test_an_error_inside_a_meter_step_leaves_the_next_step_measured() -> None:
 
 
 # -- item 10: an unapplied plan is not applied by the fit -----------------------------------
+
 
 @pytest.mark.usefixtures("fresh_process")
 def test_fit_after_a_dry_run_trains_in_float32_without_channels_last(caplog) -> None:
@@ -184,6 +200,13 @@ def test_channels_last_is_undone_when_the_fit_raises() -> None:
         raise KeyError("the user's loss")
 
     with pytest.raises(KeyError, match="the user's loss"):
-        accelkit.torch.fit(model, images(), torch.optim.SGD(model.parameters(), lr=0.1),
-                           loss_fn, plan=plan(A100, Request()), device="cpu", progress=False)
+        accelkit.torch.fit(
+            model,
+            images(),
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            loss_fn,
+            plan=plan(A100, Request()),
+            device="cpu",
+            progress=False,
+        )
     assert model[0].weight.is_contiguous() and not channels_last(model)

@@ -37,8 +37,9 @@ def fit(model: Any = None, data: Any = None, *, optimizer: Any = None, **kwargs:
     data = batches(STEPS + 6) if data is None else data
     optimizer = optimizer or torch.optim.AdamW(model.parameters(), lr=1e-3)
     kwargs.setdefault("tune", True)
-    return accelkit.torch.fit(model, data, optimizer, torch.nn.CrossEntropyLoss(),
-                              plan=CPU_PLAN, progress=False, **kwargs)
+    return accelkit.torch.fit(
+        model, data, optimizer, torch.nn.CrossEntropyLoss(), plan=CPU_PLAN, progress=False, **kwargs
+    )
 
 
 def optimizer_steps(optimizer: Any) -> int:
@@ -75,8 +76,10 @@ def test_tune_measures_each_candidate_trains_every_batch_once_and_keeps_one() ->
     assert tuning["decision"] == "tuned"
     by_name = candidates(report)
     # The compiled candidate takes the optimizer the fused trial kept.
-    assert list(by_name) in (["eager", "eager+fused", "compile+fused"],
-                             ["eager", "eager+fused", "compile"])
+    assert list(by_name) in (
+        ["eager", "eager+fused", "compile+fused"],
+        ["eager", "eager+fused", "compile"],
+    )
     assert by_name["eager"]["status"] == "baseline"
     timed = [c for c in by_name.values() if c["status"] != "skipped"]
     for candidate in timed:
@@ -88,7 +91,8 @@ def test_tune_measures_each_candidate_trains_every_batch_once_and_keeps_one() ->
     kept = [c for c in timed if c["status"] == "chosen"]
     assert len(kept) <= 1 and tuning["chosen"] == (kept[0]["name"] if kept else "eager")
     assert tuning["speedup"] == pytest.approx(
-        by_name["eager"]["step_seconds"] / by_name[tuning["chosen"]]["step_seconds"], rel=1e-2)
+        by_name["eager"]["step_seconds"] / by_name[tuning["chosen"]]["step_seconds"], rel=1e-2
+    )
     # Real training steps: every batch trained once, one optimizer step each.
     assert report.steps == len(data) and tuning["steps"] == STEPS
     assert optimizer_steps(optimizer) == len(data)
@@ -158,14 +162,18 @@ def _oom(loss: Any) -> Any:
     raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
 
-@pytest.mark.parametrize(("backend", "then", "why"), [
-    (_failing_backend, None, "this backend cannot compile the graph"),
-    ("eager", _oom, "out of memory"),
-    ("eager", lambda loss: loss * 1.5, "differs from the eager"),
-    ("eager", lambda loss: loss * float("nan"), "where the eager loss was"),
-])
+@pytest.mark.parametrize(
+    ("backend", "then", "why"),
+    [
+        (_failing_backend, None, "this backend cannot compile the graph"),
+        ("eager", _oom, "out of memory"),
+        ("eager", lambda loss: loss * 1.5, "differs from the eager"),
+        ("eager", lambda loss: loss * float("nan"), "where the eager loss was"),
+    ],
+)
 def test_a_failing_compile_is_dropped_and_its_batch_trained_again(
-        compile_with: Callable[..., None], backend: Any, then: Any, why: str) -> None:
+    compile_with: Callable[..., None], backend: Any, then: Any, why: str
+) -> None:
     compile_with(backend, then)
     model = mlp(256, 128, 8)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -183,8 +191,9 @@ def test_a_failing_compile_is_dropped_and_its_batch_trained_again(
 def test_a_graph_break_storm_is_dropped(compile_with: Callable[..., None]) -> None:
     compile_with("eager")
     # 20 breaks written out: a break inside a loop makes dynamo skip the whole frame.
-    lines = "\n".join("    x = self.layer(x).relu()\n    torch._dynamo.graph_break()"
-                      for _ in range(20))
+    lines = "\n".join(
+        "    x = self.layer(x).relu()\n    torch._dynamo.graph_break()" for _ in range(20)
+    )
     scope: dict[str, Any] = {"torch": torch}
     exec(f"def forward(self, x):\n{lines}\n    return self.head(x)\n", scope)  # noqa: S102
 
@@ -237,13 +246,13 @@ def test_the_data_ending_during_the_trials_keeps_what_was_measured() -> None:
 
 
 def test_tune_for_a_hand_written_loop_trains_the_first_batches(
-        compile_with: Callable[..., None]) -> None:
+    compile_with: Callable[..., None],
+) -> None:
     compile_with("eager")
     model = mlp(256, 128, 8)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     data: Iterator[Any] = iter(batches(STEPS + 5))
-    result = accelkit.torch.tune(model, data, optimizer, torch.nn.CrossEntropyLoss(),
-                                 plan=CPU_PLAN)
+    result = accelkit.torch.tune(model, data, optimizer, torch.nn.CrossEntropyLoss(), plan=CPU_PLAN)
     assert isinstance(result, accelkit.torch.TuneResult)
     assert result.decision == "tuned" and result.steps == STEPS
     assert optimizer_steps(optimizer) == STEPS
@@ -276,15 +285,17 @@ def test_tune_on_cuda_keeps_compile_of_a_transformers_gpt2_under_bf16() -> None:
     transformers = pytest.importorskip("transformers")
     plan = accelkit.auto_configure(framework="torch", verbose=False)
     torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=4, n_head=8, n_embd=512, n_positions=256,
-                                     vocab_size=8192)
+    config = transformers.GPT2Config(
+        n_layer=4, n_head=8, n_embd=512, n_positions=256, vocab_size=8192
+    )
     model = transformers.GPT2LMHeadModel(config)
     ids = torch.randint(0, config.vocab_size, (8, config.n_positions))
-    data = [{"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
-            for _ in range(STEPS + 10)]
+    data = [
+        {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+        for _ in range(STEPS + 10)
+    ]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    report = accelkit.torch.fit(model, data, optimizer, None, plan=plan, progress=False,
-                                tune=True)
+    report = accelkit.torch.fit(model, data, optimizer, None, plan=plan, progress=False, tune=True)
     by_name = candidates(report)
     assert report.tuning["decision"] == "tuned"
     compiled = next(c for c in by_name.values() if c["settings"].get("compile"))

@@ -29,9 +29,14 @@ from accelkit.hardware.info import HardwareInfo
 from accelkit.planning.types import Plan
 
 
-def advise(hardware: HardwareInfo | None, plan: Plan | None,
-           measurements: Mapping[str, Any] | Any, *, rules: Iterable[Rule] | None = None,
-           fallback: Iterable[FallbackRule] | None = None) -> list[Advice]:
+def advise(
+    hardware: HardwareInfo | None,
+    plan: Plan | None,
+    measurements: Mapping[str, Any] | Any,
+    *,
+    rules: Iterable[Rule] | None = None,
+    fallback: Iterable[FallbackRule] | None = None,
+) -> list[Advice]:
     """The verdicts for a run, most important first.
 
     Args:
@@ -69,5 +74,13 @@ def _as_list(result: Advice | list[Advice] | None) -> list[Advice]:
     return [result] if isinstance(result, Advice) else list(result)
 
 
-__all__ = ["DEFAULT_MFU", "Advice", "Context", "Projection", "Severity", "advise", "project",
-           "rank"]
+__all__ = [
+    "DEFAULT_MFU",
+    "Advice",
+    "Context",
+    "Projection",
+    "Severity",
+    "advise",
+    "project",
+    "rank",
+]

@@ -86,18 +86,27 @@ class Context:
     measured_here: bool
 
     @classmethod
-    def build(cls, hardware: HardwareInfo | None, plan: Plan | None,
-              measurements: Mapping[str, Any] | Any) -> Context:
+    def build(
+        cls, hardware: HardwareInfo | None, plan: Plan | None, measurements: Mapping[str, Any] | Any
+    ) -> Context:
         m = measurements.to_dict() if hasattr(measurements, "to_dict") else dict(measurements)
         if plan is None and m.get("plan"):  # the plan the run used
             plan = Plan.from_dict(m["plan"])
         if hardware is None:
-            hardware = plan.hardware if plan is not None else HardwareInfo.from_dict(
-                m.get("hardware") or {})
-        framework = (plan.framework.value if plan is not None
-                     else str(m.get("framework") or "torch"))
-        return cls(hardware=hardware, plan=plan, m=m, facts=dict(m.get("facts") or {}),
-                   framework=framework, measured_here=_measured_on(hardware, m))
+            hardware = (
+                plan.hardware
+                if plan is not None
+                else HardwareInfo.from_dict(m.get("hardware") or {})
+            )
+        framework = plan.framework.value if plan is not None else str(m.get("framework") or "torch")
+        return cls(
+            hardware=hardware,
+            plan=plan,
+            m=m,
+            facts=dict(m.get("facts") or {}),
+            framework=framework,
+            measured_here=_measured_on(hardware, m),
+        )
 
     # -- figures ------------------------------------------------------------------------
 

@@ -69,21 +69,34 @@ class Projection:
         return data
 
     def __str__(self) -> str:
-        cost = ("" if self.cost_per_epoch is None else
-                f", ${self.cost_per_epoch:,.4g} per epoch at ${self.price_per_hour:g}/GPU-hour")
-        rate = ("" if self.samples_per_second is None
-                else f", {self.samples_per_second:,.0f} samples/s")
-        wait = (f" ({self.input_wait_s / self.step_time_s:.0%} input wait)"
-                if self.input_wait_s else "")
-        head = (f"what-if: {self.count} x {self.gpu}, {self.dtype} at MFU {self.mfu:.1%}: step "
-                f"{duration(self.step_time_s)}{wait}, epoch {duration(self.epoch_time_s)} "
-                f"({self.steps_per_epoch:,.0f} steps){rate}{cost}")
+        cost = (
+            ""
+            if self.cost_per_epoch is None
+            else f", ${self.cost_per_epoch:,.4g} per epoch at ${self.price_per_hour:g}/GPU-hour"
+        )
+        rate = (
+            "" if self.samples_per_second is None else f", {self.samples_per_second:,.0f} samples/s"
+        )
+        wait = (
+            f" ({self.input_wait_s / self.step_time_s:.0%} input wait)" if self.input_wait_s else ""
+        )
+        head = (
+            f"what-if: {self.count} x {self.gpu}, {self.dtype} at MFU {self.mfu:.1%}: step "
+            f"{duration(self.step_time_s)}{wait}, epoch {duration(self.epoch_time_s)} "
+            f"({self.steps_per_epoch:,.0f} steps){rate}{cost}"
+        )
         return head + "".join(f"\n  assumes: {a}" for a in self.assumptions)
 
 
-def project(report: Mapping[str, Any] | Any, gpu: str, count: int = 1,
-            price_per_hour: float | None = None, *, mfu: float | None = None,
-            precision: str | None = None) -> Projection:
+def project(
+    report: Mapping[str, Any] | Any,
+    gpu: str,
+    count: int = 1,
+    price_per_hour: float | None = None,
+    *,
+    mfu: float | None = None,
+    precision: str | None = None,
+) -> Projection:
     """Estimate a measured run on `count` GPUs called `gpu`.
 
     Args:
@@ -111,21 +124,23 @@ def project(report: Mapping[str, Any] | Any, gpu: str, count: int = 1,
         raise ValueError(f"count={count!r} is not valid; use a whole number >= 1")
     if mfu is not None and not 0 < mfu <= 1:  # NaN fails this too
         raise ValueError(f"mfu={mfu!r} must be in (0, 1]")
-    if price_per_hour is not None and not (math.isfinite(price_per_hour)
-                                           and price_per_hour >= 0):
+    if price_per_hour is not None and not (math.isfinite(price_per_hour) and price_per_hour >= 0):
         raise ValueError(f"price_per_hour={price_per_hour!r} must be a finite number >= 0")
     flops = data.get("flops_per_step")
     if not flops:
-        raise ValueError("projection needs the run's FLOPs per step, which this report lacks "
-                         "(pass flops_per_step= to the fit)")
+        raise ValueError(
+            "projection needs the run's FLOPs per step, which this report lacks "
+            "(pass flops_per_step= to the fit)"
+        )
     spec = specs.lookup(gpu)
     if spec is None:
         raise UnknownGPUError(specs.unknown_message(gpu))
     facts = data.get("facts") or {}
     framework = str(data.get("framework") or "torch")
     on_gpu = data.get("mfu") is not None
-    target = plan(what_if(spec.key, count), Request(framework=framework,
-                                                    precision=precision or "auto"))
+    target = plan(
+        what_if(spec.key, count), Request(framework=framework, precision=precision or "auto")
+    )
     dtype, dtype_note = _dtype(data, spec, target, precision, on_gpu)
     peak = spec.peak(dtype)
     if not peak:
@@ -151,31 +166,47 @@ def project(report: Mapping[str, Any] | Any, gpu: str, count: int = 1,
         steps_note,
     ]
     if wait:
-        assumptions.append(f"{duration(wait)} per step waiting for input, as measured "
-                           "(host-side: a faster GPU does not shorten it)")
+        assumptions.append(
+            f"{duration(wait)} per step waiting for input, as measured "
+            "(host-side: a faster GPU does not shorten it)"
+        )
     if count > 1 or measured_devices > 1:
-        assumptions.append(f"data parallel over {count} GPU(s) with perfect scaling "
-                           "(NCCL all-reduce adds a few percent)")
+        assumptions.append(
+            f"data parallel over {count} GPU(s) with perfect scaling "
+            "(NCCL all-reduce adds a few percent)"
+        )
     return Projection(
-        gpu=spec.name, key=spec.key, count=count, dtype=dtype, peak_tflops=peak,
-        mfu=chosen_mfu, mfu_source=mfu_source, flops_per_step=per_gpu_flops, input_wait_s=wait,
+        gpu=spec.name,
+        key=spec.key,
+        count=count,
+        dtype=dtype,
+        peak_tflops=peak,
+        mfu=chosen_mfu,
+        mfu_source=mfu_source,
+        flops_per_step=per_gpu_flops,
+        input_wait_s=wait,
         step_time_s=step,
         samples_per_second=per_gpu_batch * count / step if per_gpu_batch else None,
-        steps_per_epoch=steps_here, epoch_time_s=epoch, price_per_hour=price_per_hour,
-        cost_per_epoch=cost, assumptions=tuple(assumptions),
+        steps_per_epoch=steps_here,
+        epoch_time_s=epoch,
+        price_per_hour=price_per_hour,
+        cost_per_epoch=cost,
+        assumptions=tuple(assumptions),
     )
 
 
-def _dtype(data: Mapping[str, Any], spec: Any, plan: Any, precision: str | None,
-           on_gpu: bool) -> tuple[str, str]:
+def _dtype(
+    data: Mapping[str, Any], spec: Any, plan: Any, precision: str | None, on_gpu: bool
+) -> tuple[str, str]:
     planned = Context.build(plan.hardware, plan, {}).matmul_dtype
     if precision:
         return planned, f"matmuls in {planned} (precision={precision!r} asked)"
     measured = str(data.get("matmul_dtype") or "")
     if on_gpu and spec.peak(measured):
         return measured, f"matmuls in {measured}, as in the measured run"
-    why = ("the run was not measured on a GPU" if not on_gpu
-           else f"{spec.name} has no {measured} path")
+    why = (
+        "the run was not measured on a GPU" if not on_gpu else f"{spec.name} has no {measured} path"
+    )
     return planned, f"matmuls in {planned}: accelkit's plan for this GPU ({why})"
 
 
@@ -187,10 +218,14 @@ def _mfu(data: Mapping[str, Any], mfu: float | None, share: float) -> tuple[floa
         if not share:
             return float(measured), f"the run's, measured on {data.get('device')}"
         compute = min(float(measured) / max(1.0 - share, 1e-9), 1.0)
-        return compute, (f"the run's, measured on {data.get('device')}, over the time not "
-                         f"spent waiting for input: {measured:.1%} / (1 - {share:.3f})")
-    return DEFAULT_MFU, ("assumed, typical of well-tuned training: the run had no MFU against a "
-                         "GPU datasheet peak (pass mfu= to change it)")
+        return compute, (
+            f"the run's, measured on {data.get('device')}, over the time not "
+            f"spent waiting for input: {measured:.1%} / (1 - {share:.3f})"
+        )
+    return DEFAULT_MFU, (
+        "assumed, typical of well-tuned training: the run had no MFU against a "
+        "GPU datasheet peak (pass mfu= to change it)"
+    )
 
 
 def _steps_per_epoch(data: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple[float, str]:
@@ -200,11 +235,13 @@ def _steps_per_epoch(data: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple
     steps = float(data.get("steps") or 0)
     if not steps:
         raise ValueError("projection needs the run's steps; this report has none")
-    return steps, (f"one 'epoch' is the measured run's {steps:,.0f} steps (steps per epoch "
-                   "unknown)")
+    return steps, (
+        f"one 'epoch' is the measured run's {steps:,.0f} steps (steps per epoch unknown)"
+    )
 
 
 # -- ranking -------------------------------------------------------------------------
+
 
 def ranked(projections: Sequence[Projection]) -> list[tuple[Projection, int, int | None]]:
     """The projections fastest first, each with its rank by time and by cost (None: no price).
@@ -216,8 +253,9 @@ def ranked(projections: Sequence[Projection]) -> list[tuple[Projection, int, int
         [('l4', 1, None), ('t4', 2, 1)]
     """
     by_time = sorted(projections, key=lambda p: p.epoch_time_s)
-    priced = sorted((p for p in projections if p.cost_per_epoch is not None),
-                    key=lambda p: p.cost_per_epoch)
+    priced = sorted(
+        (p for p in projections if p.cost_per_epoch is not None), key=lambda p: p.cost_per_epoch
+    )
     cost_rank = {id(p): i for i, p in enumerate(priced, 1)}
     return [(p, i, cost_rank.get(id(p))) for i, p in enumerate(by_time, 1)]
 

@@ -76,8 +76,11 @@ def record(ctx: Context) -> TuneResult | None:
 def chose(ctx: Context, option: Option) -> bool:
     """True when the run was tuned and kept a candidate with `option` on."""
     result = record(ctx)
-    return bool(result and result.decision == "tuned"
-                and any(t.status == "chosen" and option.on(t.settings) for t in result.trials))
+    return bool(
+        result
+        and result.decision == "tuned"
+        and any(t.status == "chosen" and option.on(t.settings) for t in result.trials)
+    )
 
 
 def trial(ctx: Context, option: Option) -> Compared | None:
@@ -111,7 +114,10 @@ def trial(ctx: Context, option: Option) -> Compared | None:
         return bool(base.settings) and others(t.settings) == others(base.settings)
 
     timed = [t for t in found if t.step_seconds]
-    best = (min((t for t in timed if alone(t)), key=lambda t: t.step_seconds, default=None)
-            or min(timed, key=lambda t: t.step_seconds, default=None) or found[0])
+    best = (
+        min((t for t in timed if alone(t)), key=lambda t: t.step_seconds, default=None)
+        or min(timed, key=lambda t: t.step_seconds, default=None)
+        or found[0]
+    )
     fields = {f.name: getattr(best, f.name) for f in dataclasses.fields(Trial)}
     return Compared(**fields, baseline_seconds=base.step_seconds)

@@ -86,14 +86,20 @@ def rank(items: Iterable[Advice]) -> list[Advice]:
     then the largest estimated speed-up; then severity; verdicts without an
     estimate follow those with one. Ties keep their order (the rule registry's).
     """
+
     def key(a: Advice) -> tuple[Any, ...]:
-        return (a.severity is not Severity.CRITICAL, a.speedup is None, -(a.speedup or 0.0),
-                -_WEIGHT[a.severity])
+        return (
+            a.severity is not Severity.CRITICAL,
+            a.speedup is None,
+            -(a.speedup or 0.0),
+            -_WEIGHT[a.severity],
+        )
 
     return sorted(items, key=key)
 
 
 # -- gain estimates shared by the rules ------------------------------------------------
+
 
 def removing_share(share: float, cap: float) -> float:
     """Speed-up when a measured share of step time goes, as far as the change can take it:

@@ -14,10 +14,20 @@ TORCH_MODELS = ("mlp", "cnn", "gpt", "gpt2", "resnet50")
 KERAS_MODELS = ("mlp", "cnn")
 
 
-def run(model: str = "mlp", framework: str = "auto", *, steps: int = 60,
-        batch_size: int | None = None, precision: str = "auto", compile: bool = False,
-        calibrate: bool = False, warmup: int = 5, progress: bool = True,
-        compare_single: bool = False, single_device: Any = None) -> RunReport:
+def run(
+    model: str = "mlp",
+    framework: str = "auto",
+    *,
+    steps: int = 60,
+    batch_size: int | None = None,
+    precision: str = "auto",
+    compile: bool = False,
+    calibrate: bool = False,
+    warmup: int = 5,
+    progress: bool = True,
+    compare_single: bool = False,
+    single_device: Any = None,
+) -> RunReport:
     """Configure, then train a built-in model on synthetic data and return the report.
 
     Under torchrun each rank trains the model with DistributedDataParallel on its
@@ -46,17 +56,24 @@ def run(model: str = "mlp", framework: str = "auto", *, steps: int = 60,
         framework = "torch" if is_available("torch") else "tensorflow"
     models = TORCH_MODELS if framework == "torch" else KERAS_MODELS
     if model not in models:
-        raise ValueError(f"model={model!r} is not built in for {framework}; "
-                         f"use one of {', '.join(models)}")
+        raise ValueError(
+            f"model={model!r} is not built in for {framework}; use one of {', '.join(models)}"
+        )
     if steps < 1:
         raise ValueError(f"steps={steps} must be >= 1")
-    plan = auto_configure(framework=framework, precision=precision, compile=compile,
-                          verbose=False)
+    plan = auto_configure(framework=framework, precision=precision, compile=compile, verbose=False)
     if framework == "torch":
         from accelkit.torch import distributed
 
-        bench = _TorchBench.on_this_rank(model, plan, steps=steps, batch_size=batch_size,
-                                         calibrate=calibrate, warmup=warmup, progress=progress)
+        bench = _TorchBench.on_this_rank(
+            model,
+            plan,
+            steps=steps,
+            batch_size=batch_size,
+            calibrate=calibrate,
+            warmup=warmup,
+            progress=progress,
+        )
         single = world.single_device_rate(single_device)
         group = distributed.world()
         if not compare_single or single is not None:
@@ -67,15 +84,20 @@ def run(model: str = "mlp", framework: str = "auto", *, steps: int = 60,
             return report
         return _compared(bench, group)
     if compare_single or single_device is not None:
-        raise ValueError("compare_single and single_device are for PyTorch under torchrun; "
-                         "the Keras bench runs on one process")
-    return _keras(model, plan, steps=steps, batch_size=batch_size, calibrate=calibrate,
-                  warmup=warmup)
+        raise ValueError(
+            "compare_single and single_device are for PyTorch under torchrun; "
+            "the Keras bench runs on one process"
+        )
+    return _keras(
+        model, plan, steps=steps, batch_size=batch_size, calibrate=calibrate, warmup=warmup
+    )
 
 
-_ALONE = ("--compare-single: this run is on one device already, so there is nothing to "
-          "compare; launch it under torchrun (torchrun --nproc-per-node N -m accelkit bench "
-          "--compare-single) to measure scaling")
+_ALONE = (
+    "--compare-single: this run is on one device already, so there is nothing to "
+    "compare; launch it under torchrun (torchrun --nproc-per-node N -m accelkit bench "
+    "--compare-single) to measure scaling"
+)
 
 
 def _compared(bench: _TorchBench, group: Any) -> RunReport:
@@ -90,12 +112,16 @@ def _compared(bench: _TorchBench, group: Any) -> RunReport:
     rate, device = distributed.broadcast(reference, bench.device)
     report = bench.run(rate)
     if rate:
-        report.note("single_device_samples_per_second",
-                    f"the same bench alone on rank 0 ({device}) just before the "
-                    f"{group.size}-rank run, the other devices idle")
+        report.note(
+            "single_device_samples_per_second",
+            f"the same bench alone on rank 0 ({device}) just before the "
+            f"{group.size}-rank run, the other devices idle",
+        )
     else:
-        report.note("scaling_efficiency", "the single-device run on rank 0 had no "
-                                          "steady-state throughput: run more --steps")
+        report.note(
+            "scaling_efficiency",
+            "the single-device run on rank 0 had no steady-state throughput: run more --steps",
+        )
     return report
 
 
@@ -130,29 +156,50 @@ class _TorchBench:
 
         torch.manual_seed(0)  # the same model on every rank and in every run
         model, batch, loss_fn, facts = torch_models.build(self.name, self.batch_size, self.device)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4,
-                                      fused=self.device.type == "cuda")
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=self.device.type == "cuda")
         steps = self.steps
         report = accelkit.torch.fit(
-            model, torch_models.SyntheticBatches(batch, steps), optimizer, loss_fn, epochs=1,
-            plan=self.plan, device=self.device, tokens_per_sample=facts.get("tokens_per_sample"),
-            warmup=min(self.warmup, max(steps - 1, 0)), window=max(1, min(20, steps // 3)),
-            calibrate=self.calibrate, progress=self.progress, distributed=distributed,
-            single_device=single)
+            model,
+            torch_models.SyntheticBatches(batch, steps),
+            optimizer,
+            loss_fn,
+            epochs=1,
+            plan=self.plan,
+            device=self.device,
+            tokens_per_sample=facts.get("tokens_per_sample"),
+            warmup=min(self.warmup, max(steps - 1, 0)),
+            window=max(1, min(20, steps // 3)),
+            calibrate=self.calibrate,
+            progress=self.progress,
+            distributed=distributed,
+            single_device=single,
+        )
         if "analytic_flops_per_step" in facts and report.flops_per_step:
             analytic = facts["analytic_flops_per_step"]
-            report.note("flops_per_step", f"independent count 6N+12LTd (PaLM appendix B): "
-                                          f"{analytic:.4e}, ratio "
-                                          f"{report.flops_per_step / analytic:.4f}")
+            report.note(
+                "flops_per_step",
+                f"independent count 6N+12LTd (PaLM appendix B): "
+                f"{analytic:.4e}, ratio "
+                f"{report.flops_per_step / analytic:.4f}",
+            )
         return report
 
 
-def _keras(name: str, plan: Any, *, steps: int, batch_size: int | None, calibrate: bool,
-           warmup: int) -> RunReport:
+def _keras(
+    name: str, plan: Any, *, steps: int, batch_size: int | None, calibrate: bool, warmup: int
+) -> RunReport:
     import accelkit.keras
     from accelkit.bench import keras_models
 
     model, x, y, batch_size = keras_models.build(name, batch_size, steps)
-    return accelkit.keras.fit(model, x, y, batch_size=batch_size, epochs=1, verbose=0,
-                              plan=plan, warmup=min(warmup, max(steps - 1, 0)),
-                              calibrate=calibrate)
+    return accelkit.keras.fit(
+        model,
+        x,
+        y,
+        batch_size=batch_size,
+        epochs=1,
+        verbose=0,
+        plan=plan,
+        warmup=min(warmup, max(steps - 1, 0)),
+        calibrate=calibrate,
+    )

@@ -39,7 +39,8 @@ def build(name: str, batch_size: int | None, steps: int) -> tuple[Any, Any, Any,
     else:
         raise ValueError(f"model={name!r} is not a built-in Keras model; use one of mlp, cnn")
     model = float32_head(keras.Model(inputs, outputs, name=name))
-    model.compile(optimizer="adam",
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     y = rng.integers(0, 10, size=len(x))
     return model, x, y, batch_size

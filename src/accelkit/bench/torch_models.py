@@ -49,8 +49,11 @@ class Block(nn.Module):
         self.ln_1 = nn.LayerNorm(config.n_embd)
         self.attn = CausalSelfAttention(config)
         self.ln_2 = nn.LayerNorm(config.n_embd)
-        self.mlp = nn.Sequential(nn.Linear(config.n_embd, 4 * config.n_embd), nn.GELU(),
-                                 nn.Linear(4 * config.n_embd, config.n_embd))
+        self.mlp = nn.Sequential(
+            nn.Linear(config.n_embd, 4 * config.n_embd),
+            nn.GELU(),
+            nn.Linear(4 * config.n_embd, config.n_embd),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x))
@@ -90,8 +93,7 @@ class GPT(nn.Module):
         """Parameters that take part in matmuls per token: everything but the
         embeddings' lookups, with the LM head (tied to wte) counted once."""
         embeddings = self.wpe.weight.numel()
-        biases_and_norms = sum(p.numel() for n, p in self.named_parameters()
-                               if p.dim() == 1)
+        biases_and_norms = sum(p.numel() for n, p in self.named_parameters() if p.dim() == 1)
         return sum(p.numel() for p in self.parameters()) - embeddings - biases_and_norms
 
 
@@ -120,50 +122,74 @@ def gpt_flops_per_token(config: GPTConfig, matmul_params: int) -> float:
     return 6 * matmul_params + 12 * config.n_layer * config.block_size * config.n_embd
 
 
-def build(name: str, batch_size: int | None, device: Any) -> tuple[nn.Module, Any, Any, dict[str, Any]]:
+def build(
+    name: str, batch_size: int | None, device: Any
+) -> tuple[nn.Module, Any, Any, dict[str, Any]]:
     """(model, one synthetic batch on `device`, loss_fn, facts) for a built-in model."""
     generator = torch.Generator().manual_seed(0)
     if name == "mlp":
         batch_size = batch_size or 256
-        model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
-                              nn.Linear(1024, 10))
+        model = nn.Sequential(
+            nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)
+        )
         x = torch.randn(batch_size, 784, generator=generator)
         y = torch.randint(0, 10, (batch_size,), generator=generator)
         return model, (x.to(device), y.to(device)), nn.CrossEntropyLoss(), {}
     if name == "cnn":
         batch_size = batch_size or 128
         model = nn.Sequential(
-            nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-            nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(64, 128, 3, padding=1), nn.BatchNorm2d(128), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(128 * 8 * 8, 10))
+            nn.Conv2d(3, 32, 3, padding=1),
+            nn.BatchNorm2d(32),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 3, padding=1),
+            nn.BatchNorm2d(64),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(64, 128, 3, padding=1),
+            nn.BatchNorm2d(128),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(128 * 8 * 8, 10),
+        )
         x = torch.randn(batch_size, 3, 32, 32, generator=generator)
         y = torch.randint(0, 10, (batch_size,), generator=generator)
         return model, (x.to(device), y.to(device)), nn.CrossEntropyLoss(), {}
     if name in ("gpt", "gpt2"):
-        config = (GPTConfig(vocab_size=4096, block_size=256, n_layer=4, n_head=4, n_embd=256)
-                  if name == "gpt" else GPTConfig())
+        config = (
+            GPTConfig(vocab_size=4096, block_size=256, n_layer=4, n_head=4, n_embd=256)
+            if name == "gpt"
+            else GPTConfig()
+        )
         batch_size = batch_size or (8 if name == "gpt" else 16)
         model = GPT(config)
-        tokens = torch.randint(0, config.vocab_size, (batch_size, config.block_size + 1),
-                               generator=generator)
+        tokens = torch.randint(
+            0, config.vocab_size, (batch_size, config.block_size + 1), generator=generator
+        )
         batch = (tokens[:, :-1].contiguous().to(device), tokens[:, 1:].contiguous().to(device))
-        facts = {"tokens_per_sample": config.block_size,
-                 "analytic_flops_per_step": batch_size * config.block_size
-                 * gpt_flops_per_token(config, model.matmul_params()),
-                 "parameters": sum(p.numel() for p in model.parameters())}
+        facts = {
+            "tokens_per_sample": config.block_size,
+            "analytic_flops_per_step": batch_size
+            * config.block_size
+            * gpt_flops_per_token(config, model.matmul_params()),
+            "parameters": sum(p.numel() for p in model.parameters()),
+        }
         return model, batch, lm_loss, facts
     if name == "resnet50":
         try:
             import torchvision
         except ImportError as error:
-            raise ValueError("model 'resnet50' needs torchvision (pip install torchvision)") from error
+            raise ValueError(
+                "model 'resnet50' needs torchvision (pip install torchvision)"
+            ) from error
         batch_size = batch_size or 64
         model = torchvision.models.resnet50()
         x = torch.randn(batch_size, 3, 224, 224, generator=generator)
         y = torch.randint(0, 1000, (batch_size,), generator=generator)
         return model, (x.to(device), y.to(device)), nn.CrossEntropyLoss(), {}
-    raise ValueError(f"model={name!r} is not a built-in PyTorch model; use one of {', '.join(MODELS)}")
+    raise ValueError(
+        f"model={name!r} is not a built-in PyTorch model; use one of {', '.join(MODELS)}"
+    )
 
 
 MODELS = ("mlp", "cnn", "gpt", "gpt2", "resnet50")

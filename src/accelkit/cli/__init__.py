@@ -51,22 +51,31 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="accelkit", description="GPU-aware training settings and measurements.")
+        prog="accelkit", description="GPU-aware training settings and measurements."
+    )
     parser.add_argument("--version", action="version", version=f"accelkit {__version__}")
     commands = parser.add_subparsers(dest="name", required=True, metavar="COMMAND")
 
     doctor = commands.add_parser(
-        "doctor", help="hardware, driver, framework versions and the plan auto_configure would apply")
+        "doctor",
+        help="hardware, driver, framework versions and the plan auto_configure would apply",
+    )
     doctor.add_argument("--framework", choices=_values(Framework), default="auto")
     doctor.add_argument("--json", action="store_true", help="one JSON document on stdout")
     doctor.set_defaults(command=cmd_doctor)
 
     plan_cmd = commands.add_parser(
-        "plan", help="the plan for this machine, or for GPUs you name (--gpu)")
-    plan_cmd.add_argument("--gpu", help="GPU name or alias (see 'accelkit specs'); "
-                                        "default: this machine")
-    plan_cmd.add_argument("--count", type=_gpus_in_one_server, default=1,
-                          help=f"GPUs in the machine, 1 to {MAX_GPUS_PER_NODE}")
+        "plan", help="the plan for this machine, or for GPUs you name (--gpu)"
+    )
+    plan_cmd.add_argument(
+        "--gpu", help="GPU name or alias (see 'accelkit specs'); default: this machine"
+    )
+    plan_cmd.add_argument(
+        "--count",
+        type=_gpus_in_one_server,
+        default=1,
+        help=f"GPUs in the machine, 1 to {MAX_GPUS_PER_NODE}",
+    )
     plan_cmd.add_argument("--framework", choices=("torch", "tensorflow"), default="torch")
     plan_cmd.add_argument("--precision", choices=_values(Precision), default="auto")
     plan_cmd.add_argument("--compile", action="store_true")
@@ -79,43 +88,74 @@ def _parser() -> argparse.ArgumentParser:
     specs_cmd.set_defaults(command=cmd_specs)
 
     bench = commands.add_parser(
-        "bench", help="a built-in model on synthetic data through the profiled fit")
-    bench.add_argument("--model", default="mlp",
-                       help="torch: mlp, cnn, gpt, gpt2, resnet50; tensorflow: mlp, cnn")
+        "bench", help="a built-in model on synthetic data through the profiled fit"
+    )
+    bench.add_argument(
+        "--model", default="mlp", help="torch: mlp, cnn, gpt, gpt2, resnet50; tensorflow: mlp, cnn"
+    )
     bench.add_argument("--framework", choices=_values(Framework), default="auto")
     bench.add_argument("--steps", type=_positive_int, default=60, help="steps, warm-up included")
     bench.add_argument("--batch-size", type=_positive_int, default=None)
     bench.add_argument("--precision", choices=_values(Precision), default="auto")
     bench.add_argument("--compile", action="store_true", help="torch.compile / XLA")
-    bench.add_argument("--calibrate", action="store_true",
-                       help="also measure this device's matmul rate and report MFU against it")
-    bench.add_argument("--compare-single", action="store_true",
-                       help="under torchrun: run the bench on rank 0's device alone first, "
-                            "then on every rank, and report the scaling efficiency "
-                            "(without a launcher: nothing to compare, a note says so)")
-    bench.add_argument("--single-device", metavar="RUN.json|SAMPLES_PER_S",
-                       help="the single-device reference for the scaling efficiency: a "
-                            "saved report of the same bench on one device, or its samples/s")
-    bench.add_argument("--save", metavar="PATH",
-                       help="write the report as JSON (under torchrun: rank 0 only)")
+    bench.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="also measure this device's matmul rate and report MFU against it",
+    )
+    bench.add_argument(
+        "--compare-single",
+        action="store_true",
+        help="under torchrun: run the bench on rank 0's device alone first, "
+        "then on every rank, and report the scaling efficiency "
+        "(without a launcher: nothing to compare, a note says so)",
+    )
+    bench.add_argument(
+        "--single-device",
+        metavar="RUN.json|SAMPLES_PER_S",
+        help="the single-device reference for the scaling efficiency: a "
+        "saved report of the same bench on one device, or its samples/s",
+    )
+    bench.add_argument(
+        "--save", metavar="PATH", help="write the report as JSON (under torchrun: rank 0 only)"
+    )
     bench.add_argument("--json", action="store_true", help="one JSON document on stdout")
     bench.set_defaults(command=cmd_bench)
 
     report = commands.add_parser(
-        "report", help="render a saved run report with its advice, and what-if projections")
+        "report", help="render a saved run report with its advice, and what-if projections"
+    )
     report.add_argument("path", metavar="RUN.json")
-    report.add_argument("--project", action="append", default=[], metavar="NAME[:COUNT]",
-                        help=f"estimate step and epoch time on COUNT (default 1, at most "
-                             f"{MAX_GPUS:,}) GPUs called NAME at the run's MFU; repeat to "
-                             "rank several")
-    report.add_argument("--price", action="append", default=[], metavar="NAME=USD_PER_HOUR",
-                        help="price of one GPU-hour of NAME, for the cost per epoch")
-    report.add_argument("--mfu", type=float, default=None,
-                        help="MFU to assume in projections (default: the run's own when it "
-                             "was measured on a GPU, else 0.4)")
+    report.add_argument(
+        "--project",
+        action="append",
+        default=[],
+        metavar="NAME[:COUNT]",
+        help=f"estimate step and epoch time on COUNT (default 1, at most "
+        f"{MAX_GPUS:,}) GPUs called NAME at the run's MFU; repeat to "
+        "rank several",
+    )
+    report.add_argument(
+        "--price",
+        action="append",
+        default=[],
+        metavar="NAME=USD_PER_HOUR",
+        help="price of one GPU-hour of NAME, for the cost per epoch",
+    )
+    report.add_argument(
+        "--mfu",
+        type=float,
+        default=None,
+        help="MFU to assume in projections (default: the run's own when it "
+        "was measured on a GPU, else 0.4)",
+    )
     report.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    report.add_argument("--html", default=None, metavar="FILE",
-                        help="also write the report as one self-contained HTML page with charts")
+    report.add_argument(
+        "--html",
+        default=None,
+        metavar="FILE",
+        help="also write the report as one self-contained HTML page with charts",
+    )
     report.set_defaults(command=cmd_report)
     return parser
 
@@ -157,6 +197,7 @@ def _emit_json(document: Any) -> None:
 
 # -- doctor ------------------------------------------------------------------------
 
+
 def _framework_versions() -> dict[str, str | None]:
     found = versions.versions("torch", "tensorflow")
     found["nvidia-ml-py"] = versions.installed("nvidia-ml-py")
@@ -165,8 +206,9 @@ def _framework_versions() -> dict[str, str | None]:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     hardware = detect()
-    result = auto_configure(framework=args.framework, dry_run=True, verbose=False,
-                            hardware=hardware)
+    result = auto_configure(
+        framework=args.framework, dry_run=True, verbose=False, hardware=hardware
+    )
     document = {
         "accelkit": __version__,
         "python": platform.python_version(),
@@ -181,15 +223,19 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         return 0
     print(f"accelkit {__version__} on Python {document['python']} ({document['platform']})")
     print("frameworks: " + ", ".join(f"{k} {v or '-'}" for k, v in document["frameworks"].items()))
-    print(f"driver {hardware.driver_version or '-'}, CUDA driver {hardware.cuda_driver_version or '-'}"
-          f", {hardware.cpu_count or '?'} CPUs, InfiniBand {'yes' if hardware.infiniband else 'no'}")
+    print(
+        f"driver {hardware.driver_version or '-'}, CUDA driver {hardware.cuda_driver_version or '-'}"
+        f", {hardware.cpu_count or '?'} CPUs, InfiniBand {'yes' if hardware.infiniband else 'no'}"
+    )
     print(f"GPUs: {describe_hardware(hardware)}")
     for gpu, row in zip(hardware.gpus, document["gpu_specs"]):
         match = row["name"] if row else "no datasheet row (MFU will need calibrate=True)"
         memory = f"{gpu.memory_bytes / 2**30:.1f} GiB" if gpu.memory_bytes else "? GiB"
         power = f"{gpu.power_limit_w:.0f} W" if gpu.power_limit_w else "? W"
-        print(f"  [{gpu.index}] {gpu.name}: {memory}, {power}, MIG "
-              f"{'on' if gpu.mig_enabled else 'off'} -> {match}")
+        print(
+            f"  [{gpu.index}] {gpu.name}: {memory}, {power}, MIG "
+            f"{'on' if gpu.mig_enabled else 'off'} -> {match}"
+        )
     for note in hardware.notes:
         print(f"note: {note}")
     print()
@@ -204,11 +250,14 @@ def _spec_or_none(gpu: Any) -> dict[str, Any] | None:
 
 # -- plan --------------------------------------------------------------------------
 
+
 def cmd_plan(args: argparse.Namespace) -> int:
     request = {"precision": args.precision, "compile": args.compile}
     if args.gpu is not None and not args.gpu.strip():
-        raise ValueError("--gpu names no GPU; give a name from `accelkit specs`, or leave "
-                         "--gpu out to plan for this machine")
+        raise ValueError(
+            "--gpu names no GPU; give a name from `accelkit specs`, or leave "
+            "--gpu out to plan for this machine"
+        )
     if args.gpu:
         result = plan_for(args.gpu, args.count, framework=args.framework, **request)
     else:
@@ -222,6 +271,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 # -- specs -------------------------------------------------------------------------
 
+
 def cmd_specs(args: argparse.Namespace) -> int:
     if args.gpu:
         spec = specs.lookup(args.gpu)
@@ -234,18 +284,24 @@ def cmd_specs(args: argparse.Namespace) -> int:
         _emit_json(rows[0].to_dict() if args.gpu else {"gpus": [r.to_dict() for r in rows]})
         return 0
     headers = ("gpu", "cc", "memory", "GB/s", "fp32", "tf32", "bf16", "fp16", "fp8", "source")
-    body = [(
-        r.name, f"{r.compute_capability[0]}.{r.compute_capability[1]}",
-        "-" if r.memory_gb is None else f"{r.memory_gb:g} GB",
-        _peak(r.bandwidth_gbps), *(_peak(r.peak(d)) for d in ("fp32", "tf32", "bf16", "fp16", "fp8")),
-        r.source,
-    ) for r in rows]
+    body = [
+        (
+            r.name,
+            f"{r.compute_capability[0]}.{r.compute_capability[1]}",
+            "-" if r.memory_gb is None else f"{r.memory_gb:g} GB",
+            _peak(r.bandwidth_gbps),
+            *(_peak(r.peak(d)) for d in ("fp32", "tf32", "bf16", "fp16", "fp8")),
+            r.source,
+        )
+        for r in rows
+    ]
     print("dense peak TFLOP/s (no sparsity; fp16/bf16 with fp32 accumulate)")
     print(table(headers, body, wrap_last=60 if args.gpu else None))
     return 0
 
 
 # -- bench / report ---------------------------------------------------------------
+
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from accelkit import bench
@@ -254,11 +310,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _check_writable(args.save)  # before the run, not after it
     # read (and check) a reference report before the run too; its errors name the field
     single = world.single_device_rate(_rate_or_path(args.single_device))
-    result = bench.run(args.model, args.framework, steps=args.steps, batch_size=args.batch_size,
-                       precision=args.precision, compile=args.compile,
-                       calibrate=args.calibrate, progress=not args.json,
-                       compare_single=args.compare_single,
-                       single_device=single)
+    result = bench.run(
+        args.model,
+        args.framework,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        precision=args.precision,
+        compile=args.compile,
+        calibrate=args.calibrate,
+        progress=not args.json,
+        compare_single=args.compare_single,
+        single_device=single,
+    )
     if environment.is_rank_zero():  # every rank holds the whole run's report; one prints it
         if args.json:
             _emit_json(result.to_dict())
@@ -268,8 +331,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         try:
             result.save(args.save)
         except OSError as error:  # the result is printed: the run is not lost
-            print(f"accelkit: could not save the report to {args.save}: {error}",
-                  file=sys.stderr)
+            print(f"accelkit: could not save the report to {args.save}: {error}", file=sys.stderr)
             return 1
     return 0
 
@@ -307,8 +369,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.json:
         document = result.to_dict()
         if projections:
-            document["projections"] = [{**p.to_dict(), "rank_by_time": t, "rank_by_cost": c}
-                                       for p, t, c in ranked(projections)]
+            document["projections"] = [
+                {**p.to_dict(), "rank_by_time": t, "rank_by_cost": c}
+                for p, t, c in ranked(projections)
+            ]
         _emit_json(document)
         return 0
     print(result)
@@ -318,8 +382,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _projections(report: RunReport, targets: Sequence[str], prices: Sequence[str],
-                 mfu: float | None) -> list[Any]:
+def _projections(
+    report: RunReport, targets: Sequence[str], prices: Sequence[str], mfu: float | None
+) -> list[Any]:
     """`--project NAME[:COUNT]` and `--price NAME=USD` as projections (prices by datasheet row)."""
     if not targets:
         if prices or mfu is not None:
@@ -338,8 +403,9 @@ def _projections(report: RunReport, targets: Sequence[str], prices: Sequence[str
             if not math.isfinite(by_key[spec.key]) or by_key[spec.key] < 0:
                 raise ValueError(value)
         except ValueError:
-            raise ValueError(f"--price {item!r}: {value!r} is not a price in USD per hour") \
-                from None
+            raise ValueError(
+                f"--price {item!r}: {value!r} is not a price in USD per hour"
+            ) from None
     found = []
     for target in targets:
         name, _, count = target.rpartition(":") if ":" in target else (target, "", "1")

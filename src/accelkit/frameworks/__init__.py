@@ -72,12 +72,20 @@ def resolve(framework: str | Framework) -> Decision:
     chosen = Framework.parse(framework, name="framework")
     if chosen is not Framework.AUTO:
         return Decision(chosen, f"framework={chosen.value!r} requested")
-    return decide(_imported(), script.main_script(), script.keras_backend(),
-                  {f for f in MODULES if is_available(f.value)})
+    return decide(
+        _imported(),
+        script.main_script(),
+        script.keras_backend(),
+        {f for f in MODULES if is_available(f.value)},
+    )
 
 
-def decide(imported: Mapping[str, bool], source: Script, keras_backend: tuple[str, str],
-           installed: Iterable[Framework]) -> Decision:
+def decide(
+    imported: Mapping[str, bool],
+    source: Script,
+    keras_backend: tuple[str, str],
+    installed: Iterable[Framework],
+) -> Decision:
     """`resolve` on plain data: what is imported (``{"torch": True, "tensorflow": False,
     "keras": False}``), the script's imports, Keras's backend and where it came from,
     and the frameworks installed."""
@@ -107,19 +115,25 @@ def decide(imported: Mapping[str, bool], source: Script, keras_backend: tuple[st
         ours = [f for f in named if f in found]
         only = ours[0] if len(ours) == 1 else Framework.TORCH
         why = f"{source.name} imports {only.value}" if len(ours) == 1 else "planned for torch"
-        return Decision(only, f"the script imported both torch and tensorflow; {why} "
-                        "(auto_configure(framework=...) configures the other)")
+        return Decision(
+            only,
+            f"the script imported both torch and tensorflow; {why} "
+            "(auto_configure(framework=...) configures the other)",
+        )
     if imported.get("keras"):
-        return Decision(Framework.TENSORFLOW, f"the script imported keras, {keras_runs}",
-                        applies=False)
+        return Decision(
+            Framework.TENSORFLOW, f"the script imported keras, {keras_runs}", applies=False
+        )
     if len(named) == 1:
         ((only, use),) = named.items()
         keras = f", {keras_runs}" if use.kind == KERAS else ""
         return Decision(only, f"the script imports {source.where(use)}{keras}")
     if not named and keras_use is not None:
-        return Decision(Framework.TENSORFLOW,
-                        f"the script imports {source.where(keras_use)}, {keras_runs}",
-                        applies=False)
+        return Decision(
+            Framework.TENSORFLOW,
+            f"the script imports {source.where(keras_use)}, {keras_runs}",
+            applies=False,
+        )
     # 3. KERAS_BACKEND set for this run, when the script names no framework.
     if not named and keras_on is not None and backend_source.startswith("KERAS_BACKEND="):
         return Decision(keras_on, f"{backend_source} ({_silent(source)})")
@@ -139,8 +153,9 @@ def decide(imported: Mapping[str, bool], source: Script, keras_backend: tuple[st
         waits = "torch and tensorflow are each configured when the script imports them"
     else:
         waits = "the first of torch and tensorflow the script imports is configured"
-    return Decision(first, f"decided at import: {why}; {waits}", at_import=candidates,
-                    first_decides=not named)
+    return Decision(
+        first, f"decided at import: {why}; {waits}", at_import=candidates, first_decides=not named
+    )
 
 
 def _silent(source: Script) -> str:
@@ -159,9 +174,11 @@ def at_import(decision: Decision, on_import: Callable[[Framework, str], None]) -
     the decision's `at_import` frameworks, or only the first it imports when
     `first_decides` (``module``: the import that finished, e.g. ``"keras"``).
     Replaces what an earlier call left waiting; see `accelkit.frameworks.import_hook`."""
-    import_hook.watch({f.value: MODULES[f] for f in decision.at_import},
-                      lambda group, trigger: on_import(Framework(group), trigger),
-                      first_only=decision.first_decides)
+    import_hook.watch(
+        {f.value: MODULES[f] for f in decision.at_import},
+        lambda group, trigger: on_import(Framework(group), trigger),
+        first_only=decision.first_decides,
+    )
 
 
 def stop_at_import() -> None:

@@ -30,8 +30,13 @@ def is_ours(key: str, current: object) -> bool:
     return key in _ours and _ours[key] == current
 
 
-def apply_env(key: str, value: str, *, aliases: tuple[str, ...] = (),
-              environ: MutableMapping[str, str] | None = None) -> Outcome:
+def apply_env(
+    key: str,
+    value: str,
+    *,
+    aliases: tuple[str, ...] = (),
+    environ: MutableMapping[str, str] | None = None,
+) -> Outcome:
     """Set an environment variable unless the user set it (or an alias) already."""
     environ = os.environ if environ is None else environ
     for name in (key, *aliases):
@@ -64,8 +69,9 @@ def walk(plan: Plan, appliers: Appliers, framework: str) -> Plan:
     order = sorted(range(len(plan.settings)), key=lambda i: entry(plan.settings[i].key).phase)
     for index in order:
         outcomes[index] = _outcome(plan.settings[index], appliers, framework)
-    return plan.with_settings(setting.with_status(*outcomes[i])
-                              for i, setting in enumerate(plan.settings))
+    return plan.with_settings(
+        setting.with_status(*outcomes[i]) for i, setting in enumerate(plan.settings)
+    )
 
 
 def _outcome(setting: Setting, appliers: Appliers, framework: str) -> Outcome:

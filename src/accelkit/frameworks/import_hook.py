@@ -39,8 +39,9 @@ _hook: _Hook | None = None
 OnImport = Callable[[str, str], None]
 
 
-def watch(groups: Mapping[str, tuple[str, ...]], on_import: OnImport, *,
-          first_only: bool = False) -> None:
+def watch(
+    groups: Mapping[str, tuple[str, ...]], on_import: OnImport, *, first_only: bool = False
+) -> None:
     """Call ``on_import(group, trigger)`` once per group, right after the outermost
     import of a watched module finishes with the group's first module imported.
 
@@ -81,8 +82,9 @@ def watching() -> tuple[str, ...]:
 
 
 class _Hook(importlib.abc.MetaPathFinder):
-    def __init__(self, groups: dict[str, tuple[str, ...]], on_import: OnImport,
-                 first_only: bool = False) -> None:
+    def __init__(
+        self, groups: dict[str, tuple[str, ...]], on_import: OnImport, first_only: bool = False
+    ) -> None:
         self._groups = groups
         self._first_only = first_only
         self._modules = frozenset(m for modules in groups.values() for m in modules)
@@ -100,8 +102,9 @@ class _Hook(importlib.abc.MetaPathFinder):
             except ValueError:  # another thread removed it first
                 break
 
-    def find_spec(self, fullname: str, path: Any = None,
-                  target: ModuleType | None = None) -> ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Any = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         if fullname not in self._modules or getattr(_thread, "firing", False):
             return None
         try:
@@ -124,15 +127,23 @@ class _Hook(importlib.abc.MetaPathFinder):
                     try:
                         self._on_import(group, trigger)
                     except Exception as error:  # noqa: BLE001 - never break the user's import
-                        _log.warning("accelkit could not configure %s when %s was imported: "
-                                     "%s: %s", group, trigger, type(error).__name__, error)
+                        _log.warning(
+                            "accelkit could not configure %s when %s was imported: %s: %s",
+                            group,
+                            trigger,
+                            type(error).__name__,
+                            error,
+                        )
         finally:
             _thread.firing = False
 
     def _take_due(self) -> list[str]:
         with _lock:
-            due = [g for g, modules in self._groups.items()
-                   if g not in self._fired and sys.modules.get(modules[0]) is not None]
+            due = [
+                g
+                for g, modules in self._groups.items()
+                if g not in self._fired and sys.modules.get(modules[0]) is not None
+            ]
             self._fired.update(due)
             if due and self._first_only:
                 self._fired.update(self._groups)
@@ -147,8 +158,9 @@ def _clear(hook: _Hook) -> None:
     hook.remove()
 
 
-def _spec_from_other_finders(hook: _Hook, fullname: str, path: Any,
-                             target: ModuleType | None) -> ModuleSpec | None:
+def _spec_from_other_finders(
+    hook: _Hook, fullname: str, path: Any, target: ModuleType | None
+) -> ModuleSpec | None:
     for finder in list(sys.meta_path):
         if finder is hook or isinstance(finder, _Hook):
             continue
@@ -185,8 +197,9 @@ class _Loader(importlib.abc.Loader):
             try:
                 self._hook.finished(self._name)
             except Exception:  # noqa: BLE001 - the module is imported whatever happens here
-                _log.warning("accelkit import hook failed after importing %s", self._name,
-                             exc_info=True)
+                _log.warning(
+                    "accelkit import hook failed after importing %s", self._name, exc_info=True
+                )
 
     def _restore(self, module: ModuleType) -> None:
         if getattr(module, "__loader__", None) is self:

@@ -22,13 +22,41 @@ from pathlib import Path
 # Keras is configured with (see `keras_backend`).
 TORCH, TENSORFLOW, KERAS = "torch", "tensorflow", "keras"
 _LIBRARIES = {
-    TORCH: ("torch", "torchvision", "torchaudio", "torchtext", "torchdata", "torchmetrics",
-            "torchrec", "functorch", "lightning", "pytorch_lightning", "lightning_fabric",
-            "timm", "transformers", "accelerate", "peft", "trl", "diffusers", "deepspeed",
-            "fairscale", "xformers", "torch_geometric", "sentence_transformers", "ultralytics"),
-    TENSORFLOW: ("tensorflow", "tf_keras", "tensorflow_hub", "tensorflow_addons",
-                 "tensorflow_text", "tensorflow_io", "tensorflow_recommenders",
-                 "tensorflow_model_optimization"),
+    TORCH: (
+        "torch",
+        "torchvision",
+        "torchaudio",
+        "torchtext",
+        "torchdata",
+        "torchmetrics",
+        "torchrec",
+        "functorch",
+        "lightning",
+        "pytorch_lightning",
+        "lightning_fabric",
+        "timm",
+        "transformers",
+        "accelerate",
+        "peft",
+        "trl",
+        "diffusers",
+        "deepspeed",
+        "fairscale",
+        "xformers",
+        "torch_geometric",
+        "sentence_transformers",
+        "ultralytics",
+    ),
+    TENSORFLOW: (
+        "tensorflow",
+        "tf_keras",
+        "tensorflow_hub",
+        "tensorflow_addons",
+        "tensorflow_text",
+        "tensorflow_io",
+        "tensorflow_recommenders",
+        "tensorflow_model_optimization",
+    ),
     KERAS: ("keras", "keras_hub", "keras_nlp", "keras_cv", "keras_tuner", "keras_rs"),
 }
 _KIND = {library: kind for kind, libraries in _LIBRARIES.items() for library in libraries}
@@ -116,8 +144,11 @@ def _uses(tree: ast.AST) -> Iterator[Use]:
                 for alias in node.names:
                     yield from _library(f"accelkit.{alias.name}", node.lineno)
     for node in ast.walk(tree):  # accelkit.torch.fit(...) after a plain `import accelkit`
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                and node.value.id in accelkit_names):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in accelkit_names
+        ):
             yield from _library(f"accelkit.{node.attr}", node.lineno)
 
 
@@ -130,8 +161,9 @@ def _library(module: str, line: int) -> Iterator[Use]:
         yield Use(_KIND[parts[0]], parts[0], line)
 
 
-def main_script(main_module: object | None = None,
-                orig_argv: Sequence[str] | None = None) -> Script:
+def main_script(
+    main_module: object | None = None, orig_argv: Sequence[str] | None = None
+) -> Script:
     """The framework imports of the script running as ``__main__``.
 
     Reads ``__main__.__file__``; for ``python -c CODE``, the code from
@@ -146,8 +178,10 @@ def main_script(main_module: object | None = None,
         if not path:
             code = _command_code(orig_argv)
             if code is None:
-                return Script(problem="no script file (an interactive session, a notebook "
-                                      "or code read from stdin)")
+                return Script(
+                    problem="no script file (an interactive session, a notebook "
+                    "or code read from stdin)"
+                )
             return _read("the -c code", code)
         path = str(path)
         if path.startswith("<"):
@@ -179,7 +213,7 @@ def _command_code(orig_argv: Sequence[str]) -> str | None:
         if not arg.startswith("-") or arg in ("-", "--") or arg.startswith("--"):
             return None  # a script, stdin, or a long option Python does not have
         for position, letter in enumerate(arg[1:], start=1):
-            rest = arg[position + 1:]
+            rest = arg[position + 1 :]
             if letter == "c":
                 if rest:
                     return rest

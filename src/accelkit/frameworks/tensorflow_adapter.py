@@ -72,9 +72,11 @@ def apply_memory_growth(setting: Setting) -> Outcome:
         for gpu in gpus:
             tf.config.experimental.set_memory_growth(gpu, True)
     except RuntimeError:
-        return Status.FAILED, ("TensorFlow has already initialised its GPUs; call "
-                               "auto_configure() before creating models or tensors. The run "
-                               "goes on with TensorFlow's default (all memory mapped)")
+        return Status.FAILED, (
+            "TensorFlow has already initialised its GPUs; call "
+            "auto_configure() before creating models or tensors. The run "
+            "goes on with TensorFlow's default (all memory mapped)"
+        )
     return Status.APPLIED, f"on for {len(gpus)} GPU(s)"
 
 
@@ -83,8 +85,10 @@ def apply_thread_mode(setting: Setting) -> Outcome:
     if status is Status.APPLIED and _gpus_initialised():
         # Too late for this process: leave no variable behind for the next call or children.
         os.environ.pop(setting.key.value, None)
-        return Status.FAILED, ("TensorFlow has already started and read its variables; "
-                               "export it in the shell to take effect")
+        return Status.FAILED, (
+            "TensorFlow has already started and read its variables; "
+            "export it in the shell to take effect"
+        )
     return status, detail
 
 

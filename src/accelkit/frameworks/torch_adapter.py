@@ -39,6 +39,7 @@ def apply(plan: Plan) -> Plan:
 
 # -- TF32 (accelkit.hardware.capabilities.TorchTF32 knows both PyTorch APIs) -----------
 
+
 def _user_new_api(error: RuntimeError) -> Outcome:
     detail = f"set by the user through PyTorch >= 2.9's TF32 flags ({error})"
     return Status.KEPT_USER_VALUE, detail[:160]
@@ -84,8 +85,9 @@ def apply_cudnn_benchmark(setting: Setting) -> Outcome:
         return Status.ALREADY_SET, f"benchmark={current}"
     asked = user_determinism()
     if wanted and asked:
-        return Status.KEPT_USER_VALUE, (f"benchmark={current}: the script asked for "
-                                        f"determinism ({asked})")
+        return Status.KEPT_USER_VALUE, (
+            f"benchmark={current}: the script asked for determinism ({asked})"
+        )
     if current and not is_ours(setting.key, current):
         return Status.KEPT_USER_VALUE, f"benchmark={current} set by the user"
     cudnn.benchmark = wanted
@@ -106,20 +108,25 @@ def user_determinism() -> str:
 
 # -- allocator ---------------------------------------------------------------------
 
+
 def apply_allocator(setting: Setting) -> Outcome:
     """The CUDA caching allocator reads its configuration once, when CUDA initialises."""
     torch = _torch()
     # PyTorch >= 2.9 also reads PYTORCH_ALLOC_CONF; a user value in either is kept.
-    status, detail = apply_env(setting.key.value, str(setting.value),
-                               aliases=("PYTORCH_ALLOC_CONF",))
+    status, detail = apply_env(
+        setting.key.value, str(setting.value), aliases=("PYTORCH_ALLOC_CONF",)
+    )
     if status is Status.APPLIED and torch.cuda.is_initialized():
         os.environ.pop(setting.key.value, None)
-        return Status.FAILED, ("CUDA is already initialised, so the allocator will not read "
-                               "it; set it before the first CUDA call or in the shell")
+        return Status.FAILED, (
+            "CUDA is already initialised, so the allocator will not read "
+            "it; set it before the first CUDA call or in the shell"
+        )
     return status, detail
 
 
 # -- distribution ------------------------------------------------------------------
+
 
 def apply_device(setting: Setting) -> Outcome:
     torch = _torch()
@@ -192,11 +199,13 @@ def _rendezvous_failure(error: Exception, seconds: float) -> str:
     env = os.environ
     first = (str(error).strip().splitlines() or [""])[0][:200].rstrip(".")
     where = f"{env.get('MASTER_ADDR', '?')}:{env.get('MASTER_PORT', '?')}"
-    return (f"the process group did not start within {seconds:g} s ({TIMEOUT_ENV}): "
-            f"{type(error).__name__}: {first}. Check that all WORLD_SIZE="
-            f"{env.get('WORLD_SIZE', '?')} processes started, that {where} "
-            f"(MASTER_ADDR:MASTER_PORT) is reachable from every node and the port is free. "
-            f"This is rank {env.get('RANK', '?')}; accelkit.torch.fit trains it alone")
+    return (
+        f"the process group did not start within {seconds:g} s ({TIMEOUT_ENV}): "
+        f"{type(error).__name__}: {first}. Check that all WORLD_SIZE="
+        f"{env.get('WORLD_SIZE', '?')} processes started, that {where} "
+        f"(MASTER_ADDR:MASTER_PORT) is reachable from every node and the port is free. "
+        f"This is rank {env.get('RANK', '?')}; accelkit.torch.fit trains it alone"
+    )
 
 
 def appliers() -> dict[Key, Callable[[Setting], Outcome]]:

@@ -39,16 +39,36 @@ FP8: ComputeCapability = (8, 9)
 # Generation by compute capability; majors 10-12 are all Blackwell (10.x data centre,
 # 11.0 Thor, numbered 10.1 before CUDA 13; 12.x RTX 50 and GB10).
 _BY_CAPABILITY: dict[ComputeCapability, str] = {
-    (7, 0): "volta", (7, 2): "volta", (7, 5): "turing",
-    (8, 0): "ampere", (8, 6): "ampere", (8, 7): "ampere", (8, 9): "ada", (9, 0): "hopper",
+    (7, 0): "volta",
+    (7, 2): "volta",
+    (7, 5): "turing",
+    (8, 0): "ampere",
+    (8, 6): "ampere",
+    (8, 7): "ampere",
+    (8, 9): "ada",
+    (9, 0): "hopper",
 }
-_BY_MAJOR = {3: "kepler", 5: "maxwell", 6: "pascal", 10: "blackwell", 11: "blackwell",
-             12: "blackwell"}
+_BY_MAJOR = {
+    3: "kepler",
+    5: "maxwell",
+    6: "pascal",
+    10: "blackwell",
+    11: "blackwell",
+    12: "blackwell",
+}
 
 # nvmlDeviceGetArchitecture's values, for when the compute capability is unknown.
 NVML_ARCHITECTURES = {
-    2: "kepler", 3: "maxwell", 4: "pascal", 5: "volta", 6: "turing", 7: "ampere",
-    8: "ada", 9: "hopper", 10: "blackwell", 13: "rubin",
+    2: "kepler",
+    3: "maxwell",
+    4: "pascal",
+    5: "volta",
+    6: "turing",
+    7: "ampere",
+    8: "ada",
+    9: "hopper",
+    10: "blackwell",
+    13: "rubin",
 }
 
 
@@ -105,8 +125,7 @@ def all_have_tensor_cores(gpus: Iterable[Any]) -> bool:
         False
     """
     found = [gpu for gpu in gpus if gpu.compute_capability]
-    return bool(found) and all(
-        has_tensor_cores(gpu.compute_capability, gpu.name) for gpu in found)
+    return bool(found) and all(has_tensor_cores(gpu.compute_capability, gpu.name) for gpu in found)
 
 
 def has_bf16(cc: ComputeCapability | None) -> bool:
@@ -180,6 +199,7 @@ def matmul_dtype(precision: Any, tf32_enabled: bool) -> str:
 # legacy getters (`torch.get_float32_matmul_precision()`, `allow_tf32`) that Lightning
 # and user code still call. Flags set through the legacy API read back through both,
 # so accelkit sets the legacy ones and reads the new ones where they exist.
+
 
 class TorchTF32:
     """TF32 for matmuls on the PyTorch in `torch` (the module, passed in).

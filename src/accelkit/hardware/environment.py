@@ -37,8 +37,7 @@ PRECISION_ENV = "ACCELKIT_PRECISION"
 TIMEOUT_ENV = "ACCELKIT_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 600.0  # PyTorch's default NCCL collective timeout
 LOG_LEVEL_ENV = "ACCELKIT_LOG_LEVEL"
-_LOG_LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "WARN": 30, "ERROR": 40,
-               "CRITICAL": 50}
+_LOG_LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "WARN": 30, "ERROR": 40, "CRITICAL": 50}
 
 _OFF = frozenset({"", "0", "false", "no", "off"})
 
@@ -104,9 +103,15 @@ def dist_timeout(environ: Mapping[str, str] | None = None) -> tuple[float, str, 
     except ValueError:
         seconds = 0.0
     if not seconds > 0 or seconds == float("inf"):
-        return DEFAULT_TIMEOUT_S, (f"{TIMEOUT_ENV}={text!r} is not valid; use a positive "
-                                   f"number of seconds. Used the default, "
-                                   f"{DEFAULT_TIMEOUT_S:g} s"), False
+        return (
+            DEFAULT_TIMEOUT_S,
+            (
+                f"{TIMEOUT_ENV}={text!r} is not valid; use a positive "
+                f"number of seconds. Used the default, "
+                f"{DEFAULT_TIMEOUT_S:g} s"
+            ),
+            False,
+        )
     return seconds, "", True
 
 
@@ -133,9 +138,15 @@ def log_level(environ: Mapping[str, str] | None = None) -> tuple[int, str, bool]
         return _LOG_LEVELS[text.upper()], "", True
     if text.isdigit():
         return int(text), "", True
-    return _LOG_LEVELS["INFO"], (f"{LOG_LEVEL_ENV}={text!r} is not valid; use one of "
-                                 "debug, info, warning, error, critical or a number >= 0. "
-                                 "Used the default, info"), False
+    return (
+        _LOG_LEVELS["INFO"],
+        (
+            f"{LOG_LEVEL_ENV}={text!r} is not valid; use one of "
+            "debug, info, warning, error, critical or a number >= 0. "
+            "Used the default, info"
+        ),
+        False,
+    )
 
 
 def read_launcher(environ: Mapping[str, str], notes: list[str] | None = None) -> LauncherEnv:
@@ -156,8 +167,10 @@ def read_launcher(environ: Mapping[str, str], notes: list[str] | None = None) ->
     torchrun: dict[str, object] = {
         field: integer(environ, variable, notes) for variable, field in _TORCHRUN_INTEGERS.items()
     }
-    torchrun.update(master_addr=environ.get("MASTER_ADDR") or None,
-                    master_port=integer(environ, "MASTER_PORT", notes))
+    torchrun.update(
+        master_addr=environ.get("MASTER_ADDR") or None,
+        master_port=integer(environ, "MASTER_PORT", notes),
+    )
     from accelkit.hardware import slurm  # here: it reads its integers with `integer`
 
     slurm_notes: list[str] = []
@@ -174,15 +187,18 @@ def read_launcher(environ: Mapping[str, str], notes: list[str] | None = None) ->
     )
 
 
-def _torchrun_absent(environ: Mapping[str, str], torchrun: Mapping[str, object],
-                     task: Mapping[str, object]) -> bool:
+def _torchrun_absent(
+    environ: Mapping[str, str], torchrun: Mapping[str, object], task: Mapping[str, object]
+) -> bool:
     """True when SLURM, not torchrun, started this process: torchrun's variables are
     unset, or say what SLURM's do (exported from them, by accelkit for ``env://`` or by
     the job script). torchrun's own variables, under srun or not, win."""
     if environ.get("TORCHELASTIC_RUN_ID"):
         return False
-    return all(torchrun[field] is None or torchrun[field] == task[field]
-               for field in ("rank", "local_rank", "world_size"))
+    return all(
+        torchrun[field] is None or torchrun[field] == task[field]
+        for field in ("rank", "local_rank", "world_size")
+    )
 
 
 def integer(environ: Mapping[str, str], variable: str, notes: list[str]) -> int | None:
@@ -385,5 +401,9 @@ def has_infiniband(path: str | os.PathLike[str] = "/sys/class/infiniband") -> bo
 def cpu_host(launcher: LauncherEnv) -> HardwareInfo:
     """A snapshot of this host without GPUs, for a run measured on the CPU: its CPU count
     and memory as detected, the launcher as given (never a figure made up)."""
-    return HardwareInfo(launcher=launcher, source="cpu", cpu_count=cpu_count(),
-                        host_memory_bytes=host_memory_bytes())
+    return HardwareInfo(
+        launcher=launcher,
+        source="cpu",
+        cpu_count=cpu_count(),
+        host_memory_bytes=host_memory_bytes(),
+    )

@@ -123,8 +123,9 @@ class LauncherEnv:
 
     @property
     def torchrun(self) -> bool:
-        return (self.scheduler is None and self.world_size is not None
-                and self.local_rank is not None)
+        return (
+            self.scheduler is None and self.world_size is not None and self.local_rank is not None
+        )
 
     @property
     def slurm(self) -> bool:

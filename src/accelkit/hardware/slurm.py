@@ -99,8 +99,10 @@ def read_task(environ: Mapping[str, str], notes: list[str]) -> dict[str, Any] | 
         return None
     name = environ.get("SLURM_JOB_NAME", "").strip()
     if name in INTERACTIVE_JOB_NAMES:
-        notes.append(f"SLURM_NTASKS={tasks} in an interactive job ({name!r}): not started "
-                     "by srun as one of several tasks, so SLURM's variables are not used")
+        notes.append(
+            f"SLURM_NTASKS={tasks} in an interactive job ({name!r}): not started "
+            "by srun as one of several tasks, so SLURM's variables are not used"
+        )
         return None
     rank = integer(environ, "SLURM_PROCID", notes)
     if rank is None:
@@ -139,9 +141,14 @@ def process_group_env(launcher: Any) -> dict[str, str]:
     """
     if launcher.scheduler != "slurm":
         return {}
-    values = {"RANK": launcher.rank, "LOCAL_RANK": launcher.local_rank,
-              "WORLD_SIZE": launcher.world_size, "LOCAL_WORLD_SIZE": launcher.local_world_size,
-              "MASTER_ADDR": launcher.master_addr, "MASTER_PORT": launcher.master_port}
+    values = {
+        "RANK": launcher.rank,
+        "LOCAL_RANK": launcher.local_rank,
+        "WORLD_SIZE": launcher.world_size,
+        "LOCAL_WORLD_SIZE": launcher.local_world_size,
+        "MASTER_ADDR": launcher.master_addr,
+        "MASTER_PORT": launcher.master_port,
+    }
     return {name: str(value) for name, value in values.items() if value is not None}
 
 

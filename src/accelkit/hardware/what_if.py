@@ -47,10 +47,14 @@ def check_count(count: object, maximum: int = MAX_GPUS, what: str = "count") -> 
         8
     """
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= maximum:
-        why = ("the most GPUs one server holds, a DGX-2" if maximum == MAX_GPUS_PER_NODE
-               else "the largest published training run, Llama 3 405B")
-        raise ValueError(f"{what}={count!r} is not valid; use a whole number from 1 to "
-                         f"{maximum:,} ({why})")
+        why = (
+            "the most GPUs one server holds, a DGX-2"
+            if maximum == MAX_GPUS_PER_NODE
+            else "the largest published training run, Llama 3 405B"
+        )
+        raise ValueError(
+            f"{what}={count!r} is not valid; use a whole number from 1 to {maximum:,} ({why})"
+        )
     return count
 
 
@@ -64,8 +68,9 @@ def nodes_for(count: int) -> int:
     return -(-count // MAX_GPUS_PER_NODE)
 
 
-def what_if(gpu: str | None, count: int = 1, *,
-            environ: Mapping[str, str] | None = None) -> HardwareInfo:
+def what_if(
+    gpu: str | None, count: int = 1, *, environ: Mapping[str, str] | None = None
+) -> HardwareInfo:
     """A `HardwareInfo` for `count` GPUs of the model `gpu`, as its datasheet describes it.
 
     The topology comes from the datasheet: every pair in a server has peer-to-peer
@@ -90,8 +95,9 @@ def what_if(gpu: str | None, count: int = 1, *,
     check_count(count)
     launcher = read_launcher(environ or {})
     if gpu is None:
-        return HardwareInfo(launcher=launcher, source="what-if",
-                            notes=("what-if: a machine without a GPU",))
+        return HardwareInfo(
+            launcher=launcher, source="what-if", notes=("what-if: a machine without a GPU",)
+        )
     spec = specs.lookup(gpu)
     if spec is None:
         raise UnknownGPUError(specs.unknown_message(gpu))
@@ -109,21 +115,30 @@ def what_if(gpu: str | None, count: int = 1, *,
         for i in range(count)
     )
     links = tuple(
-        Link(a=a, b=b, p2p=spec.p2p, nvlink=spec.nvlink_gbps is not None,
-             common_ancestor="datasheet")
+        Link(
+            a=a, b=b, p2p=spec.p2p, nvlink=spec.nvlink_gbps is not None, common_ancestor="datasheet"
+        )
         for first in range(0, count, MAX_GPUS_PER_NODE)
         for a, b in itertools.combinations(range(first, min(first + MAX_GPUS_PER_NODE, count)), 2)
     )
-    unknown = ("; its datasheet peaks are unknown, so MFU will be None: "
-               f"{spec.notes}") if spec.peaks_unknown else ""
+    unknown = (
+        (f"; its datasheet peaks are unknown, so MFU will be None: {spec.notes}")
+        if spec.peaks_unknown
+        else ""
+    )
     nodes = nodes_for(count)
-    across = (f", {nodes} servers of up to {MAX_GPUS_PER_NODE} (links within each)"
-              if nodes > 1 else "")
+    across = (
+        f", {nodes} servers of up to {MAX_GPUS_PER_NODE} (links within each)" if nodes > 1 else ""
+    )
     return HardwareInfo(
         gpus=gpus,
         links=links,
         launcher=launcher,
         source="what-if",
-        notes=((f"what-if: {count} x {spec.name}{across}, figures and topology from the "
-                f"datasheet ({spec.source}){unknown}"),),
+        notes=(
+            (
+                f"what-if: {count} x {spec.name}{across}, figures and topology from the "
+                f"datasheet ({spec.source}){unknown}"
+            ),
+        ),
     )

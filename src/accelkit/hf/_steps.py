@@ -78,15 +78,19 @@ class TrainerSteps:
         if not batches:
             samples = self.fallback_samples
             if self.meter.clock.steps == 0:
-                self.meter.note("samples_per_second", "the Trainer's batches were not seen "
-                                "(no forward hook ran): samples from the batch size arguments")
+                self.meter.note(
+                    "samples_per_second",
+                    "the Trainer's batches were not seen "
+                    "(no forward hook ran): samples from the batch size arguments",
+                )
         if self.meter.clock.steps == 0:
             self._first(model, batches, samples)
         self.samples += samples
         self.tokens += tokens
         self.meter.last_batch_size = samples
-        self.meter.clock.step_done(samples=samples, tokens=tokens,
-                                   real_tokens=real if tokens else None)
+        self.meter.clock.step_done(
+            samples=samples, tokens=tokens, real_tokens=real if tokens else None
+        )
 
     def _first(self, model: Any, batches: list[dict[str, Any]], samples: int) -> None:
         from accelkit.torch.facts import half_integer_inputs
@@ -103,7 +107,10 @@ class TrainerSteps:
         count = count_train_step_flops(model, batches[0])
         if count.total is not None and len(batches) > 1:
             count = dataclasses.replace(
-                count, total=count.total * len(batches), forward=None,
-                notes=(*count.notes, f"first micro-batch x {len(batches)} (gradient accumulation)"))
+                count,
+                total=count.total * len(batches),
+                forward=None,
+                notes=(*count.notes, f"first micro-batch x {len(batches)} (gradient accumulation)"),
+            )
         self.flops = count.total
         self.meter.set_flops(count)

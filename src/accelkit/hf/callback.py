@@ -51,9 +51,17 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 PREFIX = "accelkit/"
-_RUN = ("samples_per_second", "tokens_per_second", "real_tokens_per_second",
-        "achieved_tflops", "mfu", "flops_per_step", "input_wait_share", "gpu_utilization",
-        "peak_memory_bytes")
+_RUN = (
+    "samples_per_second",
+    "tokens_per_second",
+    "real_tokens_per_second",
+    "achieved_tflops",
+    "mfu",
+    "flops_per_step",
+    "input_wait_share",
+    "gpu_utilization",
+    "peak_memory_bytes",
+)
 
 
 class AccelkitCallback(transformers.TrainerCallback):
@@ -73,9 +81,16 @@ class AccelkitCallback(transformers.TrainerCallback):
         >>> callback.report.mfu
     """
 
-    def __init__(self, *, plan: Plan | None = None, flops_per_step: float | None = None,
-                 warmup: int = 1, window: int | None = None, sample_gpu: bool = True,
-                 calibrate: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        plan: Plan | None = None,
+        flops_per_step: float | None = None,
+        warmup: int = 1,
+        window: int | None = None,
+        sample_gpu: bool = True,
+        calibrate: bool = False,
+    ) -> None:
         self.plan, self.flops_per_step, self.warmup = plan, flops_per_step, warmup
         self.window, self.sample_gpu, self.calibrate = window, sample_gpu, calibrate
         self.meter: Meter | None = None
@@ -88,24 +103,43 @@ class AccelkitCallback(transformers.TrainerCallback):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         if self.meter is not None:
             self.meter.__exit__(kind, error, traceback)  # stops the sampler; errors pass
         if self._steps is not None:
             self._steps.detach()
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None,
-                       optimizer: Any = None, train_dataloader: Any = None, **_: Any) -> None:
+    def on_train_begin(
+        self,
+        args: Any,
+        state: Any,
+        control: Any,
+        model: Any = None,
+        optimizer: Any = None,
+        train_dataloader: Any = None,
+        **_: Any,
+    ) -> None:
         from accelkit.torch.facts import loader_facts
 
         steps = args.logging_steps if args.logging_strategy == "steps" else 0
         window = self.window or (int(steps) if steps >= 1 else 50)
         count = self.flops_per_step is None
-        self.meter = Meter(model, plan=self.plan, flops_per_step=self.flops_per_step,
-                           warmup=max(self.warmup, int(count)), window=window,
-                           sample_gpu=self.sample_gpu, calibrate=self.calibrate,
-                           count_flops=False, optimizer=optimizer)
+        self.meter = Meter(
+            model,
+            plan=self.plan,
+            flops_per_step=self.flops_per_step,
+            warmup=max(self.warmup, int(count)),
+            window=window,
+            sample_gpu=self.sample_gpu,
+            calibrate=self.calibrate,
+            count_flops=False,
+            optimizer=optimizer,
+        )
         self.meter.on_window = self._window_end
         if train_dataloader is not None:
             self.meter.facts["loader"] = loader_facts(train_dataloader)
@@ -121,8 +155,7 @@ class AccelkitCallback(transformers.TrainerCallback):
         if self._steps is not None and self.report is None:
             self._steps.begin()
 
-    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None,
-                    **_: Any) -> None:
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any) -> None:
         if self._steps is not None:
             self._steps.end(model)
 
@@ -132,15 +165,18 @@ class AccelkitCallback(transformers.TrainerCallback):
         seconds = step_s * count
         flops = self.flops_per_step or (self._steps.flops if self._steps else None)
         tflops = flops / step_s / 1e12 if flops and step_s > 0 else None
-        self._window = {"step_seconds": step_s,
-                        "samples_per_second": (self._steps.samples - samples) / seconds,
-                        "tokens_per_second": (self._steps.tokens - tokens) / seconds or None,
-                        "achieved_tflops": tflops,
-                        "mfu": tflops / self._peak if tflops and self._peak else None}
+        self._window = {
+            "step_seconds": step_s,
+            "samples_per_second": (self._steps.samples - samples) / seconds,
+            "tokens_per_second": (self._steps.tokens - tokens) / seconds or None,
+            "achieved_tflops": tflops,
+            "mfu": tflops / self._peak if tflops and self._peak else None,
+        }
         self._mark = (step, self._steps.samples, self._steps.tokens)
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
-               **_: Any) -> None:
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any
+    ) -> None:
         if logs is None or self.meter is None:
             return
         if "train_runtime" in logs:
@@ -153,8 +189,11 @@ class AccelkitCallback(transformers.TrainerCallback):
         added = {PREFIX + k: v for k, v in figures.items() if isinstance(v, (int, float))}
         logs.update(added)
         last = state.log_history[-1] if state.log_history else None
-        if last is not None and last.get("step") == state.global_step and all(
-                last.get(k) == v for k, v in logs.items() if k not in added):
+        if (
+            last is not None
+            and last.get("step") == state.global_step
+            and all(last.get(k) == v for k, v in logs.items() if k not in added)
+        ):
             last.update(added)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:

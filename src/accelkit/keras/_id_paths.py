@@ -61,8 +61,9 @@ def _nested(model: Any, node: Any) -> list[dict[str, Any]]:
         if not 0 <= index < len(outer):
             continue
         for source, _ in _float_sources_of(outer[index], [], set()):
-            result.append({**finding, "layer": f"{model.name}/{finding['layer']}",
-                           **_input_fields(source)})
+            result.append(
+                {**finding, "layer": f"{model.name}/{finding['layer']}", **_input_fields(source)}
+            )
     return result
 
 
@@ -100,8 +101,12 @@ def _first_cast(keras: Any, path: list[tuple[Any, Any]]) -> tuple[str, str] | No
     casts = []
     for op, output in path:
         dtype = None
-        if (isinstance(op, keras.layers.Layer) and getattr(op, "autocast", False)
-                and getattr(op, "_convert_input_args", True) and is_float(op.compute_dtype)):
+        if (
+            isinstance(op, keras.layers.Layer)
+            and getattr(op, "autocast", False)
+            and getattr(op, "_convert_input_args", True)
+            and is_float(op.compute_dtype)
+        ):
             dtype = str(op.compute_dtype)
         if output is not None and float_formats.is_half(dtype_name(output)):
             dtype = dtype_name(output)
@@ -118,21 +123,33 @@ def lookup_in(keras: Any, op: Any) -> Any:
         return op
     if not isinstance(op, keras.layers.Layer):
         return None
-    held = [layer for layer in op._flatten_layers(include_self=False, recursive=True)
-            if isinstance(layer, kinds)]
+    held = [
+        layer
+        for layer in op._flatten_layers(include_self=False, recursive=True)
+        if isinstance(layer, kinds)
+    ]
     return max(held, key=lambda layer: _vocabulary(layer) or 0) if held else None
 
 
 def _finding(op: Any, lookup: Any, source: Any, cast: tuple[str, str]) -> dict[str, Any]:
-    return {"layer": op.name, "type": type(op).__name__, "embedding": _attribute(op, lookup),
-            "input_dim": _vocabulary(lookup), **_input_fields(source),
-            "cast_by": cast[0], "cast_dtype": cast[1]}
+    return {
+        "layer": op.name,
+        "type": type(op).__name__,
+        "embedding": _attribute(op, lookup),
+        "input_dim": _vocabulary(lookup),
+        **_input_fields(source),
+        "cast_by": cast[0],
+        "cast_dtype": cast[1],
+    }
 
 
 def _input_fields(tensor: Any) -> dict[str, Any]:
     shape = [None if d is None else int(d) for d in tuple(tensor.shape)[1:]]
-    return {"input": producer(tensor)[0].name, "input_dtype": dtype_name(tensor),
-            "input_shape": shape}
+    return {
+        "input": producer(tensor)[0].name,
+        "input_dtype": dtype_name(tensor),
+        "input_shape": shape,
+    }
 
 
 def _attribute(parent: Any, layer: Any) -> str:

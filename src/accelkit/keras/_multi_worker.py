@@ -26,9 +26,11 @@ import tensorflow as tf
 
 import keras
 
-NOTE = ("Keras 3 cannot fit under MultiWorkerMirroredStrategy (keras-team/keras#20585): "
-        "accelkit built the model from this worker's first batch and averaged each step's "
-        "logs across all replicas; the train step is Keras' own")
+NOTE = (
+    "Keras 3 cannot fit under MultiWorkerMirroredStrategy (keras-team/keras#20585): "
+    "accelkit built the model from this worker's first batch and averaged each step's "
+    "logs across all replicas; the train step is Keras' own"
+)
 
 _OVERRIDES = ("_maybe_symbolic_build", "make_train_function", "make_test_function")
 
@@ -85,7 +87,8 @@ def _step_function(model: Any, step: Any) -> Any:
     def one_step(data: Any) -> Any:
         outputs = strategy.run(step, args=(data,))
         return keras.tree.map_structure(
-            lambda value: strategy.reduce("MEAN", value, axis=None), outputs)
+            lambda value: strategy.reduce("MEAN", value, axis=None), outputs
+        )
 
     if not model.run_eagerly:
         one_step = tf.function(one_step, reduce_retracing=True, jit_compile=model.jit_compile)

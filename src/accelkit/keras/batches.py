@@ -39,6 +39,7 @@ def local_values(value: Any) -> tuple[Any, ...]:
 
 def first_replica(data: Any) -> Any:
     """A batch as one replica sees it (MirroredStrategy hands out PerReplica values)."""
+
     def first(value: Any) -> Any:
         values = getattr(value, "values", None)
         return values[0] if isinstance(values, tuple) else value

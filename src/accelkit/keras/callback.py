@@ -84,17 +84,26 @@ class ProfileCallback(keras.callbacks.Callback):
         >>> print(callback.report)
     """
 
-    def __init__(self, plan: Plan | None = None, *, flops_per_step: float | None = None,
-                 tokens_per_sample: int | None = None, warmup: int = 3, window: int = 50,
-                 sample_gpu: bool = True, calibrate: bool = False,
-                 single_device: float | RunReport | str | None = None,
-                 single_device_samples_per_second: float | RunReport | str | None = None,
-                 allow_float_ids: bool = True) -> None:
+    def __init__(
+        self,
+        plan: Plan | None = None,
+        *,
+        flops_per_step: float | None = None,
+        tokens_per_sample: int | None = None,
+        warmup: int = 3,
+        window: int = 50,
+        sample_gpu: bool = True,
+        calibrate: bool = False,
+        single_device: float | RunReport | str | None = None,
+        single_device_samples_per_second: float | RunReport | str | None = None,
+        allow_float_ids: bool = True,
+    ) -> None:
         super().__init__()
         if warmup < 0 or window < 1:
             raise ValueError(f"warmup={warmup} must be >= 0 and window={window} >= 1")
         self.single_device_samples_per_second = world.single_device_rate(
-            renamed_single_device(single_device, single_device_samples_per_second))
+            renamed_single_device(single_device, single_device_samples_per_second)
+        )
         self.plan = plan
         self.flops_per_step = flops_per_step
         self.tokens_per_sample = tokens_per_sample
@@ -109,13 +118,19 @@ class ProfileCallback(keras.callbacks.Callback):
     # -- Keras hooks -----------------------------------------------------------------
 
     def on_train_begin(self, logs: Any = None) -> None:
-        self.plan = self.plan or current_plan("tensorflow") or make_plan(detect(), Request(
-            framework="tensorflow"))
+        self.plan = (
+            self.plan
+            or current_plan("tensorflow")
+            or make_plan(detect(), Request(framework="tensorflow"))
+        )
         # Token ids through a 16-bit float, 16-bit outputs: critical verdicts in the report.
         self.facts.update(checks.mixed_precision_facts(self.model))
         self._tf = _tensorflow()
-        self._gpus = (self._tf.config.list_physical_devices("GPU") if self._tf is not None
-                      else list(self.plan.hardware.gpus))
+        self._gpus = (
+            self._tf.config.list_physical_devices("GPU")
+            if self._tf is not None
+            else list(self.plan.hardware.gpus)
+        )
         self._flops: FlopCount | None = None
         self._count_first = self.flops_per_step is None
         self._batch: tuple[int | None, int] = (None, 0)  # (samples, tokens) of the last batch
@@ -127,7 +142,7 @@ class ProfileCallback(keras.callbacks.Callback):
         self.report = None
         self.clock = EpochClock(self._sync, warmup=self.warmup, window=self.window)
         self._peak: mfu.Peak | None = None
-        nvml = [g.index for g in self.plan.hardware.gpus[:len(self._gpus)]]
+        nvml = [g.index for g in self.plan.hardware.gpus[: len(self._gpus)]]
         self._sampler = NvmlSampler(nvml if self.sample_gpu and self._gpus else [])
         if self._gpus and self._tf is not None:
             self._tf.config.experimental.reset_memory_stats("GPU:0")
@@ -150,11 +165,15 @@ class ProfileCallback(keras.callbacks.Callback):
         if self._peak is None:
             from accelkit.hardware.capabilities import matmul_dtype
 
-            hardware = self.plan.hardware if self._gpus else environment.cpu_host(
-                self.plan.hardware.launcher)
+            hardware = (
+                self.plan.hardware
+                if self._gpus
+                else environment.cpu_host(self.plan.hardware.launcher)
+            )
             precision = head.precision_ran(self.model, self.plan) or self.plan.precision
-            self._peak = mfu.peak(hardware, matmul_dtype(precision, self._tf32_enabled()),
-                                  devices=self._replicas())
+            self._peak = mfu.peak(
+                hardware, matmul_dtype(precision, self._tf32_enabled()), devices=self._replicas()
+            )
         flops = self.flops_per_step or (self._flops.total if self._flops is not None else None)
         return self.clock.epoch_logs(flops, self._peak.tflops, set(self._notes))
 
@@ -199,16 +218,25 @@ class ProfileCallback(keras.callbacks.Callback):
 
     def _wrap_train_function(self) -> None:
         if self._count_first and self._tf is None:
-            self._notes["flops_per_step"] = (f"counted on the TensorFlow backend only (Keras "
-                                             f"runs on {keras.config.backend()}): pass "
-                                             "flops_per_step=")
+            self._notes["flops_per_step"] = (
+                f"counted on the TensorFlow backend only (Keras "
+                f"runs on {keras.config.backend()}): pass "
+                "flops_per_step="
+            )
             self._count_first = False
         elif self._count_first and getattr(self.model, "run_eagerly", False):
-            self._notes["flops_per_step"] = "not counted with run_eagerly=True: pass flops_per_step="
+            self._notes["flops_per_step"] = (
+                "not counted with run_eagerly=True: pass flops_per_step="
+            )
             self._count_first = False
-        self._steps = StepCounter(self.model, self.clock, self._tf,
-                                  tokens_per_sample=self.tokens_per_sample,
-                                  first_batch=self._first_batch, notes=self._notes)
+        self._steps = StepCounter(
+            self.model,
+            self.clock,
+            self._tf,
+            tokens_per_sample=self.tokens_per_sample,
+            first_batch=self._first_batch,
+            notes=self._notes,
+        )
         self._steps.wrap()
 
     def _first_batch(self, data: Any, samples: int | None) -> None:
@@ -239,8 +267,13 @@ class ProfileCallback(keras.callbacks.Callback):
         replicas = self._replicas()
         if count.total is None or replicas == 1:
             return count
-        return FlopCount(count.total * replicas, (count.forward or 0) * replicas, count.by_op,
-                         f"{count.method}, x {replicas} replicas", count.notes)
+        return FlopCount(
+            count.total * replicas,
+            (count.forward or 0) * replicas,
+            count.by_op,
+            f"{count.method}, x {replicas} replicas",
+            count.notes,
+        )
 
     def _replicas(self) -> int:
         """Replicas this process drives (under MultiWorkerMirroredStrategy, this worker's)."""
@@ -261,8 +294,7 @@ class ProfileCallback(keras.callbacks.Callback):
     def _build(self) -> RunReport:
         summary = self.clock.finish()
         plan = self.plan
-        hardware = (plan.hardware if self._gpus
-                    else environment.cpu_host(plan.hardware.launcher))
+        hardware = plan.hardware if self._gpus else environment.cpu_host(plan.hardware.launcher)
         notes = dict(self._notes)
         if self._sampler.notes:
             notes["gpu_utilization"] = "; ".join(self._sampler.notes)
@@ -271,20 +303,39 @@ class ProfileCallback(keras.callbacks.Callback):
             facts = self._facts(replicas)
         except Exception as error:  # noqa: BLE001 - facts feed advice, never fail a run
             facts = {"facts_error": f"{type(error).__name__}: {error}"}
-        device = (f"{replicas} x {plan.hardware.gpus[0].name}" if self._gpus and plan.hardware.gpus
-                  else "GPU:0" if self._gpus else f"{replicas} x cpu" if replicas > 1 else "cpu")
-        report = build_report(Measurements(
-            framework="tensorflow", model=self.model.name, device=device, plan=plan,
-            hardware=hardware, clock=summary, precision=head.precision_ran(self.model, plan),
-            tf32_enabled=self._tf32_enabled(),
-            devices=replicas, flops=self._flops,
-            flops_per_step=self.flops_per_step,
-            sampler=self._sampler.summary(self.clock.warmup_end, None),
-            peak_memory_bytes=self._peak_memory(),
-            calibration=self._calibrate() if self.calibrate else None,
-            epochs=self._epochs, losses=self._losses, interrupted=self.interrupted, notes=notes,
-            facts=facts, single_device_samples_per_second=self.single_device_samples_per_second,
-        ))
+        device = (
+            f"{replicas} x {plan.hardware.gpus[0].name}"
+            if self._gpus and plan.hardware.gpus
+            else "GPU:0"
+            if self._gpus
+            else f"{replicas} x cpu"
+            if replicas > 1
+            else "cpu"
+        )
+        report = build_report(
+            Measurements(
+                framework="tensorflow",
+                model=self.model.name,
+                device=device,
+                plan=plan,
+                hardware=hardware,
+                clock=summary,
+                precision=head.precision_ran(self.model, plan),
+                tf32_enabled=self._tf32_enabled(),
+                devices=replicas,
+                flops=self._flops,
+                flops_per_step=self.flops_per_step,
+                sampler=self._sampler.summary(self.clock.warmup_end, None),
+                peak_memory_bytes=self._peak_memory(),
+                calibration=self._calibrate() if self.calibrate else None,
+                epochs=self._epochs,
+                losses=self._losses,
+                interrupted=self.interrupted,
+                notes=notes,
+                facts=facts,
+                single_device_samples_per_second=self.single_device_samples_per_second,
+            )
+        )
         if "input_wait_share" in notes:  # the clock saw no wait where none was timed
             report.input_wait_share = None
         if not self._gpus:
@@ -296,8 +347,9 @@ class ProfileCallback(keras.callbacks.Callback):
             self._gather_world(report, strategy, summary.steady_samples, replicas, hardware)
         return report
 
-    def _gather_world(self, report: RunReport, strategy: Any, samples: int, replicas: int,
-                      hardware: HardwareInfo) -> None:
+    def _gather_world(
+        self, report: RunReport, strategy: Any, samples: int, replicas: int, hardware: HardwareInfo
+    ) -> None:
         """Every worker's figures into `report` (world_size, ranks, global samples/s).
 
         An all-gather of one fixed-size float64 vector per replica; every worker of
@@ -306,13 +358,15 @@ class ProfileCallback(keras.callbacks.Callback):
         if self.interrupted:
             report.note("ranks", "the fit was interrupted: other workers' figures not gathered")
             return
-        figures = world.rank_figures(report, strategies.worker_rank(strategy), samples,
-                                     replicas)
+        figures = world.rank_figures(report, strategies.worker_rank(strategy), samples, replicas)
         try:
             ranks = strategies.gather_figures(strategy, figures)
         except Exception as error:  # noqa: BLE001 - the local figures still stand
-            report.note("ranks", f"other workers' figures could not be gathered: "
-                                 f"{type(error).__name__}: {str(error).strip()[:200]}")
+            report.note(
+                "ranks",
+                f"other workers' figures could not be gathered: "
+                f"{type(error).__name__}: {str(error).strip()[:200]}",
+            )
             return
         world.aggregate(report, ranks, self.single_device_samples_per_second)
         with_advice(report, hardware, self.plan)
@@ -321,9 +375,15 @@ class ProfileCallback(keras.callbacks.Callback):
         from accelkit.keras.facts import model_facts
 
         facts = model_facts(self.model)
-        facts.update(devices_used=replicas, visible_gpus=len(self._gpus),
-                     distributed=replicas > 1 or (self._tf is not None and int(
-                         self.model.distribute_strategy.num_replicas_in_sync) > 1))
+        facts.update(
+            devices_used=replicas,
+            visible_gpus=len(self._gpus),
+            distributed=replicas > 1
+            or (
+                self._tf is not None
+                and int(self.model.distribute_strategy.num_replicas_in_sync) > 1
+            ),
+        )
         if self._first_batch_size:
             facts["batch_size"] = self._first_batch_size
         if self.params and self.params.get("steps"):
@@ -334,8 +394,11 @@ class ProfileCallback(keras.callbacks.Callback):
         return facts
 
     def _tf32_enabled(self) -> bool:
-        return (bool(self._gpus) and self._tf is not None
-                and self._tf.config.experimental.tensor_float_32_execution_enabled())
+        return (
+            bool(self._gpus)
+            and self._tf is not None
+            and self._tf.config.experimental.tensor_float_32_execution_enabled()
+        )
 
     def _peak_memory(self) -> int | None:
         if not self._gpus or self._tf is None:
@@ -350,8 +413,7 @@ class ProfileCallback(keras.callbacks.Callback):
             from accelkit.hardware.capabilities import matmul_dtype
             from accelkit.profiling.calibrate import matmul_tflops_tensorflow
 
-            return matmul_tflops_tensorflow(matmul_dtype(self.plan.precision,
-                                                         self._tf32_enabled()))
+            return matmul_tflops_tensorflow(matmul_dtype(self.plan.precision, self._tf32_enabled()))
         except Exception as error:  # noqa: BLE001 - a failed calibration leaves the figure out
             warnings.warn(f"accelkit: calibration failed: {error}", stacklevel=2)
             self._notes["calibrated_tflops"] = f"calibration failed: {error}"
@@ -372,8 +434,12 @@ def renamed_single_device(single_device: Any, former: Any) -> Any:
     if former is None:
         return single_device
     if single_device is not None:
-        raise TypeError("give single_device= only (single_device_samples_per_second= is its "
-                        "former name)")
-    warnings.warn("single_device_samples_per_second= is now single_device=, as in "
-                  "accelkit.torch.fit", DeprecationWarning, stacklevel=3)
+        raise TypeError(
+            "give single_device= only (single_device_samples_per_second= is its former name)"
+        )
+    warnings.warn(
+        "single_device_samples_per_second= is now single_device=, as in accelkit.torch.fit",
+        DeprecationWarning,
+        stacklevel=3,
+    )
     return former

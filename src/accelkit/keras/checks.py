@@ -39,9 +39,13 @@ class UnsafeMixedPrecision(ValueError):
 
     def __init__(self, problems: list[str], findings: list[dict[str, Any]]) -> None:
         self.findings = findings
-        super().__init__(" ".join(problems) + (
-            f" To train anyway (every id the data holds is exact in {_dtypes(findings)}), "
-            f"pass {ALLOW_FLOAT_IDS}=True to accelkit.keras.fit or ProfileCallback."))
+        super().__init__(
+            " ".join(problems)
+            + (
+                f" To train anyway (every id the data holds is exact in {_dtypes(findings)}), "
+                f"pass {ALLOW_FLOAT_IDS}=True to accelkit.keras.fit or ProfileCallback."
+            )
+        )
 
 
 def float_ids(model: Any) -> list[dict[str, Any]]:
@@ -86,8 +90,11 @@ def float16_outputs(model: Any) -> list[str]:
     except (AttributeError, ValueError):  # subclassed models have no symbolic outputs
         return []
     try:
-        return [_id_paths.producer(t)[0].name for t in outputs
-                if float_formats.is_half(_id_paths.dtype_name(t))]
+        return [
+            _id_paths.producer(t)[0].name
+            for t in outputs
+            if float_formats.is_half(_id_paths.dtype_name(t))
+        ]
     except Exception as error:  # noqa: BLE001 - an inspection, never a failure
         _log.debug("accelkit: float16_outputs could not read the outputs: %s", error)
         return []
@@ -134,8 +141,9 @@ def mixed_precision_facts(model: Any) -> dict[str, Any]:
     return {"float_id_inputs": float_ids(model), "float16_outputs": float16_outputs(model)}
 
 
-def check_before_training(model: Any, policy_name: str | None = None, *,
-                          allow_float_ids: bool = False) -> list[dict[str, Any]]:
+def check_before_training(
+    model: Any, policy_name: str | None = None, *, allow_float_ids: bool = False
+) -> list[dict[str, Any]]:
     """Before the first step: the `float_ids` findings, for ``facts["float_id_inputs"]``.
 
     Raises `UnsafeMixedPrecision` when ids are rounded now: the casting layer computes in
@@ -162,8 +170,9 @@ def check_before_training(model: Any, policy_name: str | None = None, *,
     return findings
 
 
-def check_first_batch(batch_inputs: Any, model: Any, policy_name: str | None = None, *,
-                      allow_float_ids: bool = False) -> dict[str, Any] | None:
+def check_first_batch(
+    batch_inputs: Any, model: Any, policy_name: str | None = None, *, allow_float_ids: bool = False
+) -> dict[str, Any] | None:
     """At the first batch: `ids_exceed_float16`, for ``facts["ids_over_float16"]``.
 
     Raises `UnsafeMixedPrecision` when the batch's ids are being rounded now (the casting
@@ -185,6 +194,7 @@ def check_first_batch(batch_inputs: Any, model: Any, policy_name: str | None = N
 
 # -- the first batch -----------------------------------------------------------------------
 
+
 def _ids_exceed(x: Any, model: Any) -> dict[str, Any] | None:
     import numpy as np
 
@@ -200,8 +210,9 @@ def _ids_exceed(x: Any, model: Any) -> dict[str, Any] | None:
         array = None if cast is None else _array(np, value)
         if array is None or array.size == 0 or array.dtype.kind not in "iuf":
             continue
-        if array.dtype.kind == "f" and not (np.all(np.isfinite(array))
-                                            and np.array_equal(array, np.round(array))):
+        if array.dtype.kind == "f" and not (
+            np.all(np.isfinite(array)) and np.array_equal(array, np.round(array))
+        ):
             continue  # not whole numbers: features, not ids
         if array.dtype.kind != "f" and not graph:
             continue  # integers reach a subclassed model as integers: never autocast
@@ -211,12 +222,23 @@ def _ids_exceed(x: Any, model: Any) -> dict[str, Any] | None:
         if top <= limit or (worst is not None and top <= worst["max_id"]):
             continue
         values, counts = np.unique(np.abs(array).astype(np.int64), return_counts=True)
-        changed = sum(int(c) for v, c in zip(values.tolist(), counts.tolist())
-                      if float_formats.rounded(v, dtype) != v)
-        worst = {"input": name, "dtype": str(array.dtype), "max_id": top,
-                 "values": int(array.size), "changed": changed, "rounded_in": dtype,
-                 "exact_up_to": limit, "example": [top, float_formats.rounded(top, dtype)],
-                 "cast_by": cast[0], "cast_dtype": cast[1]}
+        changed = sum(
+            int(c)
+            for v, c in zip(values.tolist(), counts.tolist())
+            if float_formats.rounded(v, dtype) != v
+        )
+        worst = {
+            "input": name,
+            "dtype": str(array.dtype),
+            "max_id": top,
+            "values": int(array.size),
+            "changed": changed,
+            "rounded_in": dtype,
+            "exact_up_to": limit,
+            "example": [top, float_formats.rounded(top, dtype)],
+            "cast_by": cast[0],
+            "cast_dtype": cast[1],
+        }
     return worst
 
 
@@ -224,12 +246,16 @@ def _model_cast(model: Any) -> tuple[str, str] | None:
     """A subclassed model casts its float inputs to its compute dtype (Keras' autocast)."""
     import keras
 
-    autocasts = (getattr(model, "autocast", False)
-                 and getattr(model, "_convert_input_args", True)
-                 and _id_paths.is_float(getattr(model, "compute_dtype", None)))
+    autocasts = (
+        getattr(model, "autocast", False)
+        and getattr(model, "_convert_input_args", True)
+        and _id_paths.is_float(getattr(model, "compute_dtype", None))
+    )
     lookups = _id_paths.lookups(keras)
-    if not autocasts or not any(isinstance(layer, lookups) for layer in
-                                model._flatten_layers(include_self=False, recursive=True)):
+    if not autocasts or not any(
+        isinstance(layer, lookups)
+        for layer in model._flatten_layers(include_self=False, recursive=True)
+    ):
         return None
     return model.name, str(model.compute_dtype)
 
@@ -239,8 +265,11 @@ def _named_inputs(x: Any, model: Any) -> list[tuple[str, Any]]:
     names = [_id_paths.producer(t)[0].name for t in tensors]
     if isinstance(x, Mapping):
         struct = getattr(model, "_inputs_struct", None)
-        by_key = ({key: _id_paths.producer(t)[0].name for key, t in struct.items()}
-                  if isinstance(struct, Mapping) else {})
+        by_key = (
+            {key: _id_paths.producer(t)[0].name for key, t in struct.items()}
+            if isinstance(struct, Mapping)
+            else {}
+        )
         return [(by_key.get(key, str(key)), value) for key, value in x.items()]
     if isinstance(x, (list, tuple)):
         return [(names[i] if i < len(names) else f"x[{i}]", v) for i, v in enumerate(x)]
@@ -260,6 +289,7 @@ def _array(np: Any, value: Any) -> Any:
 
 
 # -- messages ----------------------------------------------------------------------------
+
 
 def _rounds_now(finding: Mapping[str, Any]) -> bool:
     dtype = finding.get("cast_dtype")
@@ -282,33 +312,39 @@ def _describe(finding: Mapping[str, Any], policy: str) -> str:
     limit = float_formats.exact_limit(dtype)
     lost = ""
     if vocabulary:
-        shown = ", ".join(_example(v, r, vocabulary)
-                          for v, r in float_formats.examples(vocabulary, dtype))
-        lost = (f": {float_formats.changed_below(vocabulary, dtype)} of its {vocabulary} ids "
-                f"become other ids ({shown})")
+        shown = ", ".join(
+            _example(v, r, vocabulary) for v, r in float_formats.examples(vocabulary, dtype)
+        )
+        lost = (
+            f": {float_formats.changed_below(vocabulary, dtype)} of its {vocabulary} ids "
+            f"become other ids ({shown})"
+        )
     shape = tuple(finding.get("input_shape") or ())
-    return (f"Token ids from input '{finding.get('input')}' ({finding.get('input_dtype')}) "
-            f"reach '{finding.get('embedding')}' in layer '{finding.get('layer')}', and "
-            f"'{finding.get('cast_by')}' casts them to {dtype} under the {policy} policy, "
-            f"which holds integers exactly only up to {limit}{lost}. Declare the ids "
-            f"integer: keras.Input(shape={shape!r}, dtype=\"int32\") "
-            "(integer inputs are never autocast).")
+    return (
+        f"Token ids from input '{finding.get('input')}' ({finding.get('input_dtype')}) "
+        f"reach '{finding.get('embedding')}' in layer '{finding.get('layer')}', and "
+        f"'{finding.get('cast_by')}' casts them to {dtype} under the {policy} policy, "
+        f"which holds integers exactly only up to {limit}{lost}. Declare the ids "
+        f'integer: keras.Input(shape={shape!r}, dtype="int32") '
+        "(integer inputs are never autocast)."
+    )
 
 
 def _describe_batch(found: Mapping[str, Any], policy: str) -> str:
-    return (f"The first batch feeds whole numbers up to {found['max_id']} to input "
-            f"'{found['input']}' ({found['dtype']}), and '{found['cast_by']}' casts them to "
-            f"{found['rounded_in']} under the {policy} policy, which holds integers exactly "
-            f"only up to {found['exact_up_to']}: {found['changed']} of the batch's "
-            f"{found['values']} values change ({found['example'][0]} -> "
-            f"{found['example'][1]:.0f}). If they are token ids, keep them integer: an "
-            "int32 array or tensor, and keras.Input(..., dtype=\"int32\") in a functional "
-            "model (integer inputs are never autocast).")
+    return (
+        f"The first batch feeds whole numbers up to {found['max_id']} to input "
+        f"'{found['input']}' ({found['dtype']}), and '{found['cast_by']}' casts them to "
+        f"{found['rounded_in']} under the {policy} policy, which holds integers exactly "
+        f"only up to {found['exact_up_to']}: {found['changed']} of the batch's "
+        f"{found['values']} values change ({found['example'][0]} -> "
+        f"{found['example'][1]:.0f}). If they are token ids, keep them integer: an "
+        'int32 array or tensor, and keras.Input(..., dtype="int32") in a functional '
+        "model (integer inputs are never autocast)."
+    )
 
 
 def _dtypes(findings: list[dict[str, Any]]) -> str:
-    return " and ".join(sorted({str(f.get("rounded_in") or f.get("cast_dtype"))
-                                for f in findings}))
+    return " and ".join(sorted({str(f.get("rounded_in") or f.get("cast_dtype")) for f in findings}))
 
 
 def _example(value: int, result: float, vocabulary: int) -> str:

@@ -61,8 +61,9 @@ class EpochClock(StepClock):
         ['accelkit_samples_per_second']
     """
 
-    def __init__(self, sync: Callable[[], None] | None = None, *, warmup: int = 3,
-                 window: int = 50) -> None:
+    def __init__(
+        self, sync: Callable[[], None] | None = None, *, warmup: int = 3, window: int = 50
+    ) -> None:
         super().__init__(sync, warmup=warmup, window=window)
         self._open = _Sums()  # since the last window boundary
         self._epoch = _Sums()  # the windows that ended in this epoch
@@ -90,8 +91,12 @@ class EpochClock(StepClock):
         epoch.seconds += step_s * steps
         self._open, self._since = _Sums(), step
 
-    def epoch_logs(self, flops_per_step: float | None, peak_tflops: float | None,
-                   unmeasured: frozenset[str] | set[str] = frozenset()) -> dict[str, float]:
+    def epoch_logs(
+        self,
+        flops_per_step: float | None,
+        peak_tflops: float | None,
+        unmeasured: frozenset[str] | set[str] = frozenset(),
+    ) -> dict[str, float]:
         """The figures of the windows that ended since the last call, by log key; the
         epoch's sums start again.
 
@@ -106,11 +111,14 @@ class EpochClock(StepClock):
             return {}
         figures = {
             SAMPLES_PER_SECOND: sums.samples / sums.seconds
-            if sums.samples and "samples_per_second" not in unmeasured else None,
+            if sums.samples and "samples_per_second" not in unmeasured
+            else None,
             TOKENS_PER_SECOND: sums.tokens / sums.seconds if sums.tokens else None,
             MFU: flops_per_step * sums.steps / sums.seconds / 1e12 / peak_tflops
-            if flops_per_step and peak_tflops else None,
+            if flops_per_step and peak_tflops
+            else None,
             INPUT_WAIT_SHARE: min(1.0, sums.wait_s / sums.seconds)
-            if "input_wait_share" not in unmeasured else None,
+            if "input_wait_share" not in unmeasured
+            else None,
         }
         return {key: float(value) for key, value in figures.items() if value is not None}

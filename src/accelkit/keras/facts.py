@@ -10,9 +10,21 @@ from typing import Any
 
 _MAX_LAYERS = 2000
 # Layers whose work is matmuls: their dtype policy decides tensor-core use.
-_MATMUL = ("Dense", "EinsumDense", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose",
-           "Conv2DTranspose", "Conv3DTranspose", "SeparableConv1D", "SeparableConv2D",
-           "DepthwiseConv2D", "MultiHeadAttention", "GroupQueryAttention")
+_MATMUL = (
+    "Dense",
+    "EinsumDense",
+    "Conv1D",
+    "Conv2D",
+    "Conv3D",
+    "Conv1DTranspose",
+    "Conv2DTranspose",
+    "Conv3DTranspose",
+    "SeparableConv1D",
+    "SeparableConv2D",
+    "DepthwiseConv2D",
+    "MultiHeadAttention",
+    "GroupQueryAttention",
+)
 
 
 def model_facts(model: Any) -> dict[str, Any]:
@@ -34,8 +46,9 @@ def model_facts(model: Any) -> dict[str, Any]:
         facts["parameters"] = int(sum(_size(w.shape) for w in weights))
         facts["parameter_bytes"] = int(sum(_size(w.shape) * _itemsize(w.dtype) for w in weights))
         optimizer = getattr(model, "optimizer", None)
-        state = sum(_size(v.shape) * _itemsize(v.dtype)
-                    for v in getattr(optimizer, "variables", ()) or ())
+        state = sum(
+            _size(v.shape) * _itemsize(v.dtype) for v in getattr(optimizer, "variables", ()) or ()
+        )
         # Gradients are transient in Keras' step, but they exist at the peak.
         facts["model_state_bytes"] = int(2 * facts["parameter_bytes"] + state)
         facts["compiled"] = bool(getattr(model, "jit_compile", False))
@@ -45,8 +58,11 @@ def model_facts(model: Any) -> dict[str, Any]:
         matmul = _matmul_layers(model)
         facts["keras_matmul_layers"] = len(matmul)
         facts["keras_layers_off_policy"] = [
-            {"name": layer.name, "type": type(layer).__name__,
-             "compute_dtype": str(layer.compute_dtype)}
+            {
+                "name": layer.name,
+                "type": type(layer).__name__,
+                "compute_dtype": str(layer.compute_dtype),
+            }
             for layer in matmul
             if str(layer.compute_dtype) != policy.compute_dtype and id(layer) not in outputs
         ]
@@ -121,8 +137,9 @@ def _size(shape: Any) -> int:
 
 def _itemsize(dtype: Any) -> int:
     name = str(getattr(dtype, "name", dtype))
-    return {"float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int8": 1,
-            "uint8": 1}.get(name, 4)
+    return {"float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int8": 1, "uint8": 1}.get(
+        name, 4
+    )
 
 
 def input_facts(x: Any) -> dict[str, Any]:
@@ -141,10 +158,16 @@ def input_facts(x: Any) -> dict[str, Any]:
         import keras
 
         if isinstance(x, keras.utils.PyDataset):
-            return {"type": "PyDataset", "workers": getattr(x, "workers", None),
-                    "use_multiprocessing": getattr(x, "use_multiprocessing", None)}
-        return {"type": "arrays" if hasattr(x, "shape") or isinstance(x, (list, tuple, dict))
-                else type(x).__name__}
+            return {
+                "type": "PyDataset",
+                "workers": getattr(x, "workers", None),
+                "use_multiprocessing": getattr(x, "use_multiprocessing", None),
+            }
+        return {
+            "type": "arrays"
+            if hasattr(x, "shape") or isinstance(x, (list, tuple, dict))
+            else type(x).__name__
+        }
     except Exception as error:  # noqa: BLE001 - facts are optional
         return {"type": type(x).__name__, "facts_error": str(error)}
 

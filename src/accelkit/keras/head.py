@@ -33,8 +33,10 @@ def float32_head(model: Any) -> Any:
         return model
     inputs, outputs = _symbolic_io(model)
     if inputs and outputs:
-        cast = [keras.layers.Activation("linear", dtype="float32", name=f"float32_head_{i}")(o)
-                for i, o in enumerate(outputs)]
+        cast = [
+            keras.layers.Activation("linear", dtype="float32", name=f"float32_head_{i}")(o)
+            for i, o in enumerate(outputs)
+        ]
         return keras.Model(inputs, cast if len(cast) > 1 else cast[0], name=model.name)
     return _Float32Head(model)
 
@@ -88,8 +90,11 @@ def precision_ran(model: Any, plan: Plan) -> Precision | None:
     """
     try:
         layers = model._flatten_layers(include_self=False, recursive=True)
-        dtypes = [str(layer.compute_dtype) for layer in layers if getattr(layer, "kernel", None)
-                  is not None]
+        dtypes = [
+            str(layer.compute_dtype)
+            for layer in layers
+            if getattr(layer, "kernel", None) is not None
+        ]
     except Exception:  # noqa: BLE001 - unknown: the plan's precision stands
         return None
     if not dtypes:

@@ -68,17 +68,24 @@ def _build_strategy(plan: Plan) -> Any:
     if plan.distribution is Distribution.MIRRORED:
         gpus = tf.config.list_logical_devices("GPU")
         if len(gpus) >= 2:
-            hierarchical = (plan.value(Key.TF_STRATEGY) == CrossDevice.HIERARCHICAL_COPY)
-            ops = (tf.distribute.HierarchicalCopyAllReduce() if hierarchical
-                   else tf.distribute.NcclAllReduce())
+            hierarchical = plan.value(Key.TF_STRATEGY) == CrossDevice.HIERARCHICAL_COPY
+            ops = (
+                tf.distribute.HierarchicalCopyAllReduce()
+                if hierarchical
+                else tf.distribute.NcclAllReduce()
+            )
             return tf.distribute.MirroredStrategy([g.name for g in gpus], cross_device_ops=ops)
         cpus = tf.config.list_logical_devices("CPU")
         if not gpus and len(cpus) >= 2:
             # NCCL and hierarchical copy need GPUs; reducing on one device works anywhere.
             return tf.distribute.MirroredStrategy(
-                [c.name for c in cpus], cross_device_ops=tf.distribute.ReductionToOneDevice())
-        warnings.warn(f"the plan asks for MirroredStrategy but TensorFlow sees {len(gpus)} "
-                      "GPU(s) here; using the default strategy", stacklevel=3)
+                [c.name for c in cpus], cross_device_ops=tf.distribute.ReductionToOneDevice()
+            )
+        warnings.warn(
+            f"the plan asks for MirroredStrategy but TensorFlow sees {len(gpus)} "
+            "GPU(s) here; using the default strategy",
+            stacklevel=3,
+        )
     return tf.distribute.get_strategy()
 
 
@@ -98,11 +105,16 @@ def cluster_resolver(plan: Plan) -> Any:
         return resolvers.TFConfigClusterResolver()
     if gpus and launcher.cuda_visible_devices is None:
         return resolvers.SlurmClusterResolver(gpus_per_node=gpus)
-    placed = resolvers.SlurmClusterResolver(gpus_per_node=launcher.world_size,
-                                            gpus_per_task=1, auto_set_gpu=False)
+    placed = resolvers.SlurmClusterResolver(
+        gpus_per_node=launcher.world_size, gpus_per_task=1, auto_set_gpu=False
+    )
     return resolvers.SimpleClusterResolver(
-        placed.cluster_spec(), task_type=placed.task_type, task_id=placed.task_id,
-        num_accelerators={"GPU": gpus} if gpus else {}, rpc_layer="grpc")
+        placed.cluster_spec(),
+        task_type=placed.task_type,
+        task_id=placed.task_id,
+        num_accelerators={"GPU": gpus} if gpus else {},
+        rpc_layer="grpc",
+    )
 
 
 def _multi_worker_strategy(plan: Plan) -> Any:
@@ -125,26 +137,29 @@ def _multi_worker_strategy(plan: Plan) -> Any:
     cluster = resolver.cluster_spec()
     source = "TF_CONFIG" if plan.hardware.launcher.tf_config else "SLURM"
     task = f"{source} task {resolver.task_type}:{resolver.task_id}"
-    workers = sum(len(cluster.job_tasks(job)) for job in cluster.jobs
-                  if job in ("chief", "worker"))
+    workers = sum(len(cluster.job_tasks(job)) for job in cluster.jobs if job in ("chief", "worker"))
     if resolver.task_type is not None and resolver.task_id is not None:
         _check_port_free(cluster.task_address(resolver.task_type, resolver.task_id), task)
     _bound_registration(resolver, timeout)
     communication = tf.distribute.experimental.CommunicationImplementation
     options = tf.distribute.experimental.CommunicationOptions(
-        implementation=(communication.NCCL if tf.config.list_physical_devices("GPU")
-                        else communication.RING),
-        timeout_seconds=timeout if explicit else None)
+        implementation=(
+            communication.NCCL if tf.config.list_physical_devices("GPU") else communication.RING
+        ),
+        timeout_seconds=timeout if explicit else None,
+    )
     try:
-        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver,
-                                                         communication_options=options)
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=resolver, communication_options=options
+        )
     except tf.errors.DeadlineExceededError as error:
         raise RuntimeError(
             f"accelkit: {task} waited {timeout:g} s ({TIMEOUT_ENV}) for the {workers} "
             f"workers of {source} to join, and some never did: start every worker {source} "
             "lists (each with its own task index), check that their addresses and ports are "
             f"reachable from here, or raise {TIMEOUT_ENV} if they start late. TensorFlow said: "
-            f"{_message(error)}") from error
+            f"{_message(error)}"
+        ) from error
     except tf.errors.UnknownError as error:
         if "gRPC server" not in str(error):
             raise
@@ -152,7 +167,8 @@ def _multi_worker_strategy(plan: Plan) -> Any:
         raise RuntimeError(
             f"accelkit: {task} could not listen on {address}: the port "
             "is in use or the address is not this machine's. Free the port or give this "
-            "worker another one in every worker's TF_CONFIG.") from error
+            "worker another one in every worker's TF_CONFIG."
+        ) from error
 
 
 def _check_port_free(address: str, task: str) -> None:
@@ -171,7 +187,8 @@ def _check_port_free(address: str, task: str) -> None:
         raise RuntimeError(
             f"accelkit: {task} cannot listen on {address}: {error.strerror} "
             "(another process holds the port, perhaps an earlier run still alive). Stop it, or "
-            "give this worker a free port in every worker's TF_CONFIG.") from None
+            "give this worker a free port in every worker's TF_CONFIG."
+        ) from None
     finally:
         probe.close()
 
@@ -192,19 +209,25 @@ def _bound_registration(resolver: Any, timeout: float) -> None:
         if ctx.coordination_service is not None or resolver.task_type not in ("chief", "worker"):
             return
         cluster = multi_worker_util.normalize_cluster_spec(resolver.cluster_spec())
-        jobs = [cars.coordination_config_pb2.CoordinatedJob(name=job,
-                                                            num_tasks=cluster.num_tasks(job))
-                for job in ("chief", "worker") if job in cluster.jobs]
+        jobs = [
+            cars.coordination_config_pb2.CoordinatedJob(name=job, num_tasks=cluster.num_tasks(job))
+            for job in ("chief", "worker")
+            if job in cluster.jobs
+        ]
         ctx.configure_coordination_service(
             service_type="standalone",
             service_leader=multi_worker_util.coordination_leader(cluster),
             coordinated_jobs=jobs,
-            cluster_register_timeout_in_ms=int(timeout * 1000))
+            cluster_register_timeout_in_ms=int(timeout * 1000),
+        )
         ctx._coordination_service_config.cluster_register_with_barrier = True
     except Exception as error:  # noqa: BLE001 - the strategy still builds without the bound
-        warnings.warn(f"accelkit: could not bound the wait for the other workers "
-                      f"({type(error).__name__}: {error}); a worker that never starts makes "
-                      "this one wait indefinitely", stacklevel=4)
+        warnings.warn(
+            f"accelkit: could not bound the wait for the other workers "
+            f"({type(error).__name__}: {error}); a worker that never starts makes "
+            "this one wait indefinitely",
+            stacklevel=4,
+        )
 
 
 def _message(error: Exception) -> str:
@@ -259,8 +282,16 @@ def worker_rank(strategy: Any) -> int:
 
 
 # What each worker sends the others at the end of a multi-worker fit, in this order.
-_FIGURES = ("rank", "devices", "steady_samples", "steady_seconds", "steady_steps",
-            "samples_per_second", "step_time_s", "input_wait_share")
+_FIGURES = (
+    "rank",
+    "devices",
+    "steady_samples",
+    "steady_seconds",
+    "steady_steps",
+    "samples_per_second",
+    "step_time_s",
+    "input_wait_share",
+)
 
 
 def gather_figures(strategy: Any, figures: dict[str, Any]) -> list[dict[str, Any]]:
@@ -276,15 +307,19 @@ def gather_figures(strategy: Any, figures: dict[str, Any]) -> list[dict[str, Any
     gathered = strategy.gather(values, axis=0).numpy()
     ranks: dict[int, dict[str, Any]] = {}
     for row_values in gathered:
-        entry = {name: _from_number(value)
-                 for name, value in zip(_FIGURES, row_values, strict=True)}
+        entry = {
+            name: _from_number(value) for name, value in zip(_FIGURES, row_values, strict=True)
+        }
         rank = int(entry["rank"])
         if rank in ranks:  # one row per replica: a worker with several devices sent several
             continue
-        entry.update(rank=rank, devices=int(entry["devices"] or 1),
-                     steady_samples=int(entry["steady_samples"] or 0),
-                     steady_steps=int(entry["steady_steps"] or 0),
-                     device=figures["device"] if rank == figures["rank"] else None)
+        entry.update(
+            rank=rank,
+            devices=int(entry["devices"] or 1),
+            steady_samples=int(entry["steady_samples"] or 0),
+            steady_steps=int(entry["steady_steps"] or 0),
+            device=figures["device"] if rank == figures["rank"] else None,
+        )
         ranks[rank] = entry
     return [ranks[r] for r in sorted(ranks)]
 

@@ -65,9 +65,16 @@ class StepCounter:
         >>> counter.restore()       # on_train_end
     """
 
-    def __init__(self, model: Any, clock: StepClock, tensorflow: Any, *,
-                 tokens_per_sample: int | None, first_batch: Callable[[Any, int | None], None],
-                 notes: dict[str, str]) -> None:
+    def __init__(
+        self,
+        model: Any,
+        clock: StepClock,
+        tensorflow: Any,
+        *,
+        tokens_per_sample: int | None,
+        first_batch: Callable[[Any, int | None], None],
+        notes: dict[str, str],
+    ) -> None:
         self.model, self.clock, self._tf = model, clock, tensorflow
         self._tokens_per_sample = tokens_per_sample
         self._first_batch = first_batch
@@ -90,16 +97,20 @@ class StepCounter:
             self._notes["input_wait_share"] = "not measured with run_eagerly=True"
             self._notes["samples_per_second"] = "batch sizes not seen with run_eagerly=True"
         elif keras.config.backend() == "torch":
-            self._notes["input_wait_share"] = ("not measured on Keras' PyTorch backend: its "
-                                               "trainer fetches the batch before the step")
-        stop = (StopIteration,) if self._tf is None else (StopIteration,
-                                                          self._tf.errors.OutOfRangeError)
+            self._notes["input_wait_share"] = (
+                "not measured on Keras' PyTorch backend: its "
+                "trainer fetches the batch before the step"
+            )
+        stop = (
+            (StopIteration,)
+            if self._tf is None
+            else (StopIteration, self._tf.errors.OutOfRangeError)
+        )
 
         def counted(*args: Any) -> Any:
             *head, source = args
             per_call = steps_per_execution(model)
-            if eager or (self._first is not None and per_call > 1
-                         and self._compiled_loop(source)):
+            if eager or (self._first is not None and per_call > 1 and self._compiled_loop(source)):
                 return self._whole_call(original, args, per_call)
             if not hasattr(source, "__next__"):  # PyTorch trainer: the batch, fetched already
                 sizes = batches.sizes(source, self._tokens_per_sample)
@@ -136,8 +147,9 @@ class StepCounter:
         """True where Keras runs its batches in a compiled loop (a tf.data iterator on
         the TensorFlow backend): the batches never reach Python."""
         tf = self._tf
-        return tf is not None and isinstance(source, (tf.data.Iterator,
-                                                      tf.distribute.DistributedIterator))
+        return tf is not None and isinstance(
+            source, (tf.data.Iterator, tf.distribute.DistributedIterator)
+        )
 
     def _see_first(self, data: Any, sizes: Sizes) -> None:
         if self._first is None:
@@ -149,9 +161,13 @@ class StepCounter:
         batch's size. Keras runs `per_call` batches, fewer when the epoch's data runs out
         first (its last call); `steps_per_epoch` shorter than the data makes Keras run
         whole calls, which is counted as the epoch's length."""
-        self._notes.setdefault("input_wait_share", (
-            f"not measured with steps_per_execution={per_call}: Keras fetches those batches "
-            "inside its compiled loop"))
+        self._notes.setdefault(
+            "input_wait_share",
+            (
+                f"not measured with steps_per_execution={per_call}: Keras fetches those batches "
+                "inside its compiled loop"
+            ),
+        )
         result = original(*args)
         batches_run = per_call if self._left is None else max(1, min(per_call, self._left))
         return self._counted(result, [self._first or (None, 0)] * batches_run)

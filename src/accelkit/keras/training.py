@@ -24,12 +24,23 @@ from accelkit.profiling.run_report import RunReport
 _log = logging.getLogger("accelkit")
 
 
-def fit(model: Any, x: Any = None, y: Any = None, *fit_args: Any, plan: Plan | None = None,
-        flops_per_step: float | None = None, tokens_per_sample: int | None = None,
-        warmup: int = 3, window: int = 50, calibrate: bool = False, sample_gpu: bool = True,
-        single_device: float | RunReport | str | None = None,
-        single_device_samples_per_second: float | RunReport | str | None = None,
-        allow_float_ids: bool = False, **fit_kwargs: Any) -> RunReport:
+def fit(
+    model: Any,
+    x: Any = None,
+    y: Any = None,
+    *fit_args: Any,
+    plan: Plan | None = None,
+    flops_per_step: float | None = None,
+    tokens_per_sample: int | None = None,
+    warmup: int = 3,
+    window: int = 50,
+    calibrate: bool = False,
+    sample_gpu: bool = True,
+    single_device: float | RunReport | str | None = None,
+    single_device_samples_per_second: float | RunReport | str | None = None,
+    allow_float_ids: bool = False,
+    **fit_kwargs: Any,
+) -> RunReport:
     """Run `model.fit(x, y, *fit_args, **fit_kwargs)` measured, and return its `RunReport`.
 
     Every `model.fit` argument passes through, positional or by name (`batch_size`,
@@ -83,25 +94,33 @@ def fit(model: Any, x: Any = None, y: Any = None, *fit_args: Any, plan: Plan | N
         >>> report = accelkit.keras.fit(build, dataset, epochs=3)   # on every GPU
         >>> report.history["loss"], report.world_size
     """
-    plan = (plan or current_plan("tensorflow")
-            or auto_configure(framework="tensorflow", verbose=False))
+    plan = (
+        plan or current_plan("tensorflow") or auto_configure(framework="tensorflow", verbose=False)
+    )
     model, notes = _prepare(model, plan)
     # Token ids rounded by a 16-bit policy train a wrong model without an error: refuse.
     checks.check_before_training(model, allow_float_ids=allow_float_ids)
-    callback = ProfileCallback(plan, flops_per_step=flops_per_step,
-                               tokens_per_sample=tokens_per_sample, warmup=warmup,
-                               window=window, sample_gpu=sample_gpu, calibrate=calibrate,
-                               single_device=renamed_single_device(
-                                   single_device, single_device_samples_per_second),
-                               allow_float_ids=allow_float_ids)
+    callback = ProfileCallback(
+        plan,
+        flops_per_step=flops_per_step,
+        tokens_per_sample=tokens_per_sample,
+        warmup=warmup,
+        window=window,
+        sample_gpu=sample_gpu,
+        calibrate=calibrate,
+        single_device=renamed_single_device(single_device, single_device_samples_per_second),
+        allow_float_ids=allow_float_ids,
+    )
     callback.facts["loader"] = input_facts(x)
     arguments = _fit_arguments(model, x, y, fit_args, fit_kwargs)
     _check_epochs(arguments.get("epochs", 1), arguments.get("initial_epoch", 0))
     history = _train(model, callback, arguments)
     report = callback.finish()
     if report.steps == 0 and not report.interrupted:
-        raise ValueError("the training data yielded no batch: give x (and y) with at least one "
-                         "sample, or a dataset, generator or PyDataset that yields a batch")
+        raise ValueError(
+            "the training data yielded no batch: give x (and y) with at least one "
+            "sample, or a dataset, generator or PyDataset that yields a batch"
+        )
     _keep_history(report, history if history is not None else model.history, model)
     report.notes.update(notes)
     return report
@@ -113,8 +132,10 @@ def _keep_history(report: RunReport, history: Any, model: Any) -> None:
     report.trained_model = model
     if history is None:
         return
-    report.history = {name: [float(v) for v in values]
-                      for name, values in (getattr(history, "history", None) or {}).items()}
+    report.history = {
+        name: [float(v) for v in values]
+        for name, values in (getattr(history, "history", None) or {}).items()
+    }
     report.epoch = [int(e) for e in getattr(history, "epoch", None) or ()]
     report.params = dict(getattr(history, "params", None) or {})
 
@@ -141,14 +162,16 @@ def _prepare(model: Any, plan: Plan) -> tuple[Any, dict[str, str]]:
     return model, notes
 
 
-def _fit_arguments(model: Any, x: Any, y: Any, fit_args: tuple[Any, ...],
-                   fit_kwargs: dict[str, Any]) -> dict[str, Any]:
+def _fit_arguments(
+    model: Any, x: Any, y: Any, fit_args: tuple[Any, ...], fit_kwargs: dict[str, Any]
+) -> dict[str, Any]:
     """`model.fit`'s arguments by name, as Keras would bind them."""
     try:
         bound = inspect.signature(model.fit).bind(x, y, *fit_args, **fit_kwargs)
     except TypeError as error:
-        raise TypeError(f"accelkit.keras.fit passes these arguments to {model.name}.fit: "
-                        f"{error}") from None
+        raise TypeError(
+            f"accelkit.keras.fit passes these arguments to {model.name}.fit: {error}"
+        ) from None
     return dict(bound.arguments)
 
 
@@ -156,10 +179,15 @@ def _check_epochs(epochs: Any, initial_epoch: Any) -> None:
     """Refuse a fit that would train no epoch (Keras runs none and returns quietly)."""
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs={epochs!r}: give a whole number of epochs >= 1")
-    if isinstance(initial_epoch, int) and not isinstance(initial_epoch, bool) \
-            and epochs <= initial_epoch:
-        raise ValueError(f"epochs={epochs} must be greater than initial_epoch={initial_epoch} "
-                         "(epochs is the index of the last epoch, not a count from initial_epoch)")
+    if (
+        isinstance(initial_epoch, int)
+        and not isinstance(initial_epoch, bool)
+        and epochs <= initial_epoch
+    ):
+        raise ValueError(
+            f"epochs={epochs} must be greater than initial_epoch={initial_epoch} "
+            "(epochs is the index of the last epoch, not a count from initial_epoch)"
+        )
 
 
 def _user_callbacks(callbacks: Any) -> list[Any]:
@@ -184,7 +212,8 @@ def _interrupted(error: BaseException) -> bool:
         cause = cause.__cause__ or cause.__context__
     message = str(getattr(error, "message", "") or error)
     return isinstance(error, tf.errors.OpError) and bool(
-        re.search(r"(^|\s)KeyboardInterrupt(:|\s*$)", message, re.MULTILINE))
+        re.search(r"(^|\s)KeyboardInterrupt(:|\s*$)", message, re.MULTILINE)
+    )
 
 
 def _train(model: Any, callback: ProfileCallback, fit_kwargs: dict[str, Any]) -> Any:
@@ -224,8 +253,10 @@ def _is_builder(model: Any) -> bool:
 
 def _check_compiled(model: Any) -> None:
     if getattr(model, "optimizer", None) is None or not getattr(model, "compiled", True):
-        raise ValueError("compile the model before accelkit.keras.fit (model.compile(...)), "
-                         "or pass a function that builds and compiles it")
+        raise ValueError(
+            "compile the model before accelkit.keras.fit (model.compile(...)), "
+            "or pass a function that builds and compiles it"
+        )
 
 
 def _build_in_scope(build: Any, plan: Plan) -> Any:
@@ -234,8 +265,10 @@ def _build_in_scope(build: Any, plan: Plan) -> Any:
     with strategy.scope():
         model = build()
     if not isinstance(model, keras.Model):
-        raise TypeError(f"the model-building function passed to accelkit.keras.fit returned "
-                        f"{type(model).__name__}; it must return a compiled keras.Model")
+        raise TypeError(
+            f"the model-building function passed to accelkit.keras.fit returned "
+            f"{type(model).__name__}; it must return a compiled keras.Model"
+        )
     _check_compiled(model)
     return model
 
@@ -247,12 +280,15 @@ def _check_strategy(model: Any, plan: Plan) -> str:
         return ""
     # Keras 3 keeps the strategy whose scope the model was built in (None: no scope).
     built_under = getattr(model, "_distribute_strategy", model.distribute_strategy)
-    if built_under is not None and not (built_under is tf.distribute.get_strategy()
-                                        and not tf.distribute.has_strategy()):
+    if built_under is not None and not (
+        built_under is tf.distribute.get_strategy() and not tf.distribute.has_strategy()
+    ):
         if strategies.built_for_a_plan(built_under):
             return ""
-        return (f"trained under the model's own {type(built_under).__name__} "
-                f"({built_under.num_replicas_in_sync} replica(s)), not the plan's")
+        return (
+            f"trained under the model's own {type(built_under).__name__} "
+            f"({built_under.num_replicas_in_sync} replica(s)), not the plan's"
+        )
     if plan.distribution is Distribution.MIRRORED:
         replicas = strategies.strategy(plan).num_replicas_in_sync
         if replicas < 2:
@@ -261,10 +297,12 @@ def _check_strategy(model: Any, plan: Plan) -> str:
     else:
         workers = plan.hardware.launcher.tf_config_workers or "the"
         where = f"the {workers} workers of TF_CONFIG (MultiWorkerMirroredStrategy)"
-    message = (f"{model.name} was built outside the plan's strategy scope, so it trains on one "
-               f"device per process instead of {where}. To distribute it, pass a function "
-               "that builds and compiles the model: accelkit.keras.fit(build_model, x, ...), "
-               "or build and compile it inside `with accelkit.keras.strategy(plan).scope():`")
+    message = (
+        f"{model.name} was built outside the plan's strategy scope, so it trains on one "
+        f"device per process instead of {where}. To distribute it, pass a function "
+        "that builds and compiles the model: accelkit.keras.fit(build_model, x, ...), "
+        "or build and compile it inside `with accelkit.keras.strategy(plan).scope():`"
+    )
     warnings.warn(f"accelkit: {message}", stacklevel=4)
     return f"built outside the plan's strategy: trained on one device per process ({where} unused)"
 
@@ -272,8 +310,15 @@ def _check_strategy(model: Any, plan: Plan) -> str:
 def _lost_worker(error: Any) -> bool:
     """True for the errors of collectives whose peer worker is gone or hung (heartbeats
     missed, collective timed out), not for the same error types raised by input I/O."""
-    if not isinstance(error, (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
-                              tf.errors.AbortedError, tf.errors.CancelledError)):
+    if not isinstance(
+        error,
+        (
+            tf.errors.UnavailableError,
+            tf.errors.DeadlineExceededError,
+            tf.errors.AbortedError,
+            tf.errors.CancelledError,
+        ),
+    ):
         return False
     text = str(getattr(error, "message", "") or error).lower()
     return any(word in text for word in ("collective", "coordination", "heartbeat"))
@@ -282,15 +327,19 @@ def _lost_worker(error: Any) -> bool:
 def _explained(error: Any, strategy: Any) -> Exception:
     """The same TensorFlow error type, its message prefixed with what happened and what to do."""
     timeout, explicit = dist_timeout()[0::2]
-    waited = (f"a collective waited longer than {timeout:g} s (ACCELKIT_DIST_TIMEOUT)"
-              if isinstance(error, tf.errors.DeadlineExceededError) and explicit
-              else "another worker stopped responding")
-    message = (f"accelkit: multi-worker training stopped on worker "
-               f"{strategies.worker_rank(strategy)}: {waited}. A worker that crashed, "
-               "hung or was stopped ends the run for all (TensorFlow cannot continue without "
-               "it): check the other workers' logs for the first error, then restart every "
-               "worker. "
-               f"TensorFlow said: {error.message}")
+    waited = (
+        f"a collective waited longer than {timeout:g} s (ACCELKIT_DIST_TIMEOUT)"
+        if isinstance(error, tf.errors.DeadlineExceededError) and explicit
+        else "another worker stopped responding"
+    )
+    message = (
+        f"accelkit: multi-worker training stopped on worker "
+        f"{strategies.worker_rank(strategy)}: {waited}. A worker that crashed, "
+        "hung or was stopped ends the run for all (TensorFlow cannot continue without "
+        "it): check the other workers' logs for the first error, then restart every "
+        "worker. "
+        f"TensorFlow said: {error.message}"
+    )
     try:
         return type(error)(error.node_def, error.op, message)
     except Exception:  # noqa: BLE001 - an unusual error class: keep a clear message anyway
@@ -303,16 +352,21 @@ def _with_float32_head(model: Any) -> tuple[Any, str]:
         return model, ""
     config = dict(getattr(getattr(model, "_compile_config", None), "config", None) or {})
     if not config:
-        warnings.warn("accelkit: the model's outputs are not float32 under a mixed policy; "
-                      "wrap it with accelkit.keras.float32_head before compiling", stacklevel=4)
+        warnings.warn(
+            "accelkit: the model's outputs are not float32 under a mixed policy; "
+            "wrap it with accelkit.keras.float32_head before compiling",
+            stacklevel=4,
+        )
         return model, "outputs not float32 under a mixed policy (compile config unknown)"
     wrapped = float32_head(model)
     config["optimizer"] = model.optimizer  # the same optimizer object, state and all
     wrapped.compile(**config)
-    warnings.warn(f"accelkit: {model.name}'s outputs were {_dtypes(model)} under a mixed "
-                  "policy; training a float32-head copy (same layers and optimizer). "
-                  "Use accelkit.keras.float32_head(model) before compile to avoid this.",
-                  stacklevel=4)
+    warnings.warn(
+        f"accelkit: {model.name}'s outputs were {_dtypes(model)} under a mixed "
+        "policy; training a float32-head copy (same layers and optimizer). "
+        "Use accelkit.keras.float32_head(model) before compile to avoid this.",
+        stacklevel=4,
+    )
     return wrapped, f"float32 output head added (outputs were {_dtypes(model)})"
 
 

@@ -43,8 +43,13 @@ class OpenStep:
             self.input_wait_s += now - self._last_end
         size, ids = torch_batches.sizes(batch)
         tokens_per_sample = self.meter.tokens_per_sample
-        self.tokens = (size * tokens_per_sample if tokens_per_sample and size
-                       else int(ids.numel()) if ids is not None else 0)
+        self.tokens = (
+            size * tokens_per_sample
+            if tokens_per_sample and size
+            else int(ids.numel())
+            if ids is not None
+            else 0
+        )
         self._open = self.meter.step(batch)
         self._open.__enter__()
 

@@ -47,15 +47,29 @@ class AccelkitCallback(_pl.Callback):
         >>> callback.report.samples_per_second, callback.report.advice
     """
 
-    def __init__(self, plan: Plan | None = None, *, flops_per_step: float | None = None,
-                 tokens_per_sample: int | None = None, warmup: int = 3, window: int = 50,
-                 sample_gpu: bool = True, calibrate: bool = False,
-                 single_device: Any = None) -> None:
+    def __init__(
+        self,
+        plan: Plan | None = None,
+        *,
+        flops_per_step: float | None = None,
+        tokens_per_sample: int | None = None,
+        warmup: int = 3,
+        window: int = 50,
+        sample_gpu: bool = True,
+        calibrate: bool = False,
+        single_device: Any = None,
+    ) -> None:
         super().__init__()
-        self._options = {"plan": plan, "flops_per_step": flops_per_step,
-                         "tokens_per_sample": tokens_per_sample, "warmup": warmup,
-                         "window": window, "sample_gpu": sample_gpu, "calibrate": calibrate,
-                         "single_device": single_device}
+        self._options = {
+            "plan": plan,
+            "flops_per_step": flops_per_step,
+            "tokens_per_sample": tokens_per_sample,
+            "warmup": warmup,
+            "window": window,
+            "sample_gpu": sample_gpu,
+            "calibrate": calibrate,
+            "single_device": single_device,
+        }
         self.report: RunReport | None = None
         self.meter: Meter | None = None
 
@@ -70,22 +84,27 @@ class AccelkitCallback(_pl.Callback):
         self.meter = Meter(pl_module, count_flops=inline, optimizer=optimizers[0], **options)
         self.meter.on_window = self._log_window
         self._flops = options["flops_per_step"]
-        self._peak = (mfu.peak(self.meter.plan.hardware, self.meter.plan.matmul_dtype).tflops
-                      if self.meter.device_label != "cpu" else None)
+        self._peak = (
+            mfu.peak(self.meter.plan.hardware, self.meter.plan.matmul_dtype).tflops
+            if self.meter.device_label != "cpu"
+            else None
+        )
         self._steps = OpenStep(self.meter)
         self._trainer, self._epochs, self.report = trainer, 0, None
         self._window_at = (0, time.perf_counter())  # (step, time) of the last boundary
         self.meter.start()
 
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self._count:
             self._count = False
             self._count_flops(trainer, pl_module, batch)
         self._steps.begin(batch)
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         self._steps.end()
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
@@ -122,8 +141,14 @@ class AccelkitCallback(_pl.Callback):
         if not self._trainer.is_global_zero:
             return
         row = metrics.window_figures(
-            step_s=step_s, steps=step - last_step, samples=self.meter.last_batch_size,
-            tokens=self._steps.tokens, flops=self._flops, peak_tflops=self._peak,
-            input_wait_s=wait, gpu=self._steps.gpu_since(since))
+            step_s=step_s,
+            steps=step - last_step,
+            samples=self.meter.last_batch_size,
+            tokens=self._steps.tokens,
+            flops=self._flops,
+            peak_tflops=self._peak,
+            input_wait_s=wait,
+            gpu=self._steps.gpu_since(since),
+        )
         for logger in self._trainer.loggers:
             logger.log_metrics(row, step=self._trainer.global_step)

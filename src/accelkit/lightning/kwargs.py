@@ -8,8 +8,12 @@ from accelkit.planning import Distribution, Plan, Precision
 
 # Lightning's precision names (lightning.fabric.connector._PRECISION_INPUT). TF32 keeps
 # fp32 tensors: the plan's TF32 flags are applied by `accelkit.apply`, not by Lightning.
-_PRECISION = {Precision.BF16: "bf16-mixed", Precision.FP16: "16-mixed",
-              Precision.TF32: "32-true", Precision.FP32: "32-true"}
+_PRECISION = {
+    Precision.BF16: "bf16-mixed",
+    Precision.FP16: "16-mixed",
+    Precision.TF32: "32-true",
+    Precision.FP32: "32-true",
+}
 
 
 def trainer_kwargs(plan: Plan) -> dict[str, Any]:
@@ -34,12 +38,18 @@ def trainer_kwargs(plan: Plan) -> dict[str, Any]:
     """
     precision = Precision.parse(plan.precision)
     if precision not in _PRECISION:
-        raise ValueError(f"plan.precision={precision.value!r} is not decided yet; "
-                         f"give a plan from accelkit.plan_for() or auto_configure()")
+        raise ValueError(
+            f"plan.precision={precision.value!r} is not decided yet; "
+            f"give a plan from accelkit.plan_for() or auto_configure()"
+        )
     gpu = plan.device_type == "cuda"
     ddp = Distribution.parse(plan.distribution) is Distribution.DDP
     devices = 1
     if ddp:
         devices = plan.hardware.launcher.local_world_size or max(1, plan.hardware.gpu_count)
-    return {"precision": _PRECISION[precision], "accelerator": "gpu" if gpu else "cpu",
-            "devices": devices, "strategy": "ddp" if ddp else "auto"}
+    return {
+        "precision": _PRECISION[precision],
+        "accelerator": "gpu" if gpu else "cpu",
+        "devices": devices,
+        "strategy": "ddp" if ddp else "auto",
+    }

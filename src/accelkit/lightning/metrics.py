@@ -33,9 +33,17 @@ GPU_MEMORY_USED_BYTES = PREFIX + "gpu_memory_used_bytes"
 POWER_W = PREFIX + "power_w"
 
 
-def window_figures(*, step_s: float, steps: int, samples: int | None, tokens: int,
-                   flops: float | None, peak_tflops: float | None, input_wait_s: float,
-                   gpu: Any = None) -> dict[str, float]:
+def window_figures(
+    *,
+    step_s: float,
+    steps: int,
+    samples: int | None,
+    tokens: int,
+    flops: float | None,
+    peak_tflops: float | None,
+    input_wait_s: float,
+    gpu: Any = None,
+) -> dict[str, float]:
     """One window's row: per-step figures of its last batch over its mean step time.
 
     Args:
@@ -64,9 +72,11 @@ def window_figures(*, step_s: float, steps: int, samples: int | None, tokens: in
             row[MFU] = row[ACHIEVED_TFLOPS] / peak_tflops
     row[INPUT_WAIT_SHARE] = min(1.0, input_wait_s / (step_s * steps)) if steps else 0.0
     if gpu is not None:
-        for name, value in ((GPU_UTILIZATION, gpu.gpu_utilization),
-                            (GPU_MEMORY_USED_BYTES, gpu.memory_used_bytes),
-                            (POWER_W, gpu.power_w)):
+        for name, value in (
+            (GPU_UTILIZATION, gpu.gpu_utilization),
+            (GPU_MEMORY_USED_BYTES, gpu.memory_used_bytes),
+            (POWER_W, gpu.power_w),
+        ):
             if value is not None:
                 row[name] = float(value)
     return row

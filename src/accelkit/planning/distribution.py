@@ -11,8 +11,9 @@ from accelkit.hardware.what_if import MAX_GPUS_PER_NODE, nodes_for
 from accelkit.planning.keys import CrossDevice, Key
 from accelkit.planning.types import Distribution, Framework, Request, Setting
 
-NEVER_SET = frozenset({"NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
-                       "NVSHMEM_DISABLE_NVLS"})
+NEVER_SET = frozenset(
+    {"NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"}
+)
 
 
 def choose(hardware: HardwareInfo, request: Request) -> tuple[Distribution, list[Setting]]:
@@ -20,10 +21,14 @@ def choose(hardware: HardwareInfo, request: Request) -> tuple[Distribution, list
     if request.distribute is Distribution.NONE:
         return Distribution.NONE, []
     if hardware.mig_enabled:
-        return Distribution.NONE, [Setting(
-            Key.DISTRIBUTION, "none",
-            "MIG slices: NCCL cannot run collectives between MIG instances, so each "
-            "process trains on its own slice")]
+        return Distribution.NONE, [
+            Setting(
+                Key.DISTRIBUTION,
+                "none",
+                "MIG slices: NCCL cannot run collectives between MIG instances, so each "
+                "process trains on its own slice",
+            )
+        ]
     if request.framework is Framework.TENSORFLOW:
         distribution, out = _tensorflow(hardware)
     else:
@@ -48,27 +53,43 @@ def _tensorflow(hardware: HardwareInfo) -> tuple[Distribution, list[Setting]]:
     launcher = hardware.launcher
     if launcher.tf_config or launcher.slurm:
         communication = CrossDevice.NCCL if hardware.gpus else CrossDevice.RING
-        workers = (f"TF_CONFIG names {launcher.tf_config_workers} workers (this is "
-                   f"{launcher.tf_config_task}): MultiWorkerMirroredStrategy"
-                   if launcher.tf_config else  # TF_CONFIG first, as torchrun's variables
-                   f"SLURM started {launcher.world_size} tasks on {launcher.nodes} node(s) "
-                   f"(this is task {launcher.rank}): MultiWorkerMirroredStrategy through "
-                   "SlurmClusterResolver")
-        return Distribution.MULTI_WORKER_MIRRORED, [Setting(
-            Key.TF_STRATEGY, communication,
-            f"{workers}, synchronous data parallelism across them, {communication} "
-            "all-reduce")]
+        workers = (
+            f"TF_CONFIG names {launcher.tf_config_workers} workers (this is "
+            f"{launcher.tf_config_task}): MultiWorkerMirroredStrategy"
+            if launcher.tf_config
+            # TF_CONFIG first, as torchrun's variables
+            else f"SLURM started {launcher.world_size} tasks on {launcher.nodes} node(s) "
+            f"(this is task {launcher.rank}): MultiWorkerMirroredStrategy through "
+            "SlurmClusterResolver"
+        )
+        return Distribution.MULTI_WORKER_MIRRORED, [
+            Setting(
+                Key.TF_STRATEGY,
+                communication,
+                f"{workers}, synchronous data parallelism across them, {communication} all-reduce",
+            )
+        ]
     if hardware.gpu_count > 1:
         if hardware.all_peers_reachable is False:
-            ops, why = CrossDevice.HIERARCHICAL_COPY, (
-                "some GPU pairs have no peer-to-peer access, so gradients are reduced "
-                "through one device instead of NCCL")
+            ops, why = (
+                CrossDevice.HIERARCHICAL_COPY,
+                (
+                    "some GPU pairs have no peer-to-peer access, so gradients are reduced "
+                    "through one device instead of NCCL"
+                ),
+            )
         else:
-            ops, why = (CrossDevice.NCCL_ALL_REDUCE,
-                        "the GPUs reach each other peer-to-peer: NCCL all-reduce")
-        return Distribution.MIRRORED, [Setting(
-            Key.TF_STRATEGY, ops,
-            f"{hardware.gpu_count} local GPUs in one process: MirroredStrategy; {why}")]
+            ops, why = (
+                CrossDevice.NCCL_ALL_REDUCE,
+                "the GPUs reach each other peer-to-peer: NCCL all-reduce",
+            )
+        return Distribution.MIRRORED, [
+            Setting(
+                Key.TF_STRATEGY,
+                ops,
+                f"{hardware.gpu_count} local GPUs in one process: MirroredStrategy; {why}",
+            )
+        ]
     return Distribution.NONE, []
 
 
@@ -77,13 +98,24 @@ def _torch(hardware: HardwareInfo) -> tuple[Distribution, list[Setting]]:
     if launcher.torchrun and (launcher.world_size or 1) > 1:
         backend = "nccl" if hardware.gpus else "gloo"
         return Distribution.DDP, [
-            Setting(Key.TORCH_PROCESS_GROUP, backend,
-                    f"torchrun started {launcher.world_size} processes on {launcher.nodes} "
-                    f"node(s): a {backend} process group; DistributedDataParallel in "
-                    "accelkit.torch.fit"),
-            *([Setting(Key.TORCH_DEVICE, launcher.local_rank,
-                       "each rank drives the GPU of its LOCAL_RANK, so ranks do not "
-                       "share GPU 0")] if hardware.gpus else []),
+            Setting(
+                Key.TORCH_PROCESS_GROUP,
+                backend,
+                f"torchrun started {launcher.world_size} processes on {launcher.nodes} "
+                f"node(s): a {backend} process group; DistributedDataParallel in "
+                "accelkit.torch.fit",
+            ),
+            *(
+                [
+                    Setting(
+                        Key.TORCH_DEVICE,
+                        launcher.local_rank,
+                        "each rank drives the GPU of its LOCAL_RANK, so ranks do not share GPU 0",
+                    )
+                ]
+                if hardware.gpus
+                else []
+            ),
         ]
     if launcher.slurm:
         return Distribution.DDP, _slurm_torch(hardware)
@@ -97,17 +129,27 @@ def _slurm_torch(hardware: HardwareInfo) -> list[Setting]:
     (the adapter exports them as RANK, WORLD_SIZE, MASTER_ADDR... for ``env://``)."""
     launcher = hardware.launcher
     backend = "nccl" if hardware.gpus else "gloo"
-    out = [Setting(Key.TORCH_PROCESS_GROUP, backend,
-                   f"SLURM's srun started {launcher.world_size} tasks on {launcher.nodes} "
-                   f"node(s) (SLURM_NTASKS, SLURM_PROCID): a {backend} process group at "
-                   f"{launcher.master_addr}:{launcher.master_port}; DistributedDataParallel "
-                   "in accelkit.torch.fit")]
+    out = [
+        Setting(
+            Key.TORCH_PROCESS_GROUP,
+            backend,
+            f"SLURM's srun started {launcher.world_size} tasks on {launcher.nodes} "
+            f"node(s) (SLURM_NTASKS, SLURM_PROCID): a {backend} process group at "
+            f"{launcher.master_addr}:{launcher.master_port}; DistributedDataParallel "
+            "in accelkit.torch.fit",
+        )
+    ]
     if hardware.gpus:
         local = launcher.local_rank or 0
         device = local % hardware.gpu_count  # srun may bind one GPU per task
-        out.append(Setting(Key.TORCH_DEVICE, device,
-                           f"each task drives the GPU of its SLURM_LOCALID ({local}) among the "
-                           f"{hardware.gpu_count} it sees, so tasks do not share GPU 0"))
+        out.append(
+            Setting(
+                Key.TORCH_DEVICE,
+                device,
+                f"each task drives the GPU of its SLURM_LOCALID ({local}) among the "
+                f"{hardware.gpu_count} it sees, so tasks do not share GPU 0",
+            )
+        )
     return out
 
 
@@ -122,16 +164,28 @@ def _launch(hardware: HardwareInfo) -> Setting:
     # variables with a literal value go on the command line; the others are named
     env = "".join(f"{s.key.value}={s.value} " for s in nccl if not str(s.value).startswith("<"))
     if nodes > 1:
-        where = (f"--nnodes {nodes} --nproc-per-node {per_node} --rdzv-backend c10d "
-                 "--rdzv-endpoint HOST:29500")
-        seen = (f"{count} GPUs span {nodes} servers of up to {per_node}: run this on each, "
-                "HOST being the first server, for DistributedDataParallel")
+        where = (
+            f"--nnodes {nodes} --nproc-per-node {per_node} --rdzv-backend c10d "
+            "--rdzv-endpoint HOST:29500"
+        )
+        seen = (
+            f"{count} GPUs span {nodes} servers of up to {per_node}: run this on each, "
+            "HOST being the first server, for DistributedDataParallel"
+        )
     else:
         where = f"--nproc-per-node {count}"
-        seen = (f"{count} GPUs visible but one process: relaunch under torchrun for "
-                "DistributedDataParallel (DataParallel is slower and single-process)")
-    launched = ("; the launched run's plan has " + "; ".join(
-        f"{s.key.value}={s.value} ({s.reason})" for s in nccl)) if nccl else ""
+        seen = (
+            f"{count} GPUs visible but one process: relaunch under torchrun for "
+            "DistributedDataParallel (DataParallel is slower and single-process)"
+        )
+    launched = (
+        (
+            "; the launched run's plan has "
+            + "; ".join(f"{s.key.value}={s.value} ({s.reason})" for s in nccl)
+        )
+        if nccl
+        else ""
+    )
     return Setting(Key.LAUNCH, f"{env}torchrun {where} your_script.py", seen + launched)
 
 
@@ -155,14 +209,22 @@ def nccl_settings(hardware: HardwareInfo, nodes: int | None = None) -> list[Sett
     blocked = [(link.a, link.b) for link in hardware.links if link.p2p is False]
     if blocked:
         pairs = ", ".join(f"{a}-{b}" for a, b in blocked[:4]) + (" ..." if len(blocked) > 4 else "")
-        out.append(Setting(
-            Key.NCCL_P2P_DISABLE, "1",
-            f"no peer-to-peer access between GPUs {pairs} (NVML): NCCL goes through host "
-            "memory instead of trying P2P, which hangs on e.g. GeForce RTX 40-series"))
+        out.append(
+            Setting(
+                Key.NCCL_P2P_DISABLE,
+                "1",
+                f"no peer-to-peer access between GPUs {pairs} (NVML): NCCL goes through host "
+                "memory instead of trying P2P, which hangs on e.g. GeForce RTX 40-series",
+            )
+        )
     if nodes > 1 and not hardware.infiniband:
-        out.append(Setting(
-            Key.NCCL_SOCKET_IFNAME, "<fast interface>",
-            f"{nodes} nodes and no InfiniBand device: NCCL uses TCP "
-            "sockets; set NCCL_SOCKET_IFNAME to the fastest interface (e.g. 'eth0') so it "
-            "does not pick a slow or unreachable one"))
+        out.append(
+            Setting(
+                Key.NCCL_SOCKET_IFNAME,
+                "<fast interface>",
+                f"{nodes} nodes and no InfiniBand device: NCCL uses TCP "
+                "sockets; set NCCL_SOCKET_IFNAME to the fastest interface (e.g. 'eth0') so it "
+                "does not pick a slow or unreachable one",
+            )
+        )
     return out

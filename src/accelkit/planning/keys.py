@@ -103,15 +103,21 @@ REGISTRY: dict[Key, Entry] = {
     Key.PRECISION: Entry(Kind.HELPER, "torch", Phase.FIT, _AUTOCAST),
     Key.AUTOCAST_DTYPE: Entry(Kind.HELPER, "torch", Phase.FIT, _AUTOCAST),
     Key.OUTPUTS_FLOAT32: Entry(Kind.HELPER, "torch", Phase.FIT, _TORCH_FIT),
-    Key.GRAD_SCALER: Entry(Kind.HELPER, "torch", Phase.FIT,
-                           "plan.grad_scaler() / accelkit.torch.fit"),
+    Key.GRAD_SCALER: Entry(
+        Kind.HELPER, "torch", Phase.FIT, "plan.grad_scaler() / accelkit.torch.fit"
+    ),
     Key.TORCH_TF32_MATMUL: Entry(Kind.FLAG, "torch", Phase.FRAMEWORK, ADAPTER),
     Key.TORCH_TF32_CUDNN: Entry(Kind.FLAG, "torch", Phase.FRAMEWORK, ADAPTER),
     Key.KERAS_POLICY: Entry(Kind.FLAG, "tensorflow", Phase.FRAMEWORK, ADAPTER),
-    Key.KERAS_FLOAT32_HEAD: Entry(Kind.HELPER, "tensorflow", Phase.FIT,
-                                  "accelkit.keras.float32_head(model) / accelkit.keras.fit"),
-    Key.KERAS_LOSS_SCALE: Entry(Kind.HELPER, "tensorflow", Phase.FIT,
-                                "model.compile() under the mixed_float16 policy"),
+    Key.KERAS_FLOAT32_HEAD: Entry(
+        Kind.HELPER,
+        "tensorflow",
+        Phase.FIT,
+        "accelkit.keras.float32_head(model) / accelkit.keras.fit",
+    ),
+    Key.KERAS_LOSS_SCALE: Entry(
+        Kind.HELPER, "tensorflow", Phase.FIT, "model.compile() under the mixed_float16 policy"
+    ),
     Key.TF_TF32: Entry(Kind.FLAG, "tensorflow", Phase.FRAMEWORK, ADAPTER),
     Key.CUDNN_BENCHMARK: Entry(Kind.FLAG, "torch", Phase.FRAMEWORK, ADAPTER),
     Key.TORCH_ALLOC_CONF: Entry(Kind.ENV, "torch", Phase.ENVIRONMENT, ADAPTER),
@@ -123,8 +129,9 @@ REGISTRY: dict[Key, Entry] = {
     Key.TORCH_PROCESS_GROUP: Entry(Kind.FLAG, "torch", Phase.PROCESS_GROUP, ADAPTER),
     Key.TORCH_DEVICE: Entry(Kind.FLAG, "torch", Phase.DEVICE, ADAPTER),
     Key.LAUNCH: Entry(Kind.ADVICE, "torch", Phase.USER, "the user (relaunch)"),
-    Key.TF_STRATEGY: Entry(Kind.HELPER, "tensorflow", Phase.FIT,
-                           "accelkit.keras.strategy(plan) / accelkit.keras.fit"),
+    Key.TF_STRATEGY: Entry(
+        Kind.HELPER, "tensorflow", Phase.FIT, "accelkit.keras.strategy(plan) / accelkit.keras.fit"
+    ),
     Key.DISTRIBUTION: Entry(Kind.ADVICE, "any", Phase.USER, "the user (one process per slice)"),
     Key.NCCL_P2P_DISABLE: Entry(Kind.ENV, "any", Phase.ENVIRONMENT, ADAPTER),
     Key.NCCL_SOCKET_IFNAME: Entry(Kind.ADVICE, "any", Phase.USER, "the user (the interface name)"),

@@ -17,8 +17,13 @@ def _cc(hardware: HardwareInfo) -> tuple[int, int] | None:
 def _gpu_label(hardware: HardwareInfo) -> str:
     # The GPU that limits the plan: the lowest compute capability, and among equals one
     # without tensor cores (a GTX 1660 beside an RTX 2080, both 7.5).
-    gpu = min(hardware.gpus, key=lambda g: (
-        g.compute_capability or (0, 0), capabilities.has_tensor_cores(g.compute_capability, g.name)))
+    gpu = min(
+        hardware.gpus,
+        key=lambda g: (
+            g.compute_capability or (0, 0),
+            capabilities.has_tensor_cores(g.compute_capability, g.name),
+        ),
+    )
     return f"{gpu.name} (compute capability {_fmt(gpu.compute_capability or (0, 0))})"
 
 
@@ -75,8 +80,9 @@ def choose(hardware: HardwareInfo, request: Request) -> tuple[Precision, str]:
     return Precision.FP32, _no_tensor_cores(label)
 
 
-def settings(hardware: HardwareInfo, request: Request, precision: Precision,
-             reason: str) -> list[Setting]:
+def settings(
+    hardware: HardwareInfo, request: Request, precision: Precision, reason: str
+) -> list[Setting]:
     if request.framework is Framework.TENSORFLOW:
         return _tensorflow(hardware, precision, reason)
     return _torch(hardware, precision, reason)
@@ -91,8 +97,10 @@ def _tf32_allowed(hardware: HardwareInfo, precision: Precision) -> bool | None:
 
 def _tf32_reason(allowed: bool) -> str:
     if allowed:
-        return ("fp32 matmuls/convolutions that remain run on tensor cores with a 10-bit "
-                "mantissa (TF32): up to 8x the fp32 rate, accuracy fine for training")
+        return (
+            "fp32 matmuls/convolutions that remain run on tensor cores with a 10-bit "
+            "mantissa (TF32): up to 8x the fp32 rate, accuracy fine for training"
+        )
     return "precision='fp32' asks for IEEE fp32: TF32 off for matmuls and convolutions"
 
 
@@ -100,20 +108,32 @@ def _torch(hardware: HardwareInfo, precision: Precision, reason: str) -> list[Se
     out = [Setting(Key.PRECISION, precision.value, reason)]
     dtype = capabilities.torch_dtype_name(precision)
     if dtype is not None:
-        out.append(Setting(
-            Key.AUTOCAST_DTYPE, dtype,
-            "matmuls and convolutions in 16 bits under torch.autocast (plan.autocast(), "
-            "accelkit.torch.fit); weights and optimizer state stay fp32"))
-        out.append(Setting(
-            Key.OUTPUTS_FLOAT32, True,
-            "the loss runs under autocast, which computes softmax, log-softmax and losses in "
-            "float32 from 16-bit outputs inside the kernel (16-bit losses lose precision; a "
-            "separate .float() pass costs 8% of a GPT-2 step on an H200)"))
+        out.append(
+            Setting(
+                Key.AUTOCAST_DTYPE,
+                dtype,
+                "matmuls and convolutions in 16 bits under torch.autocast (plan.autocast(), "
+                "accelkit.torch.fit); weights and optimizer state stay fp32",
+            )
+        )
+        out.append(
+            Setting(
+                Key.OUTPUTS_FLOAT32,
+                True,
+                "the loss runs under autocast, which computes softmax, log-softmax and losses in "
+                "float32 from 16-bit outputs inside the kernel (16-bit losses lose precision; a "
+                "separate .float() pass costs 8% of a GPT-2 step on an H200)",
+            )
+        )
     if precision is Precision.FP16:
-        out.append(Setting(
-            Key.GRAD_SCALER, True,
-            "fp16 gradients underflow without loss scaling: torch.amp.GradScaler "
-            "(plan.grad_scaler())"))
+        out.append(
+            Setting(
+                Key.GRAD_SCALER,
+                True,
+                "fp16 gradients underflow without loss scaling: torch.amp.GradScaler "
+                "(plan.grad_scaler())",
+            )
+        )
     tf32 = _tf32_allowed(hardware, precision)
     if tf32 is not None:
         out.append(Setting(Key.TORCH_TF32_MATMUL, tf32, _tf32_reason(tf32)))
@@ -124,15 +144,23 @@ def _torch(hardware: HardwareInfo, precision: Precision, reason: str) -> list[Se
 def _tensorflow(hardware: HardwareInfo, precision: Precision, reason: str) -> list[Setting]:
     out = [Setting(Key.KERAS_POLICY, capabilities.keras_policy(precision), reason)]
     if capabilities.is_mixed(precision):
-        out.append(Setting(
-            Key.KERAS_FLOAT32_HEAD, True,
-            "the output layer (and its softmax) stays float32 under a mixed policy: "
-            "accelkit.keras.float32_head(model)"))
+        out.append(
+            Setting(
+                Key.KERAS_FLOAT32_HEAD,
+                True,
+                "the output layer (and its softmax) stays float32 under a mixed policy: "
+                "accelkit.keras.float32_head(model)",
+            )
+        )
     if precision is Precision.FP16:
-        out.append(Setting(
-            Key.KERAS_LOSS_SCALE, "dynamic",
-            "fp16 gradients underflow without loss scaling: Keras wraps the optimizer in "
-            "LossScaleOptimizer at compile() under mixed_float16"))
+        out.append(
+            Setting(
+                Key.KERAS_LOSS_SCALE,
+                "dynamic",
+                "fp16 gradients underflow without loss scaling: Keras wraps the optimizer in "
+                "LossScaleOptimizer at compile() under mixed_float16",
+            )
+        )
     tf32 = _tf32_allowed(hardware, precision)
     if tf32 is not None:
         out.append(Setting(Key.TF_TF32, tf32, _tf32_reason(tf32)))

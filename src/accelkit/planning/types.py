@@ -27,7 +27,9 @@ class _Choice(str, enum.Enum):
             if member.value == text:
                 return member
         valid = ", ".join(repr(m.value) for m in cls)
-        raise ValueError(f"{name or cls.__name__.lower()}={value!r} is not valid; use one of {valid}")
+        raise ValueError(
+            f"{name or cls.__name__.lower()}={value!r} is not valid; use one of {valid}"
+        )
 
     def __str__(self) -> str:
         return self.value
@@ -171,12 +173,14 @@ class Request:
             distribute = Distribution.NONE
         object.__setattr__(self, "distribute", Distribution.parse(distribute, name="distribute"))
         if self.framework is Framework.AUTO:
-            raise ValueError("framework='auto' must be resolved before planning; "
-                             "use 'torch' or 'tensorflow'")
+            raise ValueError(
+                "framework='auto' must be resolved before planning; use 'torch' or 'tensorflow'"
+            )
         for name in ("compile", "fixed_shapes", "deterministic"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(  # noqa: TRY004 - every bad argument is a ValueError (STYLE.md)
-                    f"{name}={getattr(self, name)!r} is not valid; use True or False")
+                    f"{name}={getattr(self, name)!r} is not valid; use True or False"
+                )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,10 +267,13 @@ class Plan:
             <Precision.FP32: 'fp32'>
         """
         kept = tuple(s for s in self.settings if s.kind is not Kind.HELPER)
-        note = (f"not applied ({self.not_applied or 'by request'}): a fit following it trains "
-                "in float32 with none of its helper settings")
-        return dataclasses.replace(self, precision=Precision.FP32, settings=kept,
-                                   notes=self.notes + (note,))
+        note = (
+            f"not applied ({self.not_applied or 'by request'}): a fit following it trains "
+            "in float32 with none of its helper settings"
+        )
+        return dataclasses.replace(
+            self, precision=Precision.FP32, settings=kept, notes=self.notes + (note,)
+        )
 
     # -- PyTorch helpers ---------------------------------------------------------
     # Thin forwarding to `accelkit.torch.precision`, imported on call: the only

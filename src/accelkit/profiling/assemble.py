@@ -61,34 +61,53 @@ def report_from(m: Measurements) -> RunReport:
     precision = m.precision or m.plan.precision
     dtype = capabilities.matmul_dtype(precision, m.tf32_enabled)
     report = RunReport(
-        framework=m.framework, model=m.model, device=m.device,
-        precision=precision.value, matmul_dtype=dtype, epochs=m.epochs,
-        steps=clock.steps, warmup_steps=clock.warmup_steps, warmup_seconds=clock.warmup_s,
-        steady_steps=clock.steady_steps, steady_seconds=clock.steady_s,
-        step_time_s=clock.step_s, losses=[float(v) for v in m.losses],
-        interrupted=m.interrupted, peak_memory_bytes=m.peak_memory_bytes,
-        hardware=_plain(m.hardware.to_dict()), plan=_plain(m.plan.to_dict()),
+        framework=m.framework,
+        model=m.model,
+        device=m.device,
+        precision=precision.value,
+        matmul_dtype=dtype,
+        epochs=m.epochs,
+        steps=clock.steps,
+        warmup_steps=clock.warmup_steps,
+        warmup_seconds=clock.warmup_s,
+        steady_steps=clock.steady_steps,
+        steady_seconds=clock.steady_s,
+        step_time_s=clock.step_s,
+        losses=[float(v) for v in m.losses],
+        interrupted=m.interrupted,
+        peak_memory_bytes=m.peak_memory_bytes,
+        hardware=_plain(m.hardware.to_dict()),
+        plan=_plain(m.plan.to_dict()),
         versions=versions(m.framework),
-        notes=dict(m.notes), facts=_plain({**m.facts, "run_seconds": clock.total_s}),
+        notes=dict(m.notes),
+        facts=_plain({**m.facts, "run_seconds": clock.total_s}),
         tuning=_plain(m.tuning) if m.tuning is not None else None,
     )
     if precision is not m.plan.precision:
-        report.note("precision", f"the plan chose {m.plan.precision.value}; the model's layers "
-                                 f"computed in {precision.value}")
+        report.note(
+            "precision",
+            f"the plan chose {m.plan.precision.value}; the model's layers "
+            f"computed in {precision.value}",
+        )
     _throughput(report, clock)
     _flops(report, m)
     _sampler(report, m.sampler)
     report.series = _series(clock, m.sampler)
     # One process's figures; a data-parallel meter replaces them with every rank's.
-    world.aggregate(report, [world.rank_figures(report, 0, clock.steady_samples, m.devices)],
-                    m.single_device_samples_per_second)
+    world.aggregate(
+        report,
+        [world.rank_figures(report, 0, clock.steady_samples, m.devices)],
+        m.single_device_samples_per_second,
+    )
     return report
 
 
 def _throughput(report: RunReport, clock: ClockSummary) -> None:
     if not clock.steady_s or not clock.steady_steps:
-        why = (f"only {clock.steps} step(s), all warm-up ({clock.warmup_steps}): "
-               "run more steps for steady-state figures")
+        why = (
+            f"only {clock.steps} step(s), all warm-up ({clock.warmup_steps}): "
+            "run more steps for steady-state figures"
+        )
         for field in ("samples_per_second", "step_time_s", "input_wait_share"):
             report.note(field, why)
         return
@@ -96,16 +115,21 @@ def _throughput(report: RunReport, clock: ClockSummary) -> None:
         report.batch_size = clock.steady_samples / clock.steady_steps
         report.samples_per_second = clock.steady_samples / clock.steady_s
     else:  # steps without a batch to count (meter.step() alone): unknown, not zero
-        report.note("samples_per_second", "no batch sizes seen: give meter.step(batch) or "
-                                          "meter.step(samples=N)")
+        report.note(
+            "samples_per_second",
+            "no batch sizes seen: give meter.step(batch) or meter.step(samples=N)",
+        )
     if clock.steady_tokens:
         report.tokens_per_second = clock.steady_tokens / clock.steady_s
         if clock.steady_real_tokens is not None:
             report.real_tokens_per_second = clock.steady_real_tokens / clock.steady_s
         else:
-            report.note("real_tokens_per_second", "no attention_mask with the token ids (in "
-                                                  "every batch): padding is not told from real "
-                                                  "tokens; tokens_per_second counts every position")
+            report.note(
+                "real_tokens_per_second",
+                "no attention_mask with the token ids (in "
+                "every batch): padding is not told from real "
+                "tokens; tokens_per_second counts every position",
+            )
     else:
         report.note("tokens_per_second", "no sequence dimension found and no tokens_per_sample")
     report.input_wait_share = clock.input_wait_share
@@ -124,8 +148,9 @@ def _flops(report: RunReport, m: Measurements) -> None:
     if report.flops_per_step is None or not report.steady_seconds:
         report.note("achieved_tflops", "needs flops_per_step and steady-state time")
         return
-    report.achieved_tflops = (report.flops_per_step * report.steady_steps
-                              / report.steady_seconds / 1e12)
+    report.achieved_tflops = (
+        report.flops_per_step * report.steady_steps / report.steady_seconds / 1e12
+    )
     found = mfu.peak(m.hardware, report.matmul_dtype, devices=m.devices, gpu=m.gpu)
     report.peak_source = found.source
     if found.tflops is not None:

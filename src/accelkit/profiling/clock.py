@@ -44,8 +44,9 @@ class BoundedSeries:
         [0.0, 4.5, 9.0]
     """
 
-    def __init__(self, names: Sequence[str], *, limit: int = SERIES_POINTS,
-                 peak: Collection[str] = ()) -> None:
+    def __init__(
+        self, names: Sequence[str], *, limit: int = SERIES_POINTS, peak: Collection[str] = ()
+    ) -> None:
         if limit < 5:
             raise ValueError(f"limit={limit} must be >= 5 (the ends and three middle points)")
         self.names = tuple(names)
@@ -58,8 +59,12 @@ class BoundedSeries:
         self._stride = 1
 
     def __len__(self) -> int:
-        return (self._first is not None) + (self._last is not None) + len(self._middle) \
+        return (
+            (self._first is not None)
+            + (self._last is not None)
+            + len(self._middle)
             + (self._open is not None)
+        )
 
     def add(self, row: Sequence[float | None]) -> None:
         """Append one row (a value per name, None where unknown)."""
@@ -85,8 +90,9 @@ class BoundedSeries:
             self._open = None
             # an even count, so that every merged point covers as many rows
             if len(self._middle) >= (self.limit - 3) // 2 * 2:
-                self._middle = [self._merge(*self._middle[i:i + 2])
-                                for i in range(0, len(self._middle), 2)]
+                self._middle = [
+                    self._merge(*self._middle[i : i + 2]) for i in range(0, len(self._middle), 2)
+                ]
                 self._stride *= 2
 
     @staticmethod
@@ -94,17 +100,24 @@ class BoundedSeries:
         if b is None:
             return a
         maxima = [x if y is None else y if x is None else max(x, y) for x, y in zip(a[3], b[3])]
-        return [a[0] + b[0], [x + y for x, y in zip(a[1], b[1])],
-                [x + y for x, y in zip(a[2], b[2])], maxima]
+        return [
+            a[0] + b[0],
+            [x + y for x, y in zip(a[1], b[1])],
+            [x + y for x, y in zip(a[2], b[2])],
+            maxima,
+        ]
 
     def rows(self) -> list[tuple[float | None, ...]]:
         """The points, oldest first: the first row, the merged middle, the last row."""
         middle = self._middle + ([self._open] if self._open is not None else [])
         out = [tuple(self._first)] if self._first is not None else []
         for _, sums, counts, maxima in middle:
-            out.append(tuple(maxima[i] if self._peak[i] else
-                             (sums[i] / counts[i] if counts[i] else None)
-                             for i in range(len(self.names))))
+            out.append(
+                tuple(
+                    maxima[i] if self._peak[i] else (sums[i] / counts[i] if counts[i] else None)
+                    for i in range(len(self.names))
+                )
+            )
         if self._last is not None:
             out.append(tuple(self._last))
         return out
@@ -172,8 +185,9 @@ class StepClock:
         >>> summary = clock.finish()
     """
 
-    def __init__(self, sync: Callable[[], None] | None = None, *, warmup: int = 3,
-                 window: int = 50) -> None:
+    def __init__(
+        self, sync: Callable[[], None] | None = None, *, warmup: int = 3, window: int = 50
+    ) -> None:
         if warmup < 0 or window < 1:
             raise ValueError(f"warmup={warmup} must be >= 0 and window={window} >= 1")
         self._sync = sync
@@ -251,10 +265,17 @@ class StepClock:
             per_step = (now - self._window_start) / steps
             self._window_step_s.append(per_step)
             seconds = now - self._window_start
-            self._series.add((now - self._start, float(self.steps), per_step,
-                              (self._samples - self._window_samples) / seconds
-                              if seconds > 0 and self._samples else None,
-                              (self._input_wait - self._window_wait) / steps))
+            self._series.add(
+                (
+                    now - self._start,
+                    float(self.steps),
+                    per_step,
+                    (self._samples - self._window_samples) / seconds
+                    if seconds > 0 and self._samples
+                    else None,
+                    (self._input_wait - self._window_wait) / steps,
+                )
+            )
             if self.on_window is not None:
                 self.on_window(per_step, self.steps)
         self._window_start = now
@@ -272,7 +293,9 @@ class StepClock:
         end = self._window_start
         steady_steps = max(0, self.steps - self.warmup)
         steady_s = (end - self._steady_start) if self._steady_start and steady_steps else None
-        warmup_s = (self._steady_start - self._start) if self.warmup and self._steady_start else None
+        warmup_s = (
+            (self._steady_start - self._start) if self.warmup and self._steady_start else None
+        )
         return ClockSummary(
             steps=self.steps,
             warmup_steps=min(self.warmup, self.steps),
@@ -285,8 +308,9 @@ class StepClock:
             total_s=end - self._start,
             window_step_s=self._window_step_s,
             # After the boundary's synchronisation: reading a device count costs no wait.
-            steady_real_tokens=(int(self._real_tokens)
-                                if self._real_seen and not self._real_missing else None),
+            steady_real_tokens=(
+                int(self._real_tokens) if self._real_seen and not self._real_missing else None
+            ),
             series=self._series.columns() if len(self._series) else {},
             started=self._start,
         )

@@ -66,17 +66,32 @@ _LIVE_TYPE = "_accelkit_live"  # op-log type marking the ops the runtime keeps
 
 # Matmul-like op types counted in `total`, all with a rule (TensorFlow's or
 # flops_tensorflow_rules').
-_COUNTED = frozenset({
-    "MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum",
-    "Conv", "Conv2D", "Conv3D", "DepthwiseConv2dNative",
-    "Conv2DBackpropInput", "Conv2DBackpropFilter",
-    "Conv2DBackpropInputV2", "Conv2DBackpropFilterV2",
-    "Conv3DBackpropInput", "Conv3DBackpropFilter",
-    "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2",
-    "DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropFilter",
-})
+_COUNTED = frozenset(
+    {
+        "MatMul",
+        "BatchMatMul",
+        "BatchMatMulV2",
+        "BatchMatMulV3",
+        "Einsum",
+        "Conv",
+        "Conv2D",
+        "Conv3D",
+        "DepthwiseConv2dNative",
+        "Conv2DBackpropInput",
+        "Conv2DBackpropFilter",
+        "Conv2DBackpropInputV2",
+        "Conv2DBackpropFilterV2",
+        "Conv3DBackpropInput",
+        "Conv3DBackpropFilter",
+        "Conv3DBackpropInputV2",
+        "Conv3DBackpropFilterV2",
+        "DepthwiseConv2dNativeBackpropInput",
+        "DepthwiseConv2dNativeBackpropFilter",
+    }
+)
 # Any other op type matching this is matmul-like work the count would miss.
 _MATMUL_LIKE = re.compile(r"MatMul|Conv(?!ert)|Einsum|Dot|Cudnn|Attention")
+
 
 def count_train_step_flops(
     model: Any, x: Any, y: Any = None, *, sample_weight: Any = None
@@ -129,15 +144,17 @@ def _failed(note: str, forward: int | None = None) -> FlopCount:
 
 def _count(model: Any, x: Any, y: Any, sample_weight: Any) -> FlopCount:
     if not is_available("tensorflow") or not is_available("keras"):
-        return _failed("TensorFlow is not installed; "
-                       "install it with: pip install 'accelkit[tensorflow]'")
+        return _failed(
+            "TensorFlow is not installed; install it with: pip install 'accelkit[tensorflow]'"
+        )
     import tensorflow as tf
 
     import keras
 
     if keras.backend.backend() != "tensorflow":
-        return _failed(f"Keras runs on the {keras.backend.backend()} backend; "
-                       "this counter needs tensorflow")
+        return _failed(
+            f"Keras runs on the {keras.backend.backend()} backend; this counter needs tensorflow"
+        )
     if not isinstance(model, keras.Model):
         return _failed(f"expected a keras.Model, got {type(model).__name__}")
     if isinstance(x, tf.data.Dataset):
@@ -148,25 +165,33 @@ def _count(model: Any, x: Any, y: Any, sample_weight: Any) -> FlopCount:
     signature, rebuild = _signature(tf, (x, y, sample_weight))
     forward_only = not getattr(model, "compiled", False)
     if forward_only:
-        notes.append("the model is not compiled, so it has no loss to differentiate: "
-                     "forward counted, total unknown; compile it with a loss to count the "
-                     "training step")
+        notes.append(
+            "the model is not compiled, so it has no loss to differentiate: "
+            "forward counted, total unknown; compile it with a loss to count the "
+            "training step"
+        )
     else:
         standard_step = getattr(keras.Model, "train_step", None)
         if getattr(type(model), "train_step", None) is not standard_step:
-            notes.append("the model overrides train_step: counted the standard step "
-                         "(forward, compute_loss, gradients of the trainable variables)")
+            notes.append(
+                "the model overrides train_step: counted the standard step "
+                "(forward, compute_loss, gradients of the trainable variables)"
+            )
         try:
             graph, replicas = _trace(tf, _train_step(tf, model), signature, rebuild)
         except Exception as error:  # noqa: BLE001 - e.g. a loss that needs y when y is None
-            notes.append(f"the training step could not be traced ({_describe(error)}): "
-                         "forward counted, total unknown")
+            notes.append(
+                f"the training step could not be traced ({_describe(error)}): "
+                "forward counted, total unknown"
+            )
             forward_only = True
     if forward_only:
         graph, replicas = _trace(tf, _forward(model), signature, rebuild)
     if replicas > 1:
-        notes.append(f"traced under the distribution strategy, once per replica: "
-                     f"the figures are one replica's, for the batch given ({replicas} replicas)")
+        notes.append(
+            f"traced under the distribution strategy, once per replica: "
+            f"the figures are one replica's, for the batch given ({replicas} replicas)"
+        )
     return _profile(graph, notes, forward_only, replicas)
 
 
@@ -235,8 +260,9 @@ def _trace(
 def _live_ops(graph: Any) -> set[str]:
     """Names of the ops the runtime keeps: those the outputs or a stateful op depend on."""
     pending = [tensor.op for tensor in graph.outputs] + list(graph.control_outputs)
-    pending += [op for op in graph.get_operations()
-                if op.op_def.is_stateful and op.type != "Placeholder"]
+    pending += [
+        op for op in graph.get_operations() if op.op_def.is_stateful and op.type != "Placeholder"
+    ]
     live: set[str] = set()
     while pending:
         op = pending.pop()
@@ -323,12 +349,15 @@ def _profile(graph: Any, notes: list[str], forward_only: bool, replicas: int = 1
     total = sum(by_op.values())
     if other:
         listed = ", ".join(f"{op} {flops:,}" for op, flops in sorted(other.items(), key=_largest))
-        notes.append(f"not in total, by the convention: {sum(other.values()):,} FLOPs "
-                     f"TensorFlow's rules give elementwise and reduction ops ({listed})")
+        notes.append(
+            f"not in total, by the convention: {sum(other.values()):,} FLOPs "
+            f"TensorFlow's rules give elementwise and reduction ops ({listed})"
+        )
     missed, in_forward = _uncounted(graph, live, counted)
     for reason, op_types in sorted(missed.items()):
-        notes.append(f"incomplete count, {total:,} FLOPs counted: {reason}: "
-                     f"{', '.join(sorted(op_types))}")
+        notes.append(
+            f"incomplete count, {total:,} FLOPs counted: {reason}: {', '.join(sorted(op_types))}"
+        )
     if missed or forward_only:
         return FlopCount(None, None if in_forward else forward, by_op, _METHOD, tuple(notes))
     if total == 0:

@@ -59,11 +59,11 @@ def einsum_flops(equation: str, input_shapes: list[list[int]], output_shape: lis
     for spec, shape in zip(specs, input_shapes):
         before, dots, after = spec.partition("...")
         labels = [*before, *after]
-        dims = [*shape[:len(before)], *shape[len(shape) - len(after):]] if dots else list(shape)
+        dims = [*shape[: len(before)], *shape[len(shape) - len(after) :]] if dots else list(shape)
         for label, dim in zip(labels, dims):
             sizes[label] = max(sizes.get(label, 1), int(dim))
         if dots:
-            middle = [int(d) for d in shape[len(before):len(shape) - len(after)]]
+            middle = [int(d) for d in shape[len(before) : len(shape) - len(after)]]
             ellipsis = _broadcast(ellipsis, middle)
     if len(specs) == 1:
         folded = arrow and set(specs[0].replace("...", "")) - set(output.replace("...", ""))

@@ -59,11 +59,11 @@ _SDPA = {
     "_scaled_dot_product_efficient_attention": ("_scaled_dot_product_efficient_attention", 0),
     "_scaled_dot_product_cudnn_attention": ("_scaled_dot_product_cudnn_attention", 0),
     "_scaled_dot_product_flash_attention_for_cpu": ("_scaled_dot_product_flash_attention", 0),
-    "_scaled_dot_product_fused_attention_overrideable": (
-        "_scaled_dot_product_flash_attention", 0),
+    "_scaled_dot_product_fused_attention_overrideable": ("_scaled_dot_product_flash_attention", 0),
 }
-_SDPA.update({f"{name}_backward": (f"{source}_backward", 1)
-              for name, (source, _) in list(_SDPA.items())})
+_SDPA.update(
+    {f"{name}_backward": (f"{source}_backward", 1) for name, (source, _) in list(_SDPA.items())}
+)
 
 
 def count_train_step_flops(
@@ -182,8 +182,7 @@ def _extra_formulas(torch: Any) -> dict[Any, Callable[..., int]]:
     return mapping
 
 
-def _heads_broadcast(formula: Callable[..., int], query_at: int,
-                     torch: Any) -> Callable[..., int]:
+def _heads_broadcast(formula: Callable[..., int], query_at: int, torch: Any) -> Callable[..., int]:
     """`formula` (a registry entry: it takes tensors) with key and value given the query's
     head count, as grouped-query attention broadcasts them: the kernel multiplies every
     query head by its group's keys and values, and PyTorch 2.11's formula refuses K and V
@@ -202,9 +201,21 @@ def _heads_broadcast(formula: Callable[..., int], query_at: int,
     return raw
 
 
-def _conv_backward(grad_out_shape: Any, x_shape: Any, w_shape: Any, _bias: Any, _stride: Any,
-                   _padding: Any, _dilation: Any, transposed: bool, _output_padding: Any,
-                   _groups: Any, output_mask: Any, out_shape: Any = None, **kwargs: Any) -> int:
+def _conv_backward(
+    grad_out_shape: Any,
+    x_shape: Any,
+    w_shape: Any,
+    _bias: Any,
+    _stride: Any,
+    _padding: Any,
+    _dilation: Any,
+    transposed: bool,
+    _output_padding: Any,
+    _groups: Any,
+    output_mask: Any,
+    out_shape: Any = None,
+    **kwargs: Any,
+) -> int:
     """A convolution's backward: each gradient it computes (input, weight) is the
     forward's multiply-adds again. PyTorch's formula counts the weight gradient of a
     grouped convolution over every input channel, not the group's: `groups` times too
@@ -265,8 +276,10 @@ def _attention_recompute(counts: Mapping[str, int], notes: list[str]) -> int:
         return 0
     forward = sum(n for op, n in counts.items() if "attention" in op and "backward" not in op)
     if forward:
-        notes.append(f"fused attention's recomputation of QKᵀ in backward ({forward // 2:.4g} "
-                     "FLOPs) is not counted: model FLOPs, as in PaLM appendix B")
+        notes.append(
+            f"fused attention's recomputation of QKᵀ in backward ({forward // 2:.4g} "
+            "FLOPs) is not counted: model FLOPs, as in PaLM appendix B"
+        )
     return forward // 2
 
 

@@ -31,20 +31,33 @@ class Peak:
 def peak(hardware: HardwareInfo, dtype: str, devices: int = 1, gpu: int = 0) -> Peak:
     """The dense peak of `devices` GPUs like `hardware.gpus[gpu]` for `dtype`."""
     if not hardware.gpus:
-        return Peak(None, dtype, "no GPU: CPUs have no datasheet peak here "
-                                 "(calibrate=True measures one)")
+        return Peak(
+            None, dtype, "no GPU: CPUs have no datasheet peak here (calibrate=True measures one)"
+        )
     info = hardware.gpus[min(gpu, len(hardware.gpus) - 1)]
     if info.mig_enabled:
-        return Peak(None, dtype, f"{info.name} is split into MIG slices: a slice's share of "
-                                 "the peak is not known (calibrate=True measures one)")
+        return Peak(
+            None,
+            dtype,
+            f"{info.name} is split into MIG slices: a slice's share of "
+            "the peak is not known (calibrate=True measures one)",
+        )
     spec = specs.for_gpu(info)
     if spec is None:
-        return Peak(None, dtype, f"{specs.unknown_message(info.name)}; "
-                                 "calibrate=True measures the achievable rate instead")
+        return Peak(
+            None,
+            dtype,
+            f"{specs.unknown_message(info.name)}; "
+            "calibrate=True measures the achievable rate instead",
+        )
     value = spec.peak(dtype)
     if value is None and spec.peaks_unknown:
         return Peak(None, dtype, f"{spec.name}: {spec.notes}")  # the notes say why and what to do
     if value is None:
         return Peak(None, dtype, f"{spec.name} has no {dtype} tensor path in its datasheet")
-    return Peak(value * devices, dtype, f"{spec.name} dense {dtype} {value:g} TFLOP/s"
-                                        f"{f' x {devices}' if devices > 1 else ''} ({spec.source})")
+    return Peak(
+        value * devices,
+        dtype,
+        f"{spec.name} dense {dtype} {value:g} TFLOP/s"
+        f"{f' x {devices}' if devices > 1 else ''} ({spec.source})",
+    )

@@ -25,8 +25,12 @@ from typing import Any
 from accelkit.profiling.tuning import Trial, TuneResult
 
 # Keys of ``report.tuning`` that `TuneResult.to_dict` derives rather than stores.
-_TUNING_DERIVED: dict[str, Any] = {"baseline": str, "chosen": str, "speedup": float | None,
-                                   "candidates": list[dict[str, Any]]}
+_TUNING_DERIVED: dict[str, Any] = {
+    "baseline": str,
+    "chosen": str,
+    "speedup": float | None,
+    "candidates": list[dict[str, Any]],
+}
 
 # A figure that is a ratio to another: one without the other is a damaged report.
 _NEEDS = {"mfu": "peak_tflops", "mfu_calibrated": "calibrated_tflops"}
@@ -57,9 +61,11 @@ def check_report(data: Any, cls: type) -> dict[str, Any]:
     check_tuning(values.get("tuning"))
     for figure, basis in _NEEDS.items():
         if values.get(figure) is not None and values.get(basis) is None:
-            raise ValueError(f"field {figure!r} is {values[figure]!r} but {basis!r} is "
-                             f"{'missing' if basis not in values else 'null'}: {figure} is "
-                             f"measured against {basis}")
+            raise ValueError(
+                f"field {figure!r} is {values[figure]!r} but {basis!r} is "
+                f"{'missing' if basis not in values else 'null'}: {figure} is "
+                f"measured against {basis}"
+            )
     return values
 
 
@@ -83,12 +89,17 @@ def check_fields(data: Any, cls: type, where: str = "") -> dict[str, Any]:
     """
     if not isinstance(data, Mapping):  # a file's content: ValueError, as json's own errors
         raise ValueError(  # noqa: TRY004
-            f"{_field(where) if where else 'the report'} must be an object, got {describe(data)}")
+            f"{_field(where) if where else 'the report'} must be an object, got {describe(data)}"
+        )
     hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    missing = [name for name, f in fields.items()
-               if name not in data and f.default is dataclasses.MISSING
-               and f.default_factory is dataclasses.MISSING]
+    missing = [
+        name
+        for name, f in fields.items()
+        if name not in data
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
     if missing:
         names = ", ".join(repr(_join(where, name)) for name in missing)
         raise ValueError(f"missing required field{'s' if len(missing) > 1 else ''} {names}")
@@ -135,21 +146,32 @@ def _mismatch(value: Any, hint: Any, where: str) -> str | None:
             return None
         # one non-None alternative that is a container: report the innermost field
         inner = [arg for arg in args if arg is not type(None)]
-        if len(inner) == 1 and isinstance(value, (list, dict)) \
-                and typing.get_origin(inner[0]) in (list, dict):
+        if (
+            len(inner) == 1
+            and isinstance(value, (list, dict))
+            and typing.get_origin(inner[0]) in (list, dict)
+        ):
             return _mismatch(value, inner[0], where)
         return _wrong(value, hint, where)
     if origin is list:
         if not isinstance(value, list):
             return _wrong(value, hint, where)
-        return next((p for i, item in enumerate(value)
-                     if (p := _mismatch(item, args[0], f"{where}[{i}]"))), None)
+        return next(
+            (p for i, item in enumerate(value) if (p := _mismatch(item, args[0], f"{where}[{i}]"))),
+            None,
+        )
     if origin in (dict, Mapping) or hint in (dict, Mapping):
         if not isinstance(value, dict):
             return _wrong(value, hint, where)
         item_hint = args[1] if args else Any
-        return next((p for key, item in value.items()
-                     if (p := _mismatch(item, item_hint, _join(where, str(key))))), None)
+        return next(
+            (
+                p
+                for key, item in value.items()
+                if (p := _mismatch(item, item_hint, _join(where, str(key))))
+            ),
+            None,
+        )
     return None if _is_scalar(value, hint) else _wrong(value, hint, where)
 
 
@@ -175,18 +197,33 @@ def _expected(hint: Any) -> str:
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_expected(arg) for arg in args)
     if origin is list:
-        return f"a list of {_expected(args[0]).removeprefix('a ').removeprefix('an ')}s" \
-            if args and args[0] is not Any else "a list"
+        return (
+            f"a list of {_expected(args[0]).removeprefix('a ').removeprefix('an ')}s"
+            if args and args[0] is not Any
+            else "a list"
+        )
     if origin in (dict, Mapping) or hint in (dict, Mapping):
         return "an object"
-    return {type(None): "null", bool: "true or false", int: "a whole number",
-            float: "a number", str: "a string"}.get(hint, getattr(hint, "__name__", str(hint)))
+    return {
+        type(None): "null",
+        bool: "true or false",
+        int: "a whole number",
+        float: "a number",
+        str: "a string",
+    }.get(hint, getattr(hint, "__name__", str(hint)))
 
 
 def describe(value: Any) -> str:
     """A decoded JSON value in words: 'the string \'abc\'', 'a list of 3 items'."""
-    kind = {type(None): "null", bool: "a boolean", int: "the number", float: "the number",
-            str: "the string", list: "a list", dict: "an object"}.get(type(value), "a value")
+    kind = {
+        type(None): "null",
+        bool: "a boolean",
+        int: "the number",
+        float: "the number",
+        str: "the string",
+        list: "a list",
+        dict: "an object",
+    }.get(type(value), "a value")
     if isinstance(value, (list, dict)):
         return f"{kind} of {len(value)} item{'s' if len(value) != 1 else ''}"
     text = repr(value)

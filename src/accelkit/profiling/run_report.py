@@ -138,8 +138,11 @@ class RunReport:
         self.notes[field] = reason if field not in self.notes else f"{self.notes[field]}; {reason}"
 
     def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name != "trained_model"}
+        data = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name != "trained_model"
+        }
         data["schema"] = SCHEMA
         return data
 
@@ -160,18 +163,25 @@ class RunReport:
             OSError: the file could not be written (the earlier file is untouched).
         """
         if not every_rank and not environment.is_rank_zero():
-            logger.info("report not saved to %s on rank %d: rank 0 saves the whole run's "
-                        "report (save(path, every_rank=True) writes on every rank)",
-                        path, environment.rank(), extra={EVERY_RANK: True})
+            logger.info(
+                "report not saved to %s on rank %d: rank 0 saves the whole run's "
+                "report (save(path, every_rank=True) writes on every rank)",
+                path,
+                environment.rank(),
+                extra={EVERY_RANK: True},
+            )
             return False
         data, replaced = _json_safe(self.to_dict())
         if replaced:
-            data["notes"] = {**data.get("notes", {}),
-                             "saved": "not finite, saved as null: " + ", ".join(replaced)}
+            data["notes"] = {
+                **data.get("notes", {}),
+                "saved": "not finite, saved as null: " + ", ".join(replaced),
+            }
         text = json.dumps(data, indent=2, allow_nan=False) + "\n"
         target = os.fspath(path)
-        handle, temporary = tempfile.mkstemp(prefix=".accelkit-", suffix=".json",
-                                             dir=os.path.dirname(os.path.abspath(target)))
+        handle, temporary = tempfile.mkstemp(
+            prefix=".accelkit-", suffix=".json", dir=os.path.dirname(os.path.abspath(target))
+        )
         try:
             with os.fdopen(handle, "w", encoding="utf-8") as out:
                 out.write(text)
@@ -209,10 +219,14 @@ class RunReport:
         data = report_schema.read_json(path)
         schema = data.get("schema") if isinstance(data, Mapping) else None
         if schema != SCHEMA:
-            found = (f"schema {schema!r}" if isinstance(data, Mapping)
-                     else f"it holds {report_schema.describe(data)}, not an object")
-            raise ValueError(f"{os.fspath(path)} is not an accelkit run report ({found}, "
-                             f"expected {SCHEMA!r})")
+            found = (
+                f"schema {schema!r}"
+                if isinstance(data, Mapping)
+                else f"it holds {report_schema.describe(data)}, not an object"
+            )
+            raise ValueError(
+                f"{os.fspath(path)} is not an accelkit run report ({found}, expected {SCHEMA!r})"
+            )
         try:
             return cls.from_dict(data)
         except ValueError as error:

@@ -21,8 +21,7 @@ from typing import Any
 
 from accelkit.profiling.clock import BoundedSeries
 
-SERIES_COLUMNS = ("time", "gpu_utilization", "gpu_memory_used_bytes", "power_w",
-                  "sm_clock_mhz")
+SERIES_COLUMNS = ("time", "gpu_utilization", "gpu_memory_used_bytes", "power_w", "sm_clock_mhz")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,8 +110,10 @@ class NvmlSampler:
         while not self._stop.is_set():
             try:
                 now = time.perf_counter()
-                tick = [self._read(now, index, handle)
-                        for index, handle in zip(self.devices, self._handles)]
+                tick = [
+                    self._read(now, index, handle)
+                    for index, handle in zip(self.devices, self._handles)
+                ]
                 self.samples.extend(tick)
                 self.series.add(_row(now, tick))
             except Exception as error:  # noqa: BLE001 - a sampler must not kill the run
@@ -133,16 +134,22 @@ class NvmlSampler:
 
     def summary(self, start: float | None = None, end: float | None = None) -> SamplerSummary:
         """Figures over samples taken between `start` and `end` (perf_counter times)."""
-        chosen = [s for s in self.samples
-                  if (start is None or s.time >= start) and (end is None or s.time <= end)]
+        chosen = [
+            s
+            for s in self.samples
+            if (start is None or s.time >= start) and (end is None or s.time <= end)
+        ]
 
         def mean(values: list[float]) -> float | None:
             return statistics.fmean(values) if values else None
 
         memory = [s.memory_used_bytes for s in chosen if s.memory_used_bytes is not None]
         columns = self.series.columns()
-        keep = [i for i, t in enumerate(columns.get("time", ()))
-                if (start is None or t >= start) and (end is None or t <= end)]
+        keep = [
+            i
+            for i, t in enumerate(columns.get("time", ()))
+            if (start is None or t >= start) and (end is None or t <= end)
+        ]
         return SamplerSummary(
             samples=len(chosen),
             gpu_utilization=mean([s.utilization for s in chosen if s.utilization is not None]),
@@ -150,7 +157,8 @@ class NvmlSampler:
             power_w=mean([s.power_w for s in chosen if s.power_w is not None]),
             sm_clock_mhz=mean([s.sm_clock_mhz for s in chosen if s.sm_clock_mhz is not None]),
             series={name: [values[i] for i in keep] for name, values in columns.items()}
-            if keep else {},
+            if keep
+            else {},
         )
 
 
@@ -162,5 +170,10 @@ def _row(now: float, tick: Sequence[Sample]) -> tuple[float | None, ...]:
         return statistics.fmean(known) if known else None
 
     memory = [s.memory_used_bytes for s in tick if s.memory_used_bytes is not None]
-    return (now, mean([s.utilization for s in tick]), float(max(memory)) if memory else None,
-            mean([s.power_w for s in tick]), mean([s.sm_clock_mhz for s in tick]))
+    return (
+        now,
+        mean([s.utilization for s in tick]),
+        float(max(memory)) if memory else None,
+        mean([s.power_w for s in tick]),
+        mean([s.sm_clock_mhz for s in tick]),
+    )

@@ -53,16 +53,23 @@ TOKEN_IDS = "input_ids"
 ATTENTION_MASK = "attention_mask"
 _MISSING = object()  # an attribute that is absent, told from one that is None
 
-_BATCHES = ("a dict of the model's keyword arguments with the targets under 'labels', "
-            "or a tuple/list (inputs, targets)")
-_OUTPUTS = ("a 0-d tensor, a dict or transformers ModelOutput with a 'loss', an object "
-            "with a .loss, or a tuple/list holding a 0-d tensor")
+_BATCHES = (
+    "a dict of the model's keyword arguments with the targets under 'labels', "
+    "or a tuple/list (inputs, targets)"
+)
+_OUTPUTS = (
+    "a 0-d tensor, a dict or transformers ModelOutput with a 'loss', an object "
+    "with a .loss, or a tuple/list holding a 0-d tensor"
+)
 
 
 def is_tensor(value: Any) -> bool:
     """Whether `value` is a tensor (duck-typed: a shape, ``dim()`` and a dtype test)."""
-    return (hasattr(value, "shape") and callable(getattr(value, "dim", None))
-            and callable(getattr(value, "is_floating_point", None)))
+    return (
+        hasattr(value, "shape")
+        and callable(getattr(value, "dim", None))
+        and callable(getattr(value, "is_floating_point", None))
+    )
 
 
 def split(batch: Any) -> tuple[Any, Any]:
@@ -84,8 +91,10 @@ def split(batch: Any) -> tuple[Any, Any]:
             return {k: v for k, v in batch.items() if k != LABELS}, batch[LABELS]
     elif isinstance(batch, (list, tuple)) and len(batch) >= 2:
         return batch[0], batch[1] if len(batch) == 2 else tuple(batch[1:])
-    raise ValueError(f"with a loss_fn each batch must be {_BATCHES}; got {describe(batch)}. "
-                     "For a model that computes its own loss, pass loss_fn=None")
+    raise ValueError(
+        f"with a loss_fn each batch must be {_BATCHES}; got {describe(batch)}. "
+        "For a model that computes its own loss, pass loss_fn=None"
+    )
 
 
 def call(model: Callable[..., Any], inputs: Any) -> Any:
@@ -132,10 +141,14 @@ def loss_of(output: Any, *, source: str = MODEL) -> Any:
             loss = next((item for item in output if _is_loss(item)), output)
         if _is_loss(loss):
             return loss
-    accepted = (f"with loss_fn=None the model's output must be {_OUTPUTS}" if source == MODEL
-                else f"loss_fn must return {_OUTPUTS}")
-    raise ValueError(f"{where} {describe(loss)}, which holds no loss: {accepted}; "
-                     f"{_hint(loss, source)}")
+    accepted = (
+        f"with loss_fn=None the model's output must be {_OUTPUTS}"
+        if source == MODEL
+        else f"loss_fn must return {_OUTPUTS}"
+    )
+    raise ValueError(
+        f"{where} {describe(loss)}, which holds no loss: {accepted}; {_hint(loss, source)}"
+    )
 
 
 def _is_loss(value: Any) -> bool:
@@ -147,15 +160,16 @@ def _hint(value: Any, source: str) -> str:
         reduce = "reduce the loss to one number (e.g. .mean(), or reduction='mean')"
         return reduce if source != MODEL else f"give a loss_fn for these outputs, or {reduce}"
     if source == MODEL and (value is None or getattr(value, "loss", _MISSING) is None):
-        return ("the model computes no loss without labels: put them in the batch (a "
-                "dict's 'labels'), or give a loss_fn")
+        return (
+            "the model computes no loss without labels: put them in the batch (a "
+            "dict's 'labels'), or give a loss_fn"
+        )
     if source == MODEL:
         return "give a loss_fn, or return the loss from the model"
     return "return the loss as a 0-d tensor"
 
 
-def forward_loss(model: Callable[..., Any], batch: Any,
-                 loss_fn: Callable[..., Any] | None) -> Any:
+def forward_loss(model: Callable[..., Any], batch: Any, loss_fn: Callable[..., Any] | None) -> Any:
     """The scalar loss of one batch: the model called and its loss read by the convention
     above (``loss_fn=None``: from the output; else ``loss_fn(output, targets)``).
 
@@ -182,8 +196,13 @@ def first_tensor(batch: Any) -> Any:
     """
     if is_tensor(batch):
         return batch if batch.dim() else None
-    items = (batch.values() if isinstance(batch, Mapping)
-             else batch if isinstance(batch, (list, tuple)) else ())
+    items = (
+        batch.values()
+        if isinstance(batch, Mapping)
+        else batch
+        if isinstance(batch, (list, tuple))
+        else ()
+    )
     for item in items:
         found = first_tensor(item)
         if found is not None:

@@ -80,20 +80,31 @@ class TuneResult:
     def from_dict(cls, data: Mapping[str, Any]) -> TuneResult:
         """The result `to_dict` gave (``report.tuning``)."""
         fields = {f.name for f in dataclasses.fields(Trial)}
-        trials = tuple(Trial(**{k: v for k, v in t.items() if k in fields})
-                       for t in data.get("candidates", ()))
-        return cls(decision=str(data.get("decision", "")), trials=trials,
-                   compile=bool(data.get("compile")),
-                   optimizer=data.get("optimizer", "default"),
-                   seconds=float(data.get("seconds", 0.0)), steps=int(data.get("steps", 0)))
+        trials = tuple(
+            Trial(**{k: v for k, v in t.items() if k in fields}) for t in data.get("candidates", ())
+        )
+        return cls(
+            decision=str(data.get("decision", "")),
+            trials=trials,
+            compile=bool(data.get("compile")),
+            optimizer=data.get("optimizer", "default"),
+            seconds=float(data.get("seconds", 0.0)),
+            steps=int(data.get("steps", 0)),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The ``report.tuning`` mapping."""
-        return {"decision": self.decision, "baseline": self.baseline.name,
-                "chosen": self.chosen.name, "speedup": self.speedup,
-                "seconds": round(self.seconds, 3), "steps": self.steps,
-                "compile": self.compile, "optimizer": self.optimizer,
-                "candidates": [t.to_dict() for t in self.trials]}
+        return {
+            "decision": self.decision,
+            "baseline": self.baseline.name,
+            "chosen": self.chosen.name,
+            "speedup": self.speedup,
+            "seconds": round(self.seconds, 3),
+            "steps": self.steps,
+            "compile": self.compile,
+            "optimizer": self.optimizer,
+            "candidates": [t.to_dict() for t in self.trials],
+        }
 
 
 def summary(result: TuneResult) -> str:
@@ -101,5 +112,7 @@ def summary(result: TuneResult) -> str:
     if result.decision != "tuned":
         return result.decision
     speedup = f"{result.speedup:.2f}x" if result.speedup else "?"
-    return (f"kept {result.chosen.name} ({speedup} {result.baseline.name}) after "
-            f"{result.steps} steps, {result.seconds:.1f} s")
+    return (
+        f"kept {result.chosen.name} ({speedup} {result.baseline.name}) after "
+        f"{result.steps} steps, {result.seconds:.1f} s"
+    )

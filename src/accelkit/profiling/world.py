@@ -36,8 +36,11 @@ def rank_figures(report: RunReport, rank: int, samples: int, devices: int = 1) -
     }
 
 
-def aggregate(report: RunReport, ranks: Sequence[dict[str, Any]],
-              single_device_samples_per_second: float | None = None) -> None:
+def aggregate(
+    report: RunReport,
+    ranks: Sequence[dict[str, Any]],
+    single_device_samples_per_second: float | None = None,
+) -> None:
     """Fill `world_size`, `ranks`, `slowest_rank`, `global_samples_per_second` and
     `scaling_efficiency` of `report` from every rank's figures."""
     report.ranks = [dict(r) for r in ranks]
@@ -45,22 +48,27 @@ def aggregate(report: RunReport, ranks: Sequence[dict[str, Any]],
     timed = [r for r in ranks if r.get("steady_seconds")]
     if len(timed) < len(ranks) or not timed:
         report.global_samples_per_second = None
-        report.note("global_samples_per_second",
-                    "some ranks have no steady-state time (too few steps)")
+        report.note(
+            "global_samples_per_second", "some ranks have no steady-state time (too few steps)"
+        )
     else:
         slowest = max(timed, key=lambda r: r["steady_seconds"] / max(r["steady_steps"] or 1, 1))
         report.slowest_rank = int(slowest["rank"])
-        report.global_samples_per_second = (sum(r["steady_samples"] for r in timed)
-                                            / max(r["steady_seconds"] for r in timed))
+        report.global_samples_per_second = sum(r["steady_samples"] for r in timed) / max(
+            r["steady_seconds"] for r in timed
+        )
     single = single_device_samples_per_second
     report.single_device_samples_per_second = single
     if single and report.global_samples_per_second:
         report.scaling_efficiency = report.global_samples_per_second / (report.world_size * single)
         report.notes.pop("scaling_efficiency", None)
     elif report.world_size > 1:
-        report.note("scaling_efficiency", "no single-device figure to compare with: pass "
-                                          "single_device= (a saved report or samples/s), or "
-                                          "run `accelkit bench --compare-single`")
+        report.note(
+            "scaling_efficiency",
+            "no single-device figure to compare with: pass "
+            "single_device= (a saved report or samples/s), or "
+            "run `accelkit bench --compare-single`",
+        )
     else:
         report.note("scaling_efficiency", "a single device: nothing to scale against")
 
@@ -85,12 +93,15 @@ def single_device_rate(value: Any) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool):
-        raise TypeError(f"single_device={value!r} is not valid: give a RunReport, a report "
-                        "path or samples/s of one device")
+        raise TypeError(
+            f"single_device={value!r} is not valid: give a RunReport, a report "
+            "path or samples/s of one device"
+        )
     if isinstance(value, (int, float)):
         if not value > 0:
-            raise ValueError(f"single_device={value!r} is not valid: it must be samples/s > 0 "
-                             "of one device")
+            raise ValueError(
+                f"single_device={value!r} is not valid: it must be samples/s > 0 of one device"
+            )
         return float(value)
     if isinstance(value, (str, os.PathLike)):
         try:
@@ -98,12 +109,18 @@ def single_device_rate(value: Any) -> float | None:
         except (OSError, ValueError) as error:
             raise ValueError(f"single_device={str(value)!r}: {error}") from None
     if not isinstance(value, RunReport):
-        raise TypeError(f"single_device is not valid: it takes a RunReport, a report path or "
-                        f"samples/s; got {type(value).__name__}")
+        raise TypeError(
+            f"single_device is not valid: it takes a RunReport, a report path or "
+            f"samples/s; got {type(value).__name__}"
+        )
     if value.world_size > 1:
-        raise ValueError(f"single_device: that report ran on {value.world_size} devices; "
-                         "give a run on one device")
+        raise ValueError(
+            f"single_device: that report ran on {value.world_size} devices; "
+            "give a run on one device"
+        )
     if not value.samples_per_second:
-        raise ValueError("single_device: that report has no steady-state samples/s "
-                         f"({value.notes.get('samples_per_second', 'not measured')})")
+        raise ValueError(
+            "single_device: that report has no steady-state samples/s "
+            f"({value.notes.get('samples_per_second', 'not measured')})"
+        )
     return float(value.samples_per_second)

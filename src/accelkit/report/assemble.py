@@ -16,8 +16,9 @@ def build_report(measurements: Measurements) -> RunReport:
     return with_advice(report, measurements.hardware, measurements.plan)
 
 
-def with_advice(report: RunReport, hardware: HardwareInfo | None = None,
-                plan: Plan | None = None) -> RunReport:
+def with_advice(
+    report: RunReport, hardware: HardwareInfo | None = None, plan: Plan | None = None
+) -> RunReport:
     """Set `report.advice` from the advisor and return the report.
 
     Args:

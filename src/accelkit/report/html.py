@@ -19,8 +19,14 @@ if TYPE_CHECKING:
     from accelkit.profiling.run_report import RunReport
 
 # Every chart the page has, in order; one without data says why in its place.
-CHARTS = ("chart-throughput", "chart-step-breakdown", "chart-mfu", "chart-gpu-utilization",
-          "chart-gpu-power", "chart-gpu-memory")
+CHARTS = (
+    "chart-throughput",
+    "chart-step-breakdown",
+    "chart-mfu",
+    "chart-gpu-utilization",
+    "chart-gpu-power",
+    "chart-gpu-memory",
+)
 
 _STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 60em; color: #222; }
@@ -49,17 +55,27 @@ def render_html(report: RunReport) -> str:
         f"<p>{esc(r.framework)}, precision {esc(r.precision)} (matmuls {esc(r.matmul_dtype)}), "
         f"{r.steps} steps ({r.warmup_steps} warm-up); "
         f"{esc(_hardware(r.hardware))}</p>",
-        "<h2>Throughput</h2>", _throughput(r),
-        "<h2>Step time</h2>", _breakdown(r),
-        "<h2>Model FLOPs utilisation</h2>", _mfu(r),
-        "<h2>GPU</h2>", *_gpu(r),
-        "<h2>Figures</h2>", f"<pre>{esc(render_run(r))}</pre>",
-        "<h2>Plan</h2>", _plan(r.plan),
-        "<h2>Advice</h2>", _advice(r.advice),
+        "<h2>Throughput</h2>",
+        _throughput(r),
+        "<h2>Step time</h2>",
+        _breakdown(r),
+        "<h2>Model FLOPs utilisation</h2>",
+        _mfu(r),
+        "<h2>GPU</h2>",
+        *_gpu(r),
+        "<h2>Figures</h2>",
+        f"<pre>{esc(render_run(r))}</pre>",
+        "<h2>Plan</h2>",
+        _plan(r.plan),
+        "<h2>Advice</h2>",
+        _advice(r.advice),
     ]
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{esc(title)}</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n"
-            + "\n".join(sections) + "\n</body>\n</html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{esc(title)}</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n"
+        + "\n".join(sections)
+        + "\n</body>\n</html>\n"
+    )
 
 
 def _hardware(hardware: Mapping[str, Any]) -> str:
@@ -74,10 +90,14 @@ def _hardware(hardware: Mapping[str, Any]) -> str:
 def _figure(chart_id: str, chart: str | None, caption: str, why: str) -> str:
     """A chart with its caption, or, without data, the same id with the reason."""
     if chart is None:
-        return (f'<figure id="{chart_id}-figure" class="empty"><p id="{chart_id}" '
-                f'class="chart empty">No chart: {html.escape(why)}</p></figure>')
-    return (f'<figure id="{chart_id}-figure">{chart}'
-            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+        return (
+            f'<figure id="{chart_id}-figure" class="empty"><p id="{chart_id}" '
+            f'class="chart empty">No chart: {html.escape(why)}</p></figure>'
+        )
+    return (
+        f'<figure id="{chart_id}-figure">{chart}'
+        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+    )
 
 
 def _why(report: RunReport, *fields: str, default: str) -> str:
@@ -88,14 +108,21 @@ def _throughput(r: RunReport) -> str:
     s = r.series
     chart = None
     if s.get("time_s") and any(v is not None for v in s.get("samples_per_second", ())):
-        chart = svg.line_chart("chart-throughput", "samples per second over the run",
-                               s["time_s"], [("samples/s", s["samples_per_second"])],
-                               x_label="seconds since start", y_label="samples/s")
+        chart = svg.line_chart(
+            "chart-throughput",
+            "samples per second over the run",
+            s["time_s"],
+            [("samples/s", s["samples_per_second"])],
+            x_label="seconds since start",
+            y_label="samples/s",
+        )
     mean = "-" if r.samples_per_second is None else f"{r.samples_per_second:,.1f}"
-    return _figure("chart-throughput", chart,
-                   f"Samples per second of each steady-state window; {mean} samples/s over "
-                   "the steady state.",
-                   _why(r, "samples_per_second", default="no steady-state window measured"))
+    return _figure(
+        "chart-throughput",
+        chart,
+        f"Samples per second of each steady-state window; {mean} samples/s over the steady state.",
+        _why(r, "samples_per_second", default="no steady-state window measured"),
+    )
 
 
 def breakdown(r: RunReport) -> dict[str, list[float | None]]:
@@ -116,8 +143,9 @@ def breakdown(r: RunReport) -> dict[str, list[float | None]]:
             continue
         wait = min(step, (waits[i] if i < len(waits) else None) or 0.0)
         start = times[i - 1] if i else (end - step)
-        window = [u for t, u in zip(gpu_t, gpu_u)
-                  if u is not None and t is not None and start <= t <= end]
+        window = [
+            u for t, u in zip(gpu_t, gpu_u) if u is not None and t is not None and start <= t <= end
+        ]
         busy = sum(window) / len(window) if window else r.gpu_utilization
         share = 1.0 if busy is None else max(0.0, min(1.0, busy / 100))
         out["compute"].append((step - wait) * share)
@@ -131,38 +159,55 @@ def _breakdown(r: RunReport) -> str:
     chart = None
     if any(v is not None for v in parts["compute"]):
         chart = svg.stacked_bars(
-            "chart-step-breakdown", "step time: compute, input wait, idle",
+            "chart-step-breakdown",
+            "step time: compute, input wait, idle",
             r.series["time_s"],
-            [(name, [None if v is None else v * 1e3 for v in values])
-             for name, values in parts.items()],
-            x_label="seconds since start", y_label="ms per step")
+            [
+                (name, [None if v is None else v * 1e3 for v in values])
+                for name, values in parts.items()
+            ],
+            x_label="seconds since start",
+            y_label="ms per step",
+        )
     wait = "-" if r.input_wait_share is None else f"{r.input_wait_share:.1%}"
-    return _figure("chart-step-breakdown", chart,
-                   f"Milliseconds per step of each window: compute (the GPU busy share of "
-                   f"the rest, by NVML), input wait ({wait} of steady-state time) and idle.",
-                   _why(r, "step_time_s", default="no steady-state window measured"))
+    return _figure(
+        "chart-step-breakdown",
+        chart,
+        f"Milliseconds per step of each window: compute (the GPU busy share of "
+        f"the rest, by NVML), input wait ({wait} of steady-state time) and idle.",
+        _why(r, "step_time_s", default="no steady-state window measured"),
+    )
 
 
 def _mfu(r: RunReport) -> str:
     if r.achieved_tflops is None:
-        return _figure("chart-mfu", None, "", _why(r, "achieved_tflops", "flops_per_step",
-                                                   default="no FLOPs counted"))
+        return _figure(
+            "chart-mfu",
+            None,
+            "",
+            _why(r, "achieved_tflops", "flops_per_step", default="no FLOPs counted"),
+        )
     items = [("achieved", r.achieved_tflops)]
     if r.calibrated_tflops is not None:
         items.append(("measured ceiling", r.calibrated_tflops))
     if r.peak_tflops is not None:
         items.append(("datasheet peak", r.peak_tflops))
     chart = svg.bars("chart-mfu", "achieved TFLOP/s against the peaks", items, unit="TFLOP/s")
-    parts = [f"MFU {r.mfu:.1%} of the datasheet peak ({r.peak_source})" if r.mfu is not None
-             else f"no datasheet peak: {r.notes.get('mfu', r.peak_source or 'unknown')}"]
+    parts = [
+        f"MFU {r.mfu:.1%} of the datasheet peak ({r.peak_source})"
+        if r.mfu is not None
+        else f"no datasheet peak: {r.notes.get('mfu', r.peak_source or 'unknown')}"
+    ]
     if r.mfu_calibrated is not None:
         parts.append(f"{r.mfu_calibrated:.1%} of the measured ceiling ({r.calibration_method})")
     return _figure("chart-mfu", chart, "; ".join(parts) + ".", "")
 
 
-_GPU = (("chart-gpu-utilization", "gpu_utilization", "GPU utilisation", "percent"),
-        ("chart-gpu-power", "power_w", "power draw", "W"),
-        ("chart-gpu-memory", "gpu_memory_used_bytes", "memory used", "GB"))
+_GPU = (
+    ("chart-gpu-utilization", "gpu_utilization", "GPU utilisation", "percent"),
+    ("chart-gpu-power", "power_w", "power draw", "W"),
+    ("chart-gpu-memory", "gpu_memory_used_bytes", "memory used", "GB"),
+)
 
 
 def _gpu(r: RunReport) -> list[str]:
@@ -173,12 +218,22 @@ def _gpu(r: RunReport) -> list[str]:
         chart = None
         if s.get("gpu_time_s") and any(v is not None for v in values):
             shown = [None if v is None else v / 1e9 for v in values] if unit == "GB" else values
-            chart = svg.line_chart(chart_id, f"{title} over the run", s["gpu_time_s"],
-                                   [(title, shown)], x_label="seconds since start",
-                                   y_label=unit)
-        out.append(_figure(chart_id, chart, f"{title.capitalize()} ({unit}) from NVML, "
-                                            "sampled about ten times a second.",
-                           _why(r, "gpu_utilization", default="no NVML samples")))
+            chart = svg.line_chart(
+                chart_id,
+                f"{title} over the run",
+                s["gpu_time_s"],
+                [(title, shown)],
+                x_label="seconds since start",
+                y_label=unit,
+            )
+        out.append(
+            _figure(
+                chart_id,
+                chart,
+                f"{title.capitalize()} ({unit}) from NVML, sampled about ten times a second.",
+                _why(r, "gpu_utilization", default="no NVML samples"),
+            )
+        )
     return out
 
 
@@ -187,13 +242,18 @@ def _plan(plan: Mapping[str, Any]) -> str:
     if not settings:
         return "<p>No plan recorded.</p>"
     esc = html.escape
-    rows = "".join(f"<tr><td>{esc(str(s.get('key')))}</td><td>{esc(str(s.get('value')))}</td>"
-                   f"<td>{esc(str(s.get('status', '')))}</td>"
-                   f"<td>{esc(str(s.get('reason', '')))}</td></tr>" for s in settings)
-    return (f"<p>precision {esc(str(plan.get('precision')))}, distribution "
-            f"{esc(str(plan.get('distribution')))}</p>"
-            '<table id="plan"><tr><th>setting</th><th>value</th><th>status</th>'
-            f"<th>reason</th></tr>{rows}</table>")
+    rows = "".join(
+        f"<tr><td>{esc(str(s.get('key')))}</td><td>{esc(str(s.get('value')))}</td>"
+        f"<td>{esc(str(s.get('status', '')))}</td>"
+        f"<td>{esc(str(s.get('reason', '')))}</td></tr>"
+        for s in settings
+    )
+    return (
+        f"<p>precision {esc(str(plan.get('precision')))}, distribution "
+        f"{esc(str(plan.get('distribution')))}</p>"
+        '<table id="plan"><tr><th>setting</th><th>value</th><th>status</th>'
+        f"<th>reason</th></tr>{rows}</table>"
+    )
 
 
 def _advice(advice: Sequence[Mapping[str, Any]]) -> str:
@@ -203,10 +263,12 @@ def _advice(advice: Sequence[Mapping[str, Any]]) -> str:
     items = []
     for a in advice:
         evidence = ", ".join(f"{k}={v}" for k, v in (a.get("evidence") or {}).items())
-        items.append(f"<li><strong>[{esc(str(a.get('severity', 'info')))}] "
-                     f"{esc(str(a.get('title', '')))}</strong>"
-                     + (f"<br>evidence: {esc(evidence)}" if evidence else "")
-                     + (f"<pre>{esc(str(a['action']))}</pre>" if a.get("action") else "")
-                     + (f"gain: {esc(str(a['expected_gain']))}" if a.get("expected_gain")
-                        else "") + "</li>")
+        items.append(
+            f"<li><strong>[{esc(str(a.get('severity', 'info')))}] "
+            f"{esc(str(a.get('title', '')))}</strong>"
+            + (f"<br>evidence: {esc(evidence)}" if evidence else "")
+            + (f"<pre>{esc(str(a['action']))}</pre>" if a.get("action") else "")
+            + (f"gain: {esc(str(a['expected_gain']))}" if a.get("expected_gain") else "")
+            + "</li>"
+        )
     return f'<ol id="advice">{"".join(items)}</ol>'

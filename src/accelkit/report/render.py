@@ -19,11 +19,14 @@ REASON_WIDTH = 72
 ADVICE_WIDTH = 100
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *,
-          wrap_last: int | None = None) -> str:
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, wrap_last: int | None = None
+) -> str:
     """Left-aligned columns; the last column wrapped at `wrap_last` characters."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(headers[:-1])]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+        for i, h in enumerate(headers[:-1])
+    ]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers[:-1], widths)) + "  " + headers[-1]]
     lines.append("  ".join("-" * w for w in widths) + "  " + "-" * len(headers[-1]))
     for row in rows:
@@ -56,9 +59,11 @@ def _value(value: object) -> str:
 
 
 def render_plan(plan: Plan) -> str:
-    head = (f"accelkit plan: {plan.framework.value}, precision {plan.precision.value}, "
-            f"distribution {plan.distribution.value} -- {describe_hardware(plan.hardware)} "
-            f"({plan.hardware.source})")
+    head = (
+        f"accelkit plan: {plan.framework.value}, precision {plan.precision.value}, "
+        f"distribution {plan.distribution.value} -- {describe_hardware(plan.hardware)} "
+        f"({plan.hardware.source})"
+    )
     rows = []
     for s in plan.settings:
         status = s.status.value
@@ -80,39 +85,70 @@ def _gb(value: float | None) -> str:
 def render_run(report: RunReport) -> str:
     """A compact table of a run's figures, its notes and its advice."""
     r = report
-    head = (f"accelkit run: {r.framework}, {r.model} on {r.device}, precision {r.precision} "
-            f"(matmuls {r.matmul_dtype}), {r.steps} steps ({r.warmup_steps} warm-up"
-            f"{f', {r.warmup_seconds:.2f} s' if r.warmup_seconds else ''})"
-            f"{' -- INTERRUPTED' if r.interrupted is True else ''}")
+    head = (
+        f"accelkit run: {r.framework}, {r.model} on {r.device}, precision {r.precision} "
+        f"(matmuls {r.matmul_dtype}), {r.steps} steps ({r.warmup_steps} warm-up"
+        f"{f', {r.warmup_seconds:.2f} s' if r.warmup_seconds else ''})"
+        f"{' -- INTERRUPTED' if r.interrupted is True else ''}"
+    )
     mfu = "-" if r.mfu is None else f"{r.mfu:.1%} of {r.peak_tflops:,.1f} TFLOP/s ({r.peak_source})"
     rows = [
-        ("throughput", f"{_num(r.samples_per_second)} samples/s"
-                       + (f", {_num(r.tokens_per_second, '{:,.0f}')} tokens/s"
-                          if r.tokens_per_second else "")
-                       + (f" ({_num(r.real_tokens_per_second, '{:,.0f}')} real, without padding)"
-                          if r.real_tokens_per_second is not None else "")
-                       + f", step {_num(r.step_time_s and r.step_time_s * 1e3, '{:.2f}')} ms"),
-        ("FLOPs/step", f"{_num(r.flops_per_step, '{:.3e}')}"
-                       + (f" ({r.flops_method})" if r.flops_method else "")),
+        (
+            "throughput",
+            f"{_num(r.samples_per_second)} samples/s"
+            + (f", {_num(r.tokens_per_second, '{:,.0f}')} tokens/s" if r.tokens_per_second else "")
+            + (
+                f" ({_num(r.real_tokens_per_second, '{:,.0f}')} real, without padding)"
+                if r.real_tokens_per_second is not None
+                else ""
+            )
+            + f", step {_num(r.step_time_s and r.step_time_s * 1e3, '{:.2f}')} ms",
+        ),
+        (
+            "FLOPs/step",
+            f"{_num(r.flops_per_step, '{:.3e}')}"
+            + (f" ({r.flops_method})" if r.flops_method else ""),
+        ),
         ("achieved", f"{_num(r.achieved_tflops, '{:,.4g}')} TFLOP/s"),
         ("MFU", mfu),
     ]
     if r.calibrated_tflops is not None:
-        rows.append(("MFU (measured peak)",
-                     (f"{_num(r.mfu_calibrated and r.mfu_calibrated * 100)}% of "
-                      f"{r.calibrated_tflops:,.2f} TFLOP/s ({r.calibration_method})")))
+        rows.append(
+            (
+                "MFU (measured peak)",
+                (
+                    f"{_num(r.mfu_calibrated and r.mfu_calibrated * 100)}% of "
+                    f"{r.calibrated_tflops:,.2f} TFLOP/s ({r.calibration_method})"
+                ),
+            )
+        )
     rows += [
-        ("input wait", "-" if r.input_wait_share is None else f"{r.input_wait_share:.1%} of step time"),
-        ("GPU", (f"util {_num(r.gpu_utilization, '{:.0f}')}%, memory used "
-                 f"{_gb(r.gpu_memory_used_bytes)}, power {_num(r.power_w, '{:.0f}')} W, "
-                 f"SM {_num(r.sm_clock_mhz, '{:.0f}')} MHz")),
+        (
+            "input wait",
+            "-" if r.input_wait_share is None else f"{r.input_wait_share:.1%} of step time",
+        ),
+        (
+            "GPU",
+            (
+                f"util {_num(r.gpu_utilization, '{:.0f}')}%, memory used "
+                f"{_gb(r.gpu_memory_used_bytes)}, power {_num(r.power_w, '{:.0f}')} W, "
+                f"SM {_num(r.sm_clock_mhz, '{:.0f}')} MHz"
+            ),
+        ),
         ("peak memory", f"{_gb(r.peak_memory_bytes)} allocated by the framework"),
     ]
     if r.world_size > 1:
-        rows.append(("all ranks", (f"{r.world_size} processes, "
-                                   f"{_num(r.global_samples_per_second)} samples/s, scaling "
-                                   f"efficiency "
-                                   f"{_num(r.scaling_efficiency and r.scaling_efficiency * 100)}%")))
+        rows.append(
+            (
+                "all ranks",
+                (
+                    f"{r.world_size} processes, "
+                    f"{_num(r.global_samples_per_second)} samples/s, scaling "
+                    f"efficiency "
+                    f"{_num(r.scaling_efficiency and r.scaling_efficiency * 100)}%"
+                ),
+            )
+        )
     if r.losses:
         rows.append(("loss", " -> ".join(f"{v:.4g}" for v in _ends(r.losses))))
     body = table(("figure", "value"), rows)
@@ -132,20 +168,35 @@ def render_tuning(tuning: Mapping[str, Any]) -> str:
     if tuning.get("decision") != "tuned":
         return f"tuning: {tuning.get('decision')}"
     speedup = tuning.get("speedup")
-    head = (f"tuning: kept {tuning.get('chosen')}"
-            + (f", {speedup:.2f}x {tuning.get('baseline')}" if speedup else "")
-            + f"; trials {tuning.get('steps')} steps, {_num(tuning.get('seconds'))} s")
+    head = (
+        f"tuning: kept {tuning.get('chosen')}"
+        + (f", {speedup:.2f}x {tuning.get('baseline')}" if speedup else "")
+        + f"; trials {tuning.get('steps')} steps, {_num(tuning.get('seconds'))} s"
+    )
     rows = []
     for c in tuning.get("candidates") or ():
         step = c.get("step_seconds")
         spread = c.get("spread") or ()
-        timing = "-" if step is None else (
-            f"{step * 1e3:.2f}" + (f" ({spread[0] * 1e3:.2f}-{spread[1] * 1e3:.2f})"
-                                   if len(spread) == 2 else ""))
-        rows.append((c.get("name", "?"), c.get("status", "?"), timing,
-                     _num(c.get("compile_seconds")), c.get("why") or ""))
-    return head + "\n" + table(("candidate", "status", "step ms (min-max)", "compile s",
-                                 "why"), rows)
+        timing = (
+            "-"
+            if step is None
+            else (
+                f"{step * 1e3:.2f}"
+                + (f" ({spread[0] * 1e3:.2f}-{spread[1] * 1e3:.2f})" if len(spread) == 2 else "")
+            )
+        )
+        rows.append(
+            (
+                c.get("name", "?"),
+                c.get("status", "?"),
+                timing,
+                _num(c.get("compile_seconds")),
+                c.get("why") or "",
+            )
+        )
+    return (
+        head + "\n" + table(("candidate", "status", "step ms (min-max)", "compile s", "why"), rows)
+    )
 
 
 def render_advice(advice: Sequence[Mapping[str, Any]]) -> str:
@@ -156,17 +207,28 @@ def render_advice(advice: Sequence[Mapping[str, Any]]) -> str:
         pad = " " * len(lead)
         lines += _wrapped(f"[{a.get('severity', 'info')}] {a.get('title', '')}", lead, pad)
         evidence = ", ".join(f"{k}={_evidence(v)}" for k, v in (a.get("evidence") or {}).items())
-        for label, text in (("evidence", evidence), ("do", a.get("action")),
-                            ("gain", a.get("expected_gain"))):
+        for label, text in (
+            ("evidence", evidence),
+            ("do", a.get("action")),
+            ("gain", a.get("expected_gain")),
+        ):
             for n, part in enumerate(str(text or "").splitlines()):
-                lines += _wrapped(part, pad + (f"{label}: " if n == 0 else "  "),
-                                  pad + "  ")
+                lines += _wrapped(part, pad + (f"{label}: " if n == 0 else "  "), pad + "  ")
     return "\n".join(lines)
 
 
 def _wrapped(text: str, first: str, rest: str) -> list[str]:
-    return textwrap.wrap(text, ADVICE_WIDTH, initial_indent=first, subsequent_indent=rest,
-                         break_on_hyphens=False, break_long_words=False) or []
+    return (
+        textwrap.wrap(
+            text,
+            ADVICE_WIDTH,
+            initial_indent=first,
+            subsequent_indent=rest,
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
+        or []
+    )
 
 
 def _evidence(value: Any) -> str:
@@ -185,23 +247,46 @@ def render_projections(projections: Sequence[Projection]) -> str:
     """A table of the projections ranked by epoch time, with the rank by cost."""
     rows = []
     for p, by_time, by_cost in ranked(projections):
-        rows.append((
-            p.gpu, str(p.count), p.dtype, f"{p.peak_tflops * p.count:,.0f}", f"{p.mfu:.0%}",
-            duration(p.step_time_s), f"{p.input_wait_s / p.step_time_s:.0%}",
-            duration(p.epoch_time_s),
-            "-" if p.cost_per_epoch is None else f"${p.cost_per_epoch:,.4g}",
-            str(by_time), "-" if by_cost is None else str(by_cost),
-        ))
-    body = table(("gpu", "n", "dtype", "peak TFLOP/s", "MFU", "step", "input", "epoch",
-                  "cost/epoch", "by time", "by cost"), rows)
+        rows.append(
+            (
+                p.gpu,
+                str(p.count),
+                p.dtype,
+                f"{p.peak_tflops * p.count:,.0f}",
+                f"{p.mfu:.0%}",
+                duration(p.step_time_s),
+                f"{p.input_wait_s / p.step_time_s:.0%}",
+                duration(p.epoch_time_s),
+                "-" if p.cost_per_epoch is None else f"${p.cost_per_epoch:,.4g}",
+                str(by_time),
+                "-" if by_cost is None else str(by_cost),
+            )
+        )
+    body = table(
+        (
+            "gpu",
+            "n",
+            "dtype",
+            "peak TFLOP/s",
+            "MFU",
+            "step",
+            "input",
+            "epoch",
+            "cost/epoch",
+            "by time",
+            "by cost",
+        ),
+        rows,
+    )
     order = ranked(projections)
     lines = [f"what-if projection: the same run on other GPUs\n{body}"]
     lines.append(f"fastest: {order[0][0].count} x {order[0][0].gpu}")
     cheapest = [p for p, _, c in order if c == 1]
     if cheapest:
         lines.append(f"cheapest per epoch: {cheapest[0].count} x {cheapest[0].gpu}")
-    lines += [f"assumes{f' for {who}' if who else ''}: {text}"
-              for text, who in _assumptions(projections)]
+    lines += [
+        f"assumes{f' for {who}' if who else ''}: {text}" for text, who in _assumptions(projections)
+    ]
     return "\n".join(lines)
 
 
@@ -211,5 +296,7 @@ def _assumptions(projections: Sequence[Projection]) -> list[tuple[str, str]]:
     for p in projections:
         for text in p.assumptions:
             holders.setdefault(text, []).append(f"{p.count} x {p.gpu}")
-    return [(text, "" if len(who) == len(projections) else ", ".join(who))
-            for text, who in holders.items()]
+    return [
+        (text, "" if len(who) == len(projections) else ", ".join(who))
+        for text, who in holders.items()
+    ]

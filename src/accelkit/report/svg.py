@@ -27,8 +27,16 @@ def _fmt(value: float) -> str:
     return f"{value:,.4g}" if abs(value) < 1e6 else f"{value:.3g}"
 
 
-def _frame(chart_id: str, title: str, body: list[str], y_top: float, x_span: tuple[float, float],
-           x_label: str, y_label: str, y_ticks: bool = True) -> str:
+def _frame(
+    chart_id: str,
+    title: str,
+    body: list[str],
+    y_top: float,
+    x_span: tuple[float, float],
+    x_label: str,
+    y_label: str,
+    y_ticks: bool = True,
+) -> str:
     """The svg element: axes, the extreme ticks, labels, and `body` inside."""
     esc = html.escape
     bottom, right = HEIGHT - _BOTTOM, WIDTH - _RIGHT
@@ -37,12 +45,18 @@ def _frame(chart_id: str, title: str, body: list[str], y_top: float, x_span: tup
         f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{esc(title)}">',
         f'<line class="axis" x1="{_LEFT}" y1="{bottom}" x2="{right}" y2="{bottom}"/>',
         f'<line class="axis" x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{bottom}"/>',
-        *([f'<text x="{_LEFT - 4}" y="{_TOP + 4}" text-anchor="end">{esc(_fmt(y_top))}</text>',
-           f'<text x="{_LEFT - 4}" y="{bottom}" text-anchor="end">0</text>'] if y_ticks else []),
+        *(
+            [
+                f'<text x="{_LEFT - 4}" y="{_TOP + 4}" text-anchor="end">{esc(_fmt(y_top))}</text>',
+                f'<text x="{_LEFT - 4}" y="{bottom}" text-anchor="end">0</text>',
+            ]
+            if y_ticks
+            else []
+        ),
         f'<text x="{_LEFT}" y="{bottom + 14}">{esc(_fmt(x_span[0]))}</text>',
         f'<text x="{right}" y="{bottom + 14}" text-anchor="end">{esc(_fmt(x_span[1]))}</text>',
         f'<text x="{(_LEFT + right) / 2}" y="{HEIGHT - 4}" text-anchor="middle">'
-        f'{esc(x_label)}</text>',
+        f"{esc(x_label)}</text>",
         f'<text x="12" y="{(_TOP + bottom) / 2}" text-anchor="middle" '
         f'transform="rotate(-90 12 {(_TOP + bottom) / 2})">{esc(y_label)}</text>',
     ]
@@ -54,9 +68,16 @@ def _top(values: list[float]) -> float:
     return top * 1.05 if top > 0 else 1.0
 
 
-def line_chart(chart_id: str, title: str, x: Values, lines: Sequence[tuple[str, Values]], *,
-               x_label: str, y_label: str,
-               guides: Sequence[tuple[str, float]] = ()) -> str:
+def line_chart(
+    chart_id: str,
+    title: str,
+    x: Values,
+    lines: Sequence[tuple[str, Values]],
+    *,
+    x_label: str,
+    y_label: str,
+    guides: Sequence[tuple[str, float]] = (),
+) -> str:
     """Lines over a shared x axis (gaps where a value is None), with optional
     horizontal guide lines (a peak, a ceiling) labelled by name."""
     known = [v for _, ys in lines for v in ys if v is not None] + [g for _, g in guides]
@@ -74,25 +95,38 @@ def line_chart(chart_id: str, title: str, x: Values, lines: Sequence[tuple[str, 
     body = [f'<g class="x" data-values="{data_values(x)}"></g>']
     for n, (name, ys) in enumerate(lines):
         color = COLORS[n % len(COLORS)]
-        points = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in zip(x, ys)
-                          if a is not None and b is not None)
-        body.append(f'<polyline class="series" data-name="{html.escape(name)}" '
-                    f'data-values="{data_values(ys)}" fill="none" stroke="{color}" '
-                    f'stroke-width="1.5" points="{points}"><title>{html.escape(name)}</title>'
-                    f'</polyline>')
+        points = " ".join(
+            f"{px(a):.1f},{py(b):.1f}" for a, b in zip(x, ys) if a is not None and b is not None
+        )
+        body.append(
+            f'<polyline class="series" data-name="{html.escape(name)}" '
+            f'data-values="{data_values(ys)}" fill="none" stroke="{color}" '
+            f'stroke-width="1.5" points="{points}"><title>{html.escape(name)}</title>'
+            f"</polyline>"
+        )
     for n, (name, value) in enumerate(guides):
         y = py(value)
-        body.append(f'<line class="guide" data-name="{html.escape(name)}" '
-                    f'data-value="{value!r}" x1="{_LEFT}" y1="{y:.1f}" x2="{WIDTH - _RIGHT}" '
-                    f'y2="{y:.1f}" stroke="{COLORS[(n + 1) % len(COLORS)]}" '
-                    f'stroke-dasharray="4 3"/>'
-                    f'<text x="{WIDTH - _RIGHT}" y="{y - 3:.1f}" text-anchor="end">'
-                    f'{html.escape(name)} {_fmt(value)}</text>')
+        body.append(
+            f'<line class="guide" data-name="{html.escape(name)}" '
+            f'data-value="{value!r}" x1="{_LEFT}" y1="{y:.1f}" x2="{WIDTH - _RIGHT}" '
+            f'y2="{y:.1f}" stroke="{COLORS[(n + 1) % len(COLORS)]}" '
+            f'stroke-dasharray="4 3"/>'
+            f'<text x="{WIDTH - _RIGHT}" y="{y - 3:.1f}" text-anchor="end">'
+            f"{html.escape(name)} {_fmt(value)}</text>"
+        )
     return _frame(chart_id, title, body, y_top, (x0, x1), x_label, y_label)
 
 
-def stacked_bars(chart_id: str, title: str, x: Values, parts: Sequence[tuple[str, Values]], *,
-                 x_label: str, y_label: str, y_ticks: bool = True) -> str:
+def stacked_bars(
+    chart_id: str,
+    title: str,
+    x: Values,
+    parts: Sequence[tuple[str, Values]],
+    *,
+    x_label: str,
+    y_label: str,
+    y_ticks: bool = True,
+) -> str:
     """One bar per x, its `parts` stacked from the bottom in the order given."""
     totals = [sum(ys[i] or 0.0 for _, ys in parts) for i in range(len(x))]
     y_top = _top(totals)
@@ -106,12 +140,16 @@ def stacked_bars(chart_id: str, title: str, x: Values, parts: Sequence[tuple[str
             if value:
                 height = value / y_top * plot_h
                 top = HEIGHT - _BOTTOM - (base[i] / y_top * plot_h) - height
-                rects.append(f'<rect x="{_LEFT + i * width:.2f}" y="{top:.2f}" '
-                             f'width="{max(width - 0.5, 0.5):.2f}" height="{height:.2f}"/>')
+                rects.append(
+                    f'<rect x="{_LEFT + i * width:.2f}" y="{top:.2f}" '
+                    f'width="{max(width - 0.5, 0.5):.2f}" height="{height:.2f}"/>'
+                )
                 base[i] += value
-        body.append(f'<g class="series" data-name="{html.escape(name)}" '
-                    f'data-values="{data_values(ys)}" fill="{COLORS[n % len(COLORS)]}">'
-                    f'<title>{html.escape(name)}</title>{"".join(rects)}</g>')
+        body.append(
+            f'<g class="series" data-name="{html.escape(name)}" '
+            f'data-values="{data_values(ys)}" fill="{COLORS[n % len(COLORS)]}">'
+            f"<title>{html.escape(name)}</title>{''.join(rects)}</g>"
+        )
     xs = [v for v in x if v is not None]
     span = (min(xs), max(xs)) if xs else (0.0, 1.0)
     return _frame(chart_id, title, body, y_top, span, x_label, y_label)
@@ -126,12 +164,14 @@ def bars(chart_id: str, title: str, items: Sequence[tuple[str, float]], *, unit:
     for n, (label, value) in enumerate(items):
         y = _TOP + n * row + row * 0.15
         length = value / y_top * plot_w
-        body.append(f'<g class="bar" data-name="{html.escape(label)}" data-value="{value!r}">'
-                    f'<rect x="{_LEFT}" y="{y:.1f}" width="{length:.1f}" '
-                    f'height="{row * 0.7:.1f}" fill="{COLORS[n % len(COLORS)]}"/>'
-                    f'<text x="{_LEFT + length + 4:.1f}" y="{y + row * 0.45:.1f}">'
-                    f'{html.escape(label)}: {html.escape(_fmt(value))} {html.escape(unit)}'
-                    f'</text></g>')
+        body.append(
+            f'<g class="bar" data-name="{html.escape(label)}" data-value="{value!r}">'
+            f'<rect x="{_LEFT}" y="{y:.1f}" width="{length:.1f}" '
+            f'height="{row * 0.7:.1f}" fill="{COLORS[n % len(COLORS)]}"/>'
+            f'<text x="{_LEFT + length + 4:.1f}" y="{y + row * 0.45:.1f}">'
+            f"{html.escape(label)}: {html.escape(_fmt(value))} {html.escape(unit)}"
+            f"</text></g>"
+        )
     # the axis runs past the longest bar, to leave room for its label
     axis_end = y_top * (WIDTH - _RIGHT - _LEFT) / plot_w
     return _frame(chart_id, title, body, y_top, (0.0, axis_end), unit, "", y_ticks=False)

@@ -93,6 +93,7 @@ def unwrap(model: Any) -> Any:
 
 # -- data ------------------------------------------------------------------------------
 
+
 def shard(loader: Any, group: World) -> tuple[Any, str]:
     """`loader` rebuilt with a `DistributedSampler` for this rank, and what was done.
 
@@ -109,34 +110,46 @@ def shard(loader: Any, group: World) -> tuple[Any, str]:
     torch = require("torch")
     data = torch.utils.data
     if not isinstance(loader, data.DataLoader):
-        return loader, (f"{type(loader).__name__} is not a DataLoader: each rank trains on "
-                        "what it yields; shard it by rank yourself")
+        return loader, (
+            f"{type(loader).__name__} is not a DataLoader: each rank trains on "
+            "what it yields; shard it by rank yourself"
+        )
     sampler = loader.sampler
     if isinstance(sampler, data.distributed.DistributedSampler):
         return loader, "the DataLoader already has a DistributedSampler"
     if isinstance(loader.dataset, data.IterableDataset):
-        return loader, ("an IterableDataset has no sampler: each rank reads the whole "
-                        "stream unless the dataset shards by rank itself")
+        return loader, (
+            "an IterableDataset has no sampler: each rank reads the whole "
+            "stream unless the dataset shards by rank itself"
+        )
     if type(loader.batch_sampler) is not data.BatchSampler or loader.batch_size is None:
-        return loader, ("a custom batch_sampler: accelkit cannot shard it; use a "
-                        "DistributedSampler yourself")
+        return loader, (
+            "a custom batch_sampler: accelkit cannot shard it; use a DistributedSampler yourself"
+        )
     if type(sampler) is data.RandomSampler:
         if sampler.replacement or sampler._num_samples is not None:
-            return loader, ("a RandomSampler with replacement or num_samples: accelkit "
-                            "cannot shard it; use a DistributedSampler yourself")
+            return loader, (
+                "a RandomSampler with replacement or num_samples: accelkit "
+                "cannot shard it; use a DistributedSampler yourself"
+            )
         shuffle = True
     elif type(sampler) is data.SequentialSampler:
         shuffle = False
     else:
-        return loader, (f"a custom sampler ({type(sampler).__name__}): accelkit cannot shard "
-                        "it; wrap it for DistributedSampler yourself")
+        return loader, (
+            f"a custom sampler ({type(sampler).__name__}): accelkit cannot shard "
+            "it; wrap it for DistributedSampler yourself"
+        )
     distributed = data.distributed.DistributedSampler(
-        loader.dataset, num_replicas=group.size, rank=group.rank, shuffle=shuffle)
+        loader.dataset, num_replicas=group.size, rank=group.rank, shuffle=shuffle
+    )
     rebuilt = data.DataLoader(loader.dataset, sampler=distributed, **_loader_settings(loader))
     order = "shuffled" if shuffle else "in order"
-    return rebuilt, (f"DistributedSampler added by accelkit.torch.fit: rank {group.rank} "
-                     f"of {group.size} trains on {len(distributed)} of {len(loader.dataset)} "
-                     f"samples per epoch, {order}")
+    return rebuilt, (
+        f"DistributedSampler added by accelkit.torch.fit: rank {group.rank} "
+        f"of {group.size} trains on {len(distributed)} of {len(loader.dataset)} "
+        f"samples per epoch, {order}"
+    )
 
 
 _NOT_COPIED = {"self", "dataset", "shuffle", "sampler", "batch_sampler"}
@@ -147,8 +160,11 @@ def _loader_settings(loader: Any) -> dict[str, Any]:
     PyTorch version accepts), except its dataset and sampling."""
     torch = require("torch")
     names = inspect.signature(torch.utils.data.DataLoader.__init__).parameters
-    settings = {name: getattr(loader, name) for name in names
-                if name not in _NOT_COPIED and hasattr(loader, name)}
+    settings = {
+        name: getattr(loader, name)
+        for name in names
+        if name not in _NOT_COPIED and hasattr(loader, name)
+    }
     if not settings.get("num_workers"):
         settings.pop("prefetch_factor", None)  # only valid with worker processes
     return settings
@@ -163,6 +179,7 @@ def set_epoch(loader: Any, epoch: int) -> None:
 
 
 # -- gradients -------------------------------------------------------------------------
+
 
 def sync_gradients(model: Any, group: World) -> None:
     """Average the gradients across ranks, as DDP's backward would have.
@@ -180,13 +197,17 @@ def sync_gradients(model: Any, group: World) -> None:
 
 # -- figures ---------------------------------------------------------------------------
 
+
 def gather(figures: dict[str, Any], device: Any) -> list[dict[str, Any]]:
     """Every rank's `figures`, in rank order: one ``all_gather_object``, a collective
     that every rank must reach."""
     torch = require("torch")
     gathered: list[Any] = [None] * torch.distributed.get_world_size()
-    context = (torch.cuda.device(device) if getattr(device, "type", "cpu") == "cuda"
-               else contextlib.nullcontext())
+    context = (
+        torch.cuda.device(device)
+        if getattr(device, "type", "cpu") == "cuda"
+        else contextlib.nullcontext()
+    )
     with context:  # NCCL serialises the objects through the current device
         torch.distributed.all_gather_object(gathered, figures)
     return [dict(item) for item in gathered]
@@ -196,8 +217,11 @@ def broadcast(value: Any, device: Any = None) -> Any:
     """Rank 0's `value` on every rank (the other ranks wait for it here)."""
     torch = require("torch")
     box = [value]
-    context = (torch.cuda.device(device) if getattr(device, "type", "cpu") == "cuda"
-               else contextlib.nullcontext())
+    context = (
+        torch.cuda.device(device)
+        if getattr(device, "type", "cpu") == "cuda"
+        else contextlib.nullcontext()
+    )
     with context:
         torch.distributed.broadcast_object_list(box, src=0)
     return box[0]
@@ -225,10 +249,12 @@ def why_alone(plan: Plan, group: World | None, distributed: bool, chatty: bool) 
     if backend is not None and backend.status is Status.FAILED:
         why = backend.detail
     elif launched > 1:
-        why = (f"WORLD_SIZE={launched} but no process group is initialised (the plan's "
-               f"process group: {backend.status.value if backend else 'not planned'}); "
-               "call accelkit.auto_configure() without ACCELKIT_DISABLE or dry_run, or "
-               "torch.distributed.init_process_group(), before fit")
+        why = (
+            f"WORLD_SIZE={launched} but no process group is initialised (the plan's "
+            f"process group: {backend.status.value if backend else 'not planned'}); "
+            "call accelkit.auto_configure() without ACCELKIT_DISABLE or dry_run, or "
+            "torch.distributed.init_process_group(), before fit"
+        )
     else:
         why = None
     if why:

@@ -31,7 +31,8 @@ def model_facts(model: Any, optimizer: Any = None) -> dict[str, Any]:
         nn = torch.nn
         facts["data_parallel"] = isinstance(model, nn.DataParallel)
         facts["distributed"] = isinstance(model, nn.parallel.DistributedDataParallel) or (
-            torch.distributed.is_available() and torch.distributed.is_initialized())
+            torch.distributed.is_available() and torch.distributed.is_initialized()
+        )
         if facts["data_parallel"]:
             facts["devices_used"] = max(len(model.device_ids or ()), 1)
         # A hand-written loop that compiles its model hands the meter the compiled module;
@@ -42,7 +43,8 @@ def model_facts(model: Any, optimizer: Any = None) -> dict[str, Any]:
         facts["parameters"] = sum(p.numel() for p in params)
         facts["parameter_bytes"] = sum(p.numel() * p.element_size() for p in params)
         state = facts["parameter_bytes"] + sum(
-            p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
+            p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None
+        )
         if optimizer is not None:
             state += _optimizer_bytes(torch, optimizer)
             facts["optimizer"] = optimizer_facts(optimizer)
@@ -56,8 +58,9 @@ def _is_compiled(model: Any) -> bool:
     """`torch.compile(module)` returns an ``OptimizedModule`` holding the original as
     ``_orig_mod``; a DataParallel/DDP wrapper holds it as ``module``."""
     inner = getattr(model, "module", model)
-    return any(type(m).__name__ == "OptimizedModule" or hasattr(m, "_orig_mod")
-               for m in (model, inner))
+    return any(
+        type(m).__name__ == "OptimizedModule" or hasattr(m, "_orig_mod") for m in (model, inner)
+    )
 
 
 def optimizer_facts(optimizer: Any) -> dict[str, Any]:
@@ -108,14 +111,20 @@ def optimizer_facts(optimizer: Any) -> dict[str, Any]:
         differentiable = bool(defaults.get("differentiable"))
         facts.update(
             implementation=max(tensors, key=tensors.get) if tensors else "for-loop",
-            foreach_available="foreach" in defaults and not differentiable and plain and all(
-                p.device.type in foreach_devices for p in params),
-            fused_available="fused" in defaults and not differentiable and all(
-                p.device.type in fused_devices and p.is_floating_point() for p in params),
-            set_by_user=any(group.get("fused") is not None or group.get("foreach") is not None
-                            for group in optimizer.param_groups),
+            foreach_available="foreach" in defaults
+            and not differentiable
+            and plain
+            and all(p.device.type in foreach_devices for p in params),
+            fused_available="fused" in defaults
+            and not differentiable
+            and all(p.device.type in fused_devices and p.is_floating_point() for p in params),
+            set_by_user=any(
+                group.get("fused") is not None or group.get("foreach") is not None
+                for group in optimizer.param_groups
+            ),
             parameter_tensors=len(params),
-            param_groups=len(optimizer.param_groups))
+            param_groups=len(optimizer.param_groups),
+        )
     except Exception as error:  # noqa: BLE001 - facts are optional; the run goes on
         facts["facts_error"] = f"{type(error).__name__}: {error}"
     return facts
@@ -134,8 +143,9 @@ def _kernel_devices() -> tuple[list[str], list[str]]:
         return ["cuda"], ["cuda"]
 
 
-def _implementation(torch: Any, group: Mapping[str, Any], params: list[Any],
-                    foreach_devices: list[str], adam: bool) -> str:
+def _implementation(
+    torch: Any, group: Mapping[str, Any], params: list[Any], foreach_devices: list[str], adam: bool
+) -> str:
     """The implementation one param group's step runs (torch.optim's functional entry
     points: adam.adam, sgd.sgd, ... and optimizer._default_to_fused_or_foreach)."""
     fused, foreach = group.get("fused"), group.get("foreach")
@@ -151,7 +161,8 @@ def _implementation(torch: Any, group: Mapping[str, Any], params: list[Any],
         return "for-loop"  # adam.py: no default foreach for a tensor lr without capturable
     on_foreach_devices = all(
         type(p) in (torch.Tensor, torch.nn.Parameter) and p.device.type in foreach_devices
-        for p in params)
+        for p in params
+    )
     return "foreach" if on_foreach_devices else "for-loop"
 
 
@@ -165,8 +176,7 @@ def _layers(torch: Any, model: Any) -> list[dict[str, Any]]:
             dims = {"in_features": module.in_features, "out_features": module.out_features}
         elif isinstance(module, nn.Embedding):
             dims = {"num_embeddings": module.num_embeddings, "embedding_dim": module.embedding_dim}
-        elif isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)) and not isinstance(
-                module, lazy):
+        elif isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)) and not isinstance(module, lazy):
             dims = {"in_channels": module.in_channels, "out_channels": module.out_channels}
         else:
             continue
@@ -248,13 +258,23 @@ def half_integer_inputs(batch: Any) -> list[dict[str, Any]]:
             limit = float_formats.exact_limit(dtype) or 0
             values = tensor.detach()
             top = float(values.max())
-            if top <= limit or float(values.min()) < 0 or not bool(
-                    (values == values.round()).all()):
+            if (
+                top <= limit
+                or float(values.min()) < 0
+                or not bool((values == values.round()).all())
+            ):
                 continue
             if not bool(((values > 0) & (values < limit / 2)).any()):
                 continue  # only large values: whole because the dtype holds nothing finer
-            found.append({"input": name, "dtype": dtype, "shape": list(tensor.shape),
-                          "max": top, "exact_up_to": limit})
+            found.append(
+                {
+                    "input": name,
+                    "dtype": dtype,
+                    "shape": list(tensor.shape),
+                    "max": top,
+                    "exact_up_to": limit,
+                }
+            )
         return found
     except Exception:  # noqa: BLE001 - facts are optional: no finding
         return []

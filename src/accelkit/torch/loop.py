@@ -52,8 +52,16 @@ class Schedule:
         arguments.whole("accumulation_steps", self.accumulation_steps, 1)
 
 
-def train(run: Prepared, step: Step, meter: Meter, schedule: Schedule, *,
-          count_flops: bool, progress: bool, tuner: Tuner | None = None) -> Step:
+def train(
+    run: Prepared,
+    step: Step,
+    meter: Meter,
+    schedule: Schedule,
+    *,
+    count_flops: bool,
+    progress: bool,
+    tuner: Tuner | None = None,
+) -> Step:
     """Train `run` through `step` for `schedule`, each step measured by `meter`.
 
     The caller enters `meter` around this call. One loss per epoch goes to
@@ -89,8 +97,9 @@ def train(run: Prepared, step: Step, meter: Meter, schedule: Schedule, *,
     measure = meter.step
     done = epoch_steps = 0
     running = torch.zeros((), device=device)
-    meter.on_window = _watch_loss(meter, running,
-                                  _progress_printer(meter, steps) if progress else None)
+    meter.on_window = _watch_loss(
+        meter, running, _progress_printer(meter, steps) if progress else None
+    )
 
     def train_one(batch: Any, step: Step) -> Any:
         nonlocal done, epoch_steps
@@ -121,8 +130,7 @@ def train(run: Prepared, step: Step, meter: Meter, schedule: Schedule, *,
                 parallel.set_epoch(loader, epoch)
             batches = (to_device(batch, device, layout) for batch in loader)
             if tuner is not None and epoch == 0:
-                step = tuner.run(batches, train_one, limit_reached,
-                                 on_step=_warmup_held(meter))
+                step = tuner.run(batches, train_one, limit_reached, on_step=_warmup_held(meter))
             if not limit_reached():
                 for batch in batches:
                     train_one(batch, step)
@@ -148,17 +156,20 @@ def train(run: Prepared, step: Step, meter: Meter, schedule: Schedule, *,
     except KeyboardInterrupt:
         meter.interrupted = True
         where = f"rank {run.group.rank}: " if ddp else ""
-        _log.warning("accelkit: %sinterrupted after %d steps; returning a partial report",
-                     where, done)
+        _log.warning(
+            "accelkit: %sinterrupted after %d steps; returning a partial report", where, done
+        )
     return step
 
 
 def _ran_dry(meter: Meter, trained: int, asked: int) -> None:
     """The loader yielded nothing in epoch `trained` + 1: it was an iterator spent by the
     epochs before, so the run ends with the epochs it trained, saying so."""
-    why = (f"the loader yielded no batch in epoch {trained + 1} of {asked}: a one-shot "
-           f"iterator or generator, spent after {trained} epoch(s); pass a loader that can "
-           "be iterated again (a DataLoader, a list) to train every epoch")
+    why = (
+        f"the loader yielded no batch in epoch {trained + 1} of {asked}: a one-shot "
+        f"iterator or generator, spent after {trained} epoch(s); pass a loader that can "
+        "be iterated again (a DataLoader, a list) to train every epoch"
+    )
     meter.epochs = trained
     meter.note("epochs", why)
     _log.warning("accelkit.torch.fit: %s", why)
@@ -189,11 +200,13 @@ def _no_sync(model: Any, skip: bool) -> Any:
     return model.no_sync() if skip else contextlib.nullcontext()
 
 
-def _watch_loss(meter: Meter, running: Any,
-                then: Callable[[float, int], None] | None) -> Callable[[float, int], None]:
+def _watch_loss(
+    meter: Meter, running: Any, then: Callable[[float, int], None] | None
+) -> Callable[[float, int], None]:
     """At each window boundary, where the device is synchronised anyway, note the first
     non-finite running loss: a NaN stays in the epoch's sum, so one look per window finds
     it without a per-step `.item()`."""
+
     def on_window(step_s: float, step: int) -> None:
         if "first_nonfinite_loss_step" not in meter.facts and not bool(running.isfinite()):
             meter.facts["first_nonfinite_loss_step"] = step
@@ -217,8 +230,10 @@ def _progress_printer(meter: Meter, steps: int | None) -> Callable[[float, int],
         last[0] = now
         rate = (meter.last_batch_size or 0) / step_s if step_s else 0.0
         total = f"/{steps}" if steps else ""
-        line = (f"accelkit: step {step}{total}  {rate:,.1f} samples/s  "
-                f"{step_s * 1e3:.1f} ms/step  {now - started:.0f} s")
+        line = (
+            f"accelkit: step {step}{total}  {rate:,.1f} samples/s  "
+            f"{step_s * 1e3:.1f} ms/step  {now - started:.0f} s"
+        )
         _log.info("%s", line, extra={log.PROGRESS: True})
 
     return show

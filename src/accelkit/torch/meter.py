@@ -94,13 +94,24 @@ class Meter:
         >>> meter.report().mfu
     """
 
-    def __init__(self, model: Any = None, *, plan: Plan | None = None,
-                 flops_per_step: float | None = None, tokens_per_sample: int | None = None,
-                 warmup: int = 3, window: int = 50, sample_gpu: bool = True,
-                 calibrate: bool = False, epochs: int | None = None,
-                 count_flops: bool = True, optimizer: Any = None,
-                 grad_scaler: Any = None, gather: bool | None = None,
-                 single_device: Any = None) -> None:
+    def __init__(
+        self,
+        model: Any = None,
+        *,
+        plan: Plan | None = None,
+        flops_per_step: float | None = None,
+        tokens_per_sample: int | None = None,
+        warmup: int = 3,
+        window: int = 50,
+        sample_gpu: bool = True,
+        calibrate: bool = False,
+        epochs: int | None = None,
+        count_flops: bool = True,
+        optimizer: Any = None,
+        grad_scaler: Any = None,
+        gather: bool | None = None,
+        single_device: Any = None,
+    ) -> None:
         self._torch = require("torch")
         arguments.whole("tokens_per_sample", tokens_per_sample, 1, none="finding them")
         arguments.whole("warmup", warmup, 0)
@@ -109,8 +120,7 @@ class Meter:
         self.single_device = world.single_device_rate(single_device)
         self.gather = gather
         self.model = model
-        self.plan = (plan or current_plan("torch")
-                     or make_plan(detect(), Request(framework="torch")))
+        self.plan = plan or current_plan("torch") or make_plan(detect(), Request(framework="torch"))
         self.flops_per_step = flops_per_step
         self.tokens_per_sample = tokens_per_sample
         self.calibrate = calibrate
@@ -123,8 +133,9 @@ class Meter:
         self._device = self._model_device()
         self._cuda = self._device.type == "cuda"
         sync = (lambda: self._torch.cuda.synchronize(self._device)) if self._cuda else None
-        self.clock = StepClock(sync, warmup=max(warmup, 1 if self._count_first else 0),
-                               window=window)
+        self.clock = StepClock(
+            sync, warmup=max(warmup, 1 if self._count_first else 0), window=window
+        )
         self._sampler = NvmlSampler(self._nvml_devices() if sample_gpu and self._cuda else [])
         self.clock.on_window = self._window_end
         self.on_window: Callable[[float, int], None] | None = None
@@ -147,8 +158,12 @@ class Meter:
         self.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         if kind is None or kind is KeyboardInterrupt:
             self.interrupted = self.interrupted or kind is KeyboardInterrupt
             self.close()
@@ -211,8 +226,11 @@ class Meter:
                 self._count_first = False
                 with counter:
                     yield
-                self._flops = FlopCount(total=int(counter.get_total_flops()), forward=None,
-                                        method="torch FlopCounterMode on the first step")
+                self._flops = FlopCount(
+                    total=int(counter.get_total_flops()),
+                    forward=None,
+                    method="torch FlopCounterMode on the first step",
+                )
             found, ids = torch_batches.sizes(batch)
             count = samples if samples is not None else found
             self.last_batch_size = count
@@ -251,8 +269,13 @@ class Meter:
         """
         if not samples:
             return 0, None
-        tokens = (samples * self.tokens_per_sample if self.tokens_per_sample is not None
-                  else int(ids.numel()) if ids is not None else 0)
+        tokens = (
+            samples * self.tokens_per_sample
+            if self.tokens_per_sample is not None
+            else int(ids.numel())
+            if ids is not None
+            else 0
+        )
         mask = torch_batches.attention_mask(batch, ids) if tokens else None
         return tokens, None if mask is None else mask.sum()
 
@@ -288,8 +311,11 @@ class Meter:
         if self.model is not None:
             for tensor in self.model.parameters():
                 return tensor.device
-        return torch.device("cuda", torch.cuda.current_device()) if (
-            torch.cuda.is_available() and torch.cuda.is_initialized()) else torch.device("cpu")
+        return (
+            torch.device("cuda", torch.cuda.current_device())
+            if (torch.cuda.is_available() and torch.cuda.is_initialized())
+            else torch.device("cpu")
+        )
 
     def _nvml_devices(self) -> list[int]:
         gpus = self.plan.hardware.gpus
@@ -309,30 +335,43 @@ class Meter:
 
     def _build(self) -> RunReport:
         summary = self.clock.finish()
-        hardware: HardwareInfo = (self.plan.hardware if self._cuda
-                                  else environment.cpu_host(self.plan.hardware.launcher))
+        hardware: HardwareInfo = (
+            self.plan.hardware if self._cuda else environment.cpu_host(self.plan.hardware.launcher)
+        )
         calibration = None
         if self.calibrate:
             calibration = self._calibrate()
         notes = {**self._notes, **self._guard.notes()}
-        notes.update({k: v for k, v in {"gpu_utilization": "; ".join(self._sampler.notes)}.items()
-                      if v})
+        notes.update(
+            {k: v for k, v in {"gpu_utilization": "; ".join(self._sampler.notes)}.items() if v}
+        )
         try:
             facts = self._facts()
         except Exception as error:  # noqa: BLE001 - facts feed advice, never fail a run
             facts = {"facts_error": f"{type(error).__name__}: {error}"}
         measurements = Measurements(
-            framework="torch", model=type(self.model).__name__ if self.model is not None else "-",
-            device=self.device_label, plan=self.plan, hardware=hardware, clock=summary,
+            framework="torch",
+            model=type(self.model).__name__ if self.model is not None else "-",
+            device=self.device_label,
+            plan=self.plan,
+            hardware=hardware,
+            clock=summary,
             tf32_enabled=self._cuda and self._tf32_enabled(),
             gpu=self._device.index or 0 if self._cuda else 0,
-            flops=self._flops, flops_per_step=self.flops_per_step,
+            flops=self._flops,
+            flops_per_step=self.flops_per_step,
             sampler=self._sampler.summary(self.clock.warmup_end, None),
-            peak_memory_bytes=(int(self._torch.cuda.max_memory_allocated(self._device))
-                               if self._cuda else None),
-            calibration=calibration, epochs=self.epochs, losses=self.losses,
-            interrupted=self.interrupted, notes=notes, facts=facts,
-            single_device_samples_per_second=self.single_device, tuning=self.tuning,
+            peak_memory_bytes=(
+                int(self._torch.cuda.max_memory_allocated(self._device)) if self._cuda else None
+            ),
+            calibration=calibration,
+            epochs=self.epochs,
+            losses=self.losses,
+            interrupted=self.interrupted,
+            notes=notes,
+            facts=facts,
+            single_device_samples_per_second=self.single_device,
+            tuning=self.tuning,
         )
         report = build_report(measurements)
         if not self._cuda:
@@ -348,14 +387,19 @@ class Meter:
         if group is None:
             return
         figures = world.rank_figures(report, group.rank, samples)
-        figures.update(tokens_per_second=report.tokens_per_second,
-                       real_tokens_per_second=report.real_tokens_per_second, mfu=report.mfu,
-                       achieved_tflops=report.achieved_tflops)
+        figures.update(
+            tokens_per_second=report.tokens_per_second,
+            real_tokens_per_second=report.real_tokens_per_second,
+            mfu=report.mfu,
+            achieved_tflops=report.achieved_tflops,
+        )
         try:
             ranks = distributed.gather(figures, self._device)
         except Exception as error:  # noqa: BLE001 - the local report still stands
-            report.note("world_size", f"could not gather the other ranks' figures: "
-                                      f"{type(error).__name__}: {error}")
+            report.note(
+                "world_size",
+                f"could not gather the other ranks' figures: {type(error).__name__}: {error}",
+            )
             return
         for field in ("global_samples_per_second", "scaling_efficiency"):
             report.notes.pop(field, None)
@@ -369,8 +413,9 @@ class Meter:
         facts: dict[str, Any] = {}
         if self.model is not None:
             facts.update(model_facts(self.model, self.optimizer))
-        facts["visible_gpus"] = (self._torch.cuda.device_count()
-                                 if self._torch.cuda.is_available() else 0)
+        facts["visible_gpus"] = (
+            self._torch.cuda.device_count() if self._torch.cuda.is_available() else 0
+        )
         if self._first_batch_size:
             facts["batch_size"] = self._first_batch_size
         if self._scales:

@@ -42,16 +42,21 @@ class StepGuard:
         if report is not None:
             self.late += 1
             if self.late == 1:
-                _log.warning("accelkit: meter.step() after meter.report(): the report is "
-                             "built, so this step and later ones are not counted")
-            report.notes["steps"] = (f"{self.late} meter.step() call(s) after report() "
-                                     "were not counted")
+                _log.warning(
+                    "accelkit: meter.step() after meter.report(): the report is "
+                    "built, so this step and later ones are not counted"
+                )
+            report.notes["steps"] = (
+                f"{self.late} meter.step() call(s) after report() were not counted"
+            )
             return False
         if self.depth > 1:
             self.nested += 1
             if self.nested == 1:
-                _log.warning("accelkit: meter.step() inside another meter.step(): the "
-                             "outermost step counts, once; the nested ones are not counted")
+                _log.warning(
+                    "accelkit: meter.step() inside another meter.step(): the "
+                    "outermost step counts, once; the nested ones are not counted"
+                )
             return False
         return True
 
@@ -63,5 +68,7 @@ class StepGuard:
         """What the report should say about steps left unmeasured."""
         if not self.nested:
             return {}
-        return {"steps": f"{self.nested} meter.step() call(s) nested in another were not "
-                         "counted (the outermost counts each step once)"}
+        return {
+            "steps": f"{self.nested} meter.step() call(s) nested in another were not "
+            "counted (the outermost counts each step once)"
+        }

@@ -61,8 +61,10 @@ def faster_variant(optimizer: Any) -> tuple[Variant | None, str]:
         return Variant("fused", "fused"), ""
     if facts["foreach_available"] and facts["implementation"] == "for-loop":
         return Variant("foreach", "foreach"), ""
-    return None, (f"{name} runs its {facts['implementation']} implementation and has no "
-                  "faster one for these parameters")
+    return None, (
+        f"{name} runs its {facts['implementation']} implementation and has no "
+        "faster one for these parameters"
+    )
 
 
 def use(optimizer: Any, variant: Variant, on: bool) -> None:

@@ -48,8 +48,15 @@ class Prepared:
     changes: tuple[str, ...] = ()
 
 
-def prepare(model: Any, loader: Iterable[Any], plan: Plan, *, device: Any,
-            channels_last: bool | None, group: parallel.World | None) -> Prepared:
+def prepare(
+    model: Any,
+    loader: Iterable[Any],
+    plan: Plan,
+    *,
+    device: Any,
+    channels_last: bool | None,
+    group: parallel.World | None,
+) -> Prepared:
     """Place `model` (and wrap it for `group`), shard `loader`, and set training mode.
 
     Args:
@@ -81,8 +88,9 @@ def prepare(model: Any, loader: Iterable[Any], plan: Plan, *, device: Any,
         if _wants_channels_last(torch, module, plan, channels_last):
             model = module = module.to(memory_format=torch.channels_last)
             layout = torch.channels_last  # images follow: the first conv needs no transpose
-            changes.append("converted to channels-last memory format in place "
-                           "(undone if the fit raises)")
+            changes.append(
+                "converted to channels-last memory format in place (undone if the fit raises)"
+            )
     sampling = None
     if group is not None:
         model = parallel.wrap(model, device)
@@ -90,8 +98,16 @@ def prepare(model: Any, loader: Iterable[Any], plan: Plan, *, device: Any,
     else:
         model = module  # distributed=False: the module alone, even if the script wrapped it
     model.train()
-    return Prepared(model=model, module=module, loader=loader, device=device, layout=layout,
-                    group=group, sampling=sampling, changes=tuple(changes))
+    return Prepared(
+        model=model,
+        module=module,
+        loader=loader,
+        device=device,
+        layout=layout,
+        group=group,
+        sampling=sampling,
+        changes=tuple(changes),
+    )
 
 
 def restore(run: Prepared) -> None:
@@ -124,8 +140,7 @@ def _wants_channels_last(torch: Any, module: Any, plan: Plan, asked: bool | None
     by sparing the transposes between consecutive convolutions; a single one (a ViT's
     patch embedding, a stem before linear layers) gains nothing and costs its input's."""
     wanted = plan.value(Key.CHANNELS_LAST, False) if asked is None else asked
-    convolutions = sum(isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))
-                       for m in module.modules())
+    convolutions = sum(isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d)) for m in module.modules())
     return bool(wanted) and convolutions >= (1 if asked else 2)
 
 

@@ -47,8 +47,15 @@ class Step:
     compiled: bool
 
 
-def make_step(run: Prepared, plan: Plan, loss_fn: Callable[..., Any] | None, optimizer: Any,
-              *, compile: bool | None, max_grad_norm: float | None) -> Step:
+def make_step(
+    run: Prepared,
+    plan: Plan,
+    loss_fn: Callable[..., Any] | None,
+    optimizer: Any,
+    *,
+    compile: bool | None,
+    max_grad_norm: float | None,
+) -> Step:
     """The step for `run` in `plan`'s precision.
 
     Args:
@@ -72,10 +79,14 @@ def make_step(run: Prepared, plan: Plan, loss_fn: Callable[..., Any] | None, opt
     torch = require("torch")
     device_type = run.device.type
     # Loss scaling exists for fp16 on CUDA; elsewhere the scaler passes calls through.
-    scaler = (precision.grad_scaler(plan, device_type) if device_type == "cuda"
-              else torch.amp.GradScaler(device_type, enabled=False))
-    forward_loss = _forward_loss(torch, run.model, loss_fn, device_type,
-                                 precision.autocast_dtype(plan))
+    scaler = (
+        precision.grad_scaler(plan, device_type)
+        if device_type == "cuda"
+        else torch.amp.GradScaler(device_type, enabled=False)
+    )
+    forward_loss = _forward_loss(
+        torch, run.model, loss_fn, device_type, precision.autocast_dtype(plan)
+    )
     # Compiling forward and loss together lets the compiler fuse the loss into the
     # output layer's epilogue.
     compiled = plan.compile if compile is None else compile
@@ -85,11 +96,13 @@ def make_step(run: Prepared, plan: Plan, loss_fn: Callable[..., Any] | None, opt
         optimizer_step=_optimizer_step(torch, run.model, optimizer, scaler, max_grad_norm),
         scaler=scaler,
         count_flops=functools.partial(_count, run.module, loss_fn, autocast),
-        compiled=compiled)
+        compiled=compiled,
+    )
 
 
-def _forward_loss(torch: Any, model: Any, loss_fn: Callable[..., Any] | None,
-                  device_type: str, dtype: Any) -> Callable[[Any], Any]:
+def _forward_loss(
+    torch: Any, model: Any, loss_fn: Callable[..., Any] | None, device_type: str, dtype: Any
+) -> Callable[[Any], Any]:
     enabled = dtype is not None
 
     def forward_loss(batch: Any) -> Any:
@@ -103,8 +116,9 @@ def _forward_loss(torch: Any, model: Any, loss_fn: Callable[..., Any] | None,
     return forward_loss
 
 
-def _optimizer_step(torch: Any, model: Any, optimizer: Any, scaler: Any,
-                    max_grad_norm: float | None) -> Callable[[], None]:
+def _optimizer_step(
+    torch: Any, model: Any, optimizer: Any, scaler: Any, max_grad_norm: float | None
+) -> Callable[[], None]:
     clip = torch.nn.utils.clip_grad_norm_
 
     def optimizer_step() -> None:

@@ -32,14 +32,30 @@ from accelkit.utils.imports import require
 _log = logging.getLogger("accelkit")
 
 
-def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[..., Any] | None,
-        *, epochs: int = 1, steps: int | None = None, plan: Plan | None = None,
-        device: Any = None, accumulation_steps: int = 1, compile: bool | None = None,
-        channels_last: bool | None = None, max_grad_norm: float | None = None,
-        flops_per_step: float | None = None, tokens_per_sample: int | None = None,
-        warmup: int = 3, window: int = 50, calibrate: bool = False,
-        progress: bool = True, distributed: bool = True,
-        single_device: Any = None, tune: bool | str = "auto") -> RunReport:
+def fit(
+    model: Any,
+    loader: Iterable[Any],
+    optimizer: Any,
+    loss_fn: Callable[..., Any] | None,
+    *,
+    epochs: int = 1,
+    steps: int | None = None,
+    plan: Plan | None = None,
+    device: Any = None,
+    accumulation_steps: int = 1,
+    compile: bool | None = None,
+    channels_last: bool | None = None,
+    max_grad_norm: float | None = None,
+    flops_per_step: float | None = None,
+    tokens_per_sample: int | None = None,
+    warmup: int = 3,
+    window: int = 50,
+    calibrate: bool = False,
+    progress: bool = True,
+    distributed: bool = True,
+    single_device: Any = None,
+    tune: bool | str = "auto",
+) -> RunReport:
     """Train `model` on `loader` with the plan's settings and return the measured run.
 
     Batches follow the model libraries (`accelkit.profiling.torch_batches`): a dict is
@@ -136,16 +152,28 @@ def fit(model: Any, loader: Iterable[Any], optimizer: Any, loss_fn: Callable[...
     single = world.single_device_rate(single_device)
     plan, held_back = _plan_to_follow(plan)
     group = parallel.world() if distributed else None
-    rank_zero = group.is_zero if group is not None else (
-        not distributed or parallel.is_rank_zero())
+    rank_zero = group.is_zero if group is not None else (not distributed or parallel.is_rank_zero())
     progress = progress and rank_zero
     alone = parallel.why_alone(plan, group, distributed, chatty=progress)
     run = prepare(model, loader, plan, device=device, channels_last=channels_last, group=group)
     try:
-        report = _train(run, plan, loss_fn, optimizer, schedule, tune=tune, compile=compile,
-                        max_grad_norm=max_grad_norm, flops_per_step=flops_per_step,
-                        tokens_per_sample=tokens_per_sample, warmup=warmup, window=window,
-                        calibrate=calibrate, single=single, progress=progress)
+        report = _train(
+            run,
+            plan,
+            loss_fn,
+            optimizer,
+            schedule,
+            tune=tune,
+            compile=compile,
+            max_grad_norm=max_grad_norm,
+            flops_per_step=flops_per_step,
+            tokens_per_sample=tokens_per_sample,
+            warmup=warmup,
+            window=window,
+            calibrate=calibrate,
+            single=single,
+            progress=progress,
+        )
     except BaseException:
         restore(run)
         raise
@@ -164,37 +192,68 @@ def _plan_to_follow(given: Plan | None) -> tuple[Plan, str]:
     plan = current_plan("torch") or auto_configure(framework="torch", verbose=False)
     if not plan.not_applied:
         return plan, ""
-    why = (f"the current plan was not applied ({plan.not_applied}), so neither is its "
-           f"{plan.precision.value} autocast, channels-last or compile: trained as the "
-           "script is; pass plan= to train under a plan")
+    why = (
+        f"the current plan was not applied ({plan.not_applied}), so neither is its "
+        f"{plan.precision.value} autocast, channels-last or compile: trained as the "
+        "script is; pass plan= to train under a plan"
+    )
     _log.info("accelkit.torch.fit: %s", why)
     return plan.without_helpers(), why
 
 
-def _train(run: Prepared, plan: Plan, loss_fn: Callable[..., Any] | None, optimizer: Any,
-           schedule: Schedule, *, tune: bool | str, compile: bool | None,
-           max_grad_norm: float | None, flops_per_step: float | None,
-           tokens_per_sample: int | None, warmup: int, window: int, calibrate: bool,
-           single: float | None, progress: bool) -> RunReport:
+def _train(
+    run: Prepared,
+    plan: Plan,
+    loss_fn: Callable[..., Any] | None,
+    optimizer: Any,
+    schedule: Schedule,
+    *,
+    tune: bool | str,
+    compile: bool | None,
+    max_grad_norm: float | None,
+    flops_per_step: float | None,
+    tokens_per_sample: int | None,
+    warmup: int,
+    window: int,
+    calibrate: bool,
+    single: float | None,
+    progress: bool,
+) -> RunReport:
     """Build the step, the tuner and the meter for `run` and train it."""
     group = run.group
     epochs = schedule.epochs
-    step = make_step(run, plan, loss_fn, optimizer, compile=compile,
-                     max_grad_norm=max_grad_norm)
+    step = make_step(run, plan, loss_fn, optimizer, compile=compile, max_grad_norm=max_grad_norm)
     tuner = _tuner(tune, step, run, optimizer, plan, compile, schedule)
-    meter = Meter(run.module, plan=plan, flops_per_step=flops_per_step,
-                  tokens_per_sample=tokens_per_sample,
-                  warmup=max(warmup, 1) if tuner is not None else warmup, window=window,
-                  calibrate=calibrate, epochs=epochs, count_flops=False, optimizer=optimizer,
-                  grad_scaler=step.scaler, gather=group is not None, single_device=single)
+    meter = Meter(
+        run.module,
+        plan=plan,
+        flops_per_step=flops_per_step,
+        tokens_per_sample=tokens_per_sample,
+        warmup=max(warmup, 1) if tuner is not None else warmup,
+        window=window,
+        calibrate=calibrate,
+        epochs=epochs,
+        count_flops=False,
+        optimizer=optimizer,
+        grad_scaler=step.scaler,
+        gather=group is not None,
+        single_device=single,
+    )
     meter.facts.update(_loader_facts(run.loader), compiled=step.compiled)
     if group is not None:
         meter.facts.update(distributed=True, sampler=run.sampling)
     if run.changes:
         meter.facts["model_changes"] = list(run.changes)
     with meter:
-        kept = loop.train(run, step, meter, schedule, count_flops=flops_per_step is None,
-                          progress=progress, tuner=tuner)
+        kept = loop.train(
+            run,
+            step,
+            meter,
+            schedule,
+            count_flops=flops_per_step is None,
+            progress=progress,
+            tuner=tuner,
+        )
         meter.facts["compiled"] = kept.compiled
         if tuner is not None and tuner.result is not None:
             meter.tuning = tuner.result.to_dict()
@@ -203,9 +262,17 @@ def _train(run: Prepared, plan: Plan, loss_fn: Callable[..., Any] | None, optimi
     return meter.report()
 
 
-def tune(model: Any, loader: Iterable[Any], optimizer: Any,
-         loss_fn: Callable[..., Any] | None, *, plan: Plan | None = None, device: Any = None,
-         accumulation_steps: int = 1, max_grad_norm: float | None = None) -> TuneResult:
+def tune(
+    model: Any,
+    loader: Iterable[Any],
+    optimizer: Any,
+    loss_fn: Callable[..., Any] | None,
+    *,
+    plan: Plan | None = None,
+    device: Any = None,
+    accumulation_steps: int = 1,
+    max_grad_norm: float | None = None,
+) -> TuneResult:
     """Measure the fit's options on `model` and keep the fastest, for a hand-written loop.
 
     Trains the first batches of `loader` (at most `accelkit.torch.trials.trial_steps`:
@@ -241,27 +308,55 @@ def tune(model: Any, loader: Iterable[Any], optimizer: Any,
     """
     require("torch")
     arguments.whole("accumulation_steps", accumulation_steps, 1)
-    report = fit(model, loader, optimizer, loss_fn, steps=trial_steps(accumulation_steps),
-                 plan=plan, device=device, accumulation_steps=accumulation_steps,
-                 max_grad_norm=max_grad_norm, progress=False, tune=True)
+    report = fit(
+        model,
+        loader,
+        optimizer,
+        loss_fn,
+        steps=trial_steps(accumulation_steps),
+        plan=plan,
+        device=device,
+        accumulation_steps=accumulation_steps,
+        max_grad_norm=max_grad_norm,
+        progress=False,
+        tune=True,
+    )
     if report.tuning is None:  # interrupted during the trials: fit returned early
         raise KeyboardInterrupt
     return TuneResult.from_dict(report.tuning)
 
 
-def _tuner(mode: bool | str, step: Step, run: Any, optimizer: Any, plan: Plan,
-           compile: bool | None, schedule: Schedule) -> Tuner | None:
+def _tuner(
+    mode: bool | str,
+    step: Step,
+    run: Any,
+    optimizer: Any,
+    plan: Plan,
+    compile: bool | None,
+    schedule: Schedule,
+) -> Tuner | None:
     """The tuner for this fit, or None for ``tune=False``."""
     if not check_mode(mode):
         return None
     length = steps_per_epoch(run.loader)
     planned = [n for n in (schedule.steps, length and length * schedule.epochs) if n]
     fixed = compile if compile is not None else (True if plan.compile else None)
-    decide = ((lambda value: parallel.broadcast(value, run.device))
-              if run.group is not None else (lambda value: value))
-    return Tuner(step, module=run.module, optimizer=optimizer, device=run.device, mode=mode,
-                 compile_fixed=fixed, planned_steps=min(planned) if planned else None,
-                 accumulation_steps=schedule.accumulation_steps, decide=decide)
+    decide = (
+        (lambda value: parallel.broadcast(value, run.device))
+        if run.group is not None
+        else (lambda value: value)
+    )
+    return Tuner(
+        step,
+        module=run.module,
+        optimizer=optimizer,
+        device=run.device,
+        mode=mode,
+        compile_fixed=fixed,
+        planned_steps=min(planned) if planned else None,
+        accumulation_steps=schedule.accumulation_steps,
+        decide=decide,
+    )
 
 
 def _loader_facts(loader: Any) -> dict[str, Any]:

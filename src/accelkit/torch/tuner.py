@@ -50,10 +50,19 @@ class Tuner:
         'compile+fused'
     """
 
-    def __init__(self, base: Step, *, module: Any, optimizer: Any, device: Any, mode: Any,
-                 compile_fixed: bool | None, planned_steps: int | None,
-                 accumulation_steps: int,
-                 decide: Callable[[Any], Any] = lambda value: value) -> None:
+    def __init__(
+        self,
+        base: Step,
+        *,
+        module: Any,
+        optimizer: Any,
+        device: Any,
+        mode: Any,
+        compile_fixed: bool | None,
+        planned_steps: int | None,
+        accumulation_steps: int,
+        decide: Callable[[Any], Any] = lambda value: value,
+    ) -> None:
         self._torch = require("torch")
         self._base = base
         self._module = module
@@ -72,9 +81,13 @@ class Tuner:
 
     # -- the trials ------------------------------------------------------------------
 
-    def run(self, batches: Iterator[Any], train_one: TrainOne,
-            limit_reached: Callable[[], bool],
-            on_step: Callable[[], None] = lambda: None) -> Step:
+    def run(
+        self,
+        batches: Iterator[Any],
+        train_one: TrainOne,
+        limit_reached: Callable[[], bool],
+        on_step: Callable[[], None] = lambda: None,
+    ) -> Step:
         """Train the trial steps from `batches` with `train_one(batch, step)` (which
         returns the step's loss tensor) until the trials end or `limit_reached()`;
         `on_step()` is called before each. Returns the step to train the rest with."""
@@ -86,9 +99,13 @@ class Tuner:
         best = self._base
         decision = self._decide(self._before())
         if decision != "tuned":  # decided without a measurement: no trial at all
-            self._trials.append(Trial(self._name(best.compiled, "default"),
-                                      {"compile": best.compiled, "optimizer": "default"},
-                                      status="baseline"))
+            self._trials.append(
+                Trial(
+                    self._name(best.compiled, "default"),
+                    {"compile": best.compiled, "optimizer": "default"},
+                    status="baseline",
+                )
+            )
             return self._finish(decision, best, optimizer_name, started)
         baseline = self._measure(best, self._name(best.compiled, "default"))
         baseline.status = "baseline"
@@ -99,31 +116,41 @@ class Tuner:
             else:
                 optimizers.use(self._optimizer, variant, True)
                 trial = self._measure(
-                    best, self._name(best.compiled, variant.name),
-                    undo=lambda: optimizers.use(self._optimizer, variant, False))
+                    best,
+                    self._name(best.compiled, variant.name),
+                    undo=lambda: optimizers.use(self._optimizer, variant, False),
+                )
                 if self._judge(trial, self._best_trial()):
                     optimizer_name = variant.name
                 elif trial.status != "failed":  # a failed one was undone already
                     optimizers.use(self._optimizer, variant, False)
             if self._compile_fixed is None and not best.compiled:
                 compiled = dataclasses.replace(
-                    best, forward_loss=self._torch.compile(best.forward_loss), compiled=True)
-                trial = self._measure(compiled, self._name(True, optimizer_name),
-                                      undo=lambda: None, check=True)
+                    best, forward_loss=self._torch.compile(best.forward_loss), compiled=True
+                )
+                trial = self._measure(
+                    compiled, self._name(True, optimizer_name), undo=lambda: None, check=True
+                )
                 if self._judge(trial, self._best_trial()):
                     best = compiled
             else:
-                self._skipped("compile", f"compile={best.compiled} was set by the script "
-                                         "or the plan")
+                self._skipped(
+                    "compile", f"compile={best.compiled} was set by the script or the plan"
+                )
         return self._finish(decision, best, optimizer_name, started)
 
     def _skipped(self, name: str, why: str) -> None:
         self._trials.append(Trial(name, {}, status="skipped", why=why))
 
     def _finish(self, decision: str, best: Step, optimizer_name: str, started: float) -> Step:
-        self.result = TuneResult(decision=decision, trials=tuple(self._trials),
-                                 compile=best.compiled, optimizer=optimizer_name,
-                                 seconds=time.perf_counter() - started, steps=self._steps)
+        self.result = TuneResult(
+            decision=decision,
+            trials=tuple(self._trials),
+            compile=best.compiled,
+            optimizer=optimizer_name,
+            seconds=time.perf_counter() - started,
+            steps=self._steps,
+        )
         # Said at INFO once trials ran; a decision taken without one is only a debug line.
         level = logging.INFO if self._steps else logging.DEBUG
         _log.log(level, "tune: %s", trials.summary(self.result))
@@ -139,7 +166,7 @@ class Tuner:
         return name if optimizer == "default" else f"{name}+{optimizer}"
 
     def _before(self) -> str:
-        """"tuned", or why not, where no measurement is needed to tell."""
+        """ "tuned", or why not, where no measurement is needed to tell."""
         if self._mode is True:
             return "tuned"
         torch = self._torch
@@ -151,12 +178,14 @@ class Tuner:
         if self._planned is None:
             return "not tuned: the run's length is unknown (no steps= and no len(loader))"
         if self._planned < trials.AUTO_MIN_STEPS:
-            return (f"not tuned: {self._planned} steps are fewer than the "
-                    f"{trials.AUTO_MIN_STEPS} it takes to pay back a compilation")
+            return (
+                f"not tuned: {self._planned} steps are fewer than the "
+                f"{trials.AUTO_MIN_STEPS} it takes to pay back a compilation"
+            )
         return "tuned"
 
     def _after(self, baseline: Trial) -> str:
-        """"tuned", or why not, once the baseline's step time is known (``"auto"``)."""
+        """ "tuned", or why not, once the baseline's step time is known (``"auto"``)."""
         if self._ended or baseline.step_seconds is None:
             return "not tuned: the data ended during the baseline's steps"
         if self._mode is True:
@@ -164,9 +193,11 @@ class Tuner:
         step_s = baseline.step_seconds / self._unit
         estimate = step_s * (self._planned or 0)
         if estimate < trials.AUTO_MIN_RUN_S:
-            return (f"not tuned: the run is estimated at {estimate:.0f} s ({self._planned} "
-                    f"steps x {step_s * 1e3:.1f} ms), under the {trials.AUTO_MIN_RUN_S:.0f} s "
-                    "that pays back the trials")
+            return (
+                f"not tuned: the run is estimated at {estimate:.0f} s ({self._planned} "
+                f"steps x {step_s * 1e3:.1f} ms), under the {trials.AUTO_MIN_RUN_S:.0f} s "
+                "that pays back the trials"
+            )
         return "tuned"
 
     def _best_trial(self) -> Trial:
@@ -191,14 +222,17 @@ class Tuner:
             return True
         if trial.status == "measured":
             trial.status = "slower" if verdict == "slower" else verdict
-            trial.why = trial.why or (f"not clearly faster than {best.name} (by "
-                                      f"{trials.MARGIN:.0%} and beyond its fastest step)")
+            trial.why = trial.why or (
+                f"not clearly faster than {best.name} (by "
+                f"{trials.MARGIN:.0%} and beyond its fastest step)"
+            )
         return False
 
     # -- one candidate ---------------------------------------------------------------
 
-    def _measure(self, step: Step, name: str, *, undo: Callable[[], None] | None = None,
-                 check: bool = False) -> Trial:
+    def _measure(
+        self, step: Step, name: str, *, undo: Callable[[], None] | None = None, check: bool = False
+    ) -> Trial:
         """Train `step` for a candidate's units. `undo` puts the baseline's settings back
         after a failure (None: this is the baseline, whose errors are the user's)."""
         settings = {"compile": step.compiled, "optimizer": name.partition("+")[2] or "default"}
@@ -225,8 +259,9 @@ class Tuner:
             trial.compile_seconds = round(max(first - statistics.median(times), 0.0), 3)
         return trial
 
-    def _units(self, step: Step, trial: Trial, undo: Callable[[], None] | None,
-               check: bool) -> tuple[list[float], float | None]:
+    def _units(
+        self, step: Step, trial: Trial, undo: Callable[[], None] | None, check: bool
+    ) -> tuple[list[float], float | None]:
         """The timed units' seconds and the first unit's; marks `trial` failed on a failure."""
         times: list[float] = []
         first: float | None = None
@@ -235,8 +270,7 @@ class Tuner:
             if self._ended:
                 break
             try:
-                seconds = self._timed_unit(step, catch=undo is not None,
-                                           check=check and unit == 0)
+                seconds = self._timed_unit(step, catch=undo is not None, check=check and unit == 0)
             except _Failed as failed:
                 trial.status, trial.why = "failed", failed.why
                 assert undo is not None  # only candidates catch
@@ -290,8 +324,11 @@ class Tuner:
     def _retrain(self, batches: list[Any], error: BaseException) -> None:
         """Train the failed candidate's batches again with the baseline step, from zeroed
         gradients. The user's own error (bad data, a bug in the loss) raises again here."""
-        _log.info("tune: a candidate failed (%s); its %d batch(es) train again with the "
-                  "baseline step", _why(error), len(batches))
+        _log.info(
+            "tune: a candidate failed (%s); its %d batch(es) train again with the baseline step",
+            _why(error),
+            len(batches),
+        )
         self._optimizer.zero_grad(set_to_none=True)
         _reset_scaler(self._base.scaler)
         if self._device.type == "cuda":
@@ -308,8 +345,7 @@ class Tuner:
         gradient, buffers (BatchNorm statistics) and random number generators restored."""
         torch = self._torch
         devices = [self._device] if self._device.type == "cuda" else []
-        with torch.no_grad(), _buffers_kept(self._module), \
-                torch.random.fork_rng(devices=devices):
+        with torch.no_grad(), _buffers_kept(self._module), torch.random.fork_rng(devices=devices):
             return float(self._base.forward_loss(batch).detach().float())
 
     def _sync(self) -> None:
@@ -365,8 +401,10 @@ def _check_loss(compiled: float, eager: float) -> None:
         raise _LossMismatch(f"loss {compiled} where the eager loss was {eager:.6g}")
     rtol, atol = trials.LOSS_RTOL, trials.LOSS_ATOL
     if math.isfinite(eager) and abs(compiled - eager) > rtol * abs(eager) + atol:
-        raise _LossMismatch(f"loss {compiled:.6g} differs from the eager {eager:.6g} on the "
-                            f"same batch by more than {rtol:.0%} + {atol}")
+        raise _LossMismatch(
+            f"loss {compiled:.6g} differs from the eager {eager:.6g} on the "
+            f"same batch by more than {rtol:.0%} + {atol}"
+        )
 
 
 @contextlib.contextmanager
@@ -395,5 +433,3 @@ def _graph_breaks(torch: Any) -> int:
         return sum(int(sum(counters[key].values())) for key in ("graph_break", "unimplemented"))
     except Exception:  # noqa: BLE001 - a private counter: no count, no storm
         return 0
-
-

@@ -32,8 +32,12 @@ def positive(name: str, value: object, *, none: str | None = None) -> float | No
     """
     if value is None and none is not None:
         return None
-    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-            or not math.isfinite(value) or value <= 0):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         also = f", or None for {none}" if none is not None else ""
         raise ValueError(f"{name}={value!r} must be a finite number > 0{also}")
     return float(value)

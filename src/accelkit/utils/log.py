@@ -52,8 +52,11 @@ class RankZeroFilter(logging.Filter):
         self._is_rank_zero = is_rank_zero
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return (record.levelno >= logging.WARNING or getattr(record, EVERY_RANK, False)
-                or self._is_rank_zero())
+        return (
+            record.levelno >= logging.WARNING
+            or getattr(record, EVERY_RANK, False)
+            or self._is_rank_zero()
+        )
 
 
 class ConsoleHandler(logging.Handler):
@@ -102,8 +105,12 @@ class ConsoleHandler(logging.Handler):
             stream.flush()
 
 
-def setup(is_rank_zero: Callable[[], bool], level: int = logging.INFO, note: str = "",
-          level_set: bool = False) -> None:
+def setup(
+    is_rank_zero: Callable[[], bool],
+    level: int = logging.INFO,
+    note: str = "",
+    level_set: bool = False,
+) -> None:
     """Give the accelkit logger its rank filter, default handler and level (idempotent).
 
     Args:
@@ -159,10 +166,13 @@ def end_progress_line() -> None:
 
 def _console_taken(levelno: int) -> bool:
     """True when a handler on the root logger writes this record to the console already."""
-    consoles = {id(s) for s in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
-                if s is not None}
-    return any(type(h) is logging.StreamHandler and id(h.stream) in consoles
-               and h.level <= levelno for h in logging.getLogger().handlers)
+    consoles = {
+        id(s) for s in (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__) if s is not None
+    }
+    return any(
+        type(h) is logging.StreamHandler and id(h.stream) in consoles and h.level <= levelno
+        for h in logging.getLogger().handlers
+    )
 
 
 def _is_terminal(stream: object) -> bool:

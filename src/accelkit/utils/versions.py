@@ -27,8 +27,7 @@ def versions(*frameworks: str) -> dict[str, str | None]:
         >>> sorted(versions("torch"))
         ['accelkit', 'python', 'torch']
     """
-    found: dict[str, str | None] = {"accelkit": __version__,
-                                    "python": platform.python_version()}
+    found: dict[str, str | None] = {"accelkit": __version__, "python": platform.python_version()}
     for framework in frameworks:
         for distribution in DISTRIBUTIONS.get(framework, ()):
             found[distribution] = installed(distribution)

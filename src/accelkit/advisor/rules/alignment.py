@@ -33,12 +33,14 @@ from accelkit.hardware import capabilities
 SMALLEST = 64
 _SHOWN = 6
 _VOCAB_DIMS = ("num_embeddings", "input_dim")  # nn.Embedding, keras.layers.Embedding
-VOCAB_EFFECT = ("cited, not measured on this run: nanoGPT pads GPT-2's 50,257 to 50,304 "
-                "'for efficiency' (karpathy/nanoGPT model.py); the same padding took "
-                "nanoPALM from 1.19 to 1.24 it/s on an RTX 3090, +4% "
-                "(github.com/RobertRiachi/nanoPALM/pull/6); NVIDIA finds dimensions aligned "
-                "to 128 bytes faster on A100 (Matrix Multiplication Background User's Guide, "
-                "tensor core requirements)")
+VOCAB_EFFECT = (
+    "cited, not measured on this run: nanoGPT pads GPT-2's 50,257 to 50,304 "
+    "'for efficiency' (karpathy/nanoGPT model.py); the same padding took "
+    "nanoPALM from 1.19 to 1.24 it/s on an RTX 3090, +4% "
+    "(github.com/RobertRiachi/nanoPALM/pull/6); NVIDIA finds dimensions aligned "
+    "to 128 bytes faster on A100 (Matrix Multiplication Background User's Guide, "
+    "tensor core requirements)"
+)
 
 
 class _Dim(NamedTuple):
@@ -53,10 +55,17 @@ class _Dim(NamedTuple):
         return f"{self.layer} ({self.kind} {self.dim}={self.value})"
 
 
-@needs(("fact:layers", "batch_size"),
-       optional=("compute_capability", "figure:matmul_dtype", "plan", "measured_here"),
-       evidence={"misaligned": None, "multiple": None, "matmul_dtype": None,
-                 "vocabulary": "fact:layers", "vocabulary_multiple": "fact:layers"})
+@needs(
+    ("fact:layers", "batch_size"),
+    optional=("compute_capability", "figure:matmul_dtype", "plan", "measured_here"),
+    evidence={
+        "misaligned": None,
+        "multiple": None,
+        "matmul_dtype": None,
+        "vocabulary": "fact:layers",
+        "vocabulary_multiple": "fact:layers",
+    },
+)
 def alignment(ctx: Context) -> Advice | None:
     """Names the vocabulary, layers and batch whose dimensions are misaligned.
 
@@ -78,21 +87,27 @@ def alignment(ctx: Context) -> Advice | None:
     if not found:
         return None
     cc = ctx.compute_capability
-    tensor_cores = (capabilities.has_tensor_cores(cc)
-                    and ctx.matmul_dtype in ("bf16", "fp16", "tf32", "fp8"))
+    tensor_cores = capabilities.has_tensor_cores(cc) and ctx.matmul_dtype in (
+        "bf16",
+        "fp16",
+        "tf32",
+        "fp8",
+    )
     # A vocabulary that is a multiple of 8 (16) already runs on tensor cores: the larger
     # multiple is the smaller, cited gain.
     coarse = [d for d in found if d.value % multiple]
-    evidence: dict[str, Any] = {"misaligned": [str(d) for d in found], "multiple": multiple,
-                                "matmul_dtype": ctx.matmul_dtype}
+    evidence: dict[str, Any] = {
+        "misaligned": [str(d) for d in found],
+        "multiple": multiple,
+        "matmul_dtype": ctx.matmul_dtype,
+    }
     if vocab:
         evidence.update(vocabulary=[str(d) for d in vocab], vocabulary_multiple=vocab_multiple)
     later = "" if tensor_cores else " (matters once the matmuls run on tensor cores)"
     return Advice(
         id="alignment",
         severity=Severity.WARNING if tensor_cores and coarse else Severity.INFO,
-        title=_title(vocab, [d for d in found if d not in vocab], multiple, vocab_multiple)
-        + later,
+        title=_title(vocab, [d for d in found if d not in vocab], multiple, vocab_multiple) + later,
         evidence=evidence,
         action=_action(ctx, vocab, found, multiple, vocab_multiple),
         expected_gain=_gain(vocab, found, multiple, vocab_multiple),
@@ -100,8 +115,12 @@ def alignment(ctx: Context) -> Advice | None:
 
 
 def _vocabulary(layers: list[Mapping[str, Any]]) -> list[_Dim]:
-    sizes = {value for layer in layers for dim, value in (layer.get("dims") or {}).items()
-             if dim in _VOCAB_DIMS and isinstance(value, int)}
+    sizes = {
+        value
+        for layer in layers
+        for dim, value in (layer.get("dims") or {}).items()
+        if dim in _VOCAB_DIMS and isinstance(value, int)
+    }
     found = []
     for layer in layers:
         name = str(layer.get("name", "?"))
@@ -128,7 +147,8 @@ def _pad(value: int, multiple: int) -> int:
 def _shown(dims: list[_Dim]) -> str:
     described = [str(d) for d in dims]
     return ", ".join(described[:_SHOWN]) + (
-        f" and {len(described) - _SHOWN} more" if len(described) > _SHOWN else "")
+        f" and {len(described) - _SHOWN} more" if len(described) > _SHOWN else ""
+    )
 
 
 def _title(vocab: list[_Dim], others: list[_Dim], multiple: int, vocab_multiple: int) -> str:
@@ -136,11 +156,14 @@ def _title(vocab: list[_Dim], others: list[_Dim], multiple: int, vocab_multiple:
         return f"{len(others)} matmul dimension(s) not a multiple of {multiple}: {_shown(others)}"
     sizes = sorted({d.value for d in vocab})
     padded = ", ".join(f"{v:,} -> {_pad(v, vocab_multiple):,}" for v in sizes)
-    title = (f"vocabulary of {', '.join(f'{v:,}' for v in sizes)} not a multiple of "
-             f"{vocab_multiple} ({padded}): {_shown(vocab)}")
+    title = (
+        f"vocabulary of {', '.join(f'{v:,}' for v in sizes)} not a multiple of "
+        f"{vocab_multiple} ({padded}): {_shown(vocab)}"
+    )
     if others:
         title += f"; and {len(others)} matmul dimension(s) not a multiple of {multiple}: " + (
-            _shown(others))
+            _shown(others)
+        )
     return title
 
 
@@ -149,33 +172,45 @@ def _gain(vocab: list[_Dim], found: list[_Dim], multiple: int, vocab_multiple: i
     for value in sorted({d.value for d in found}):
         target = _pad(value, vocab_multiple if any(d.value == value for d in vocab) else multiple)
         costs.append(f"{value}->{target} (+{(target - value) / value:.2%})")
-    text = (f"not estimated for this run (it depends on the kernels cuBLAS picks); padding "
-            f"costs {', '.join(costs[:_SHOWN])} more work on those dimensions")
+    text = (
+        f"not estimated for this run (it depends on the kernels cuBLAS picks); padding "
+        f"costs {', '.join(costs[:_SHOWN])} more work on those dimensions"
+    )
     return f"{text}; the vocabulary's padding, {VOCAB_EFFECT}" if vocab else text
 
 
-def _action(ctx: Context, vocab: list[_Dim], found: list[_Dim], multiple: int,
-            vocab_multiple: int) -> str:
+def _action(
+    ctx: Context, vocab: list[_Dim], found: list[_Dim], multiple: int, vocab_multiple: int
+) -> str:
     parts = []
     if vocab:
         size = max(d.value for d in vocab)
         padded = _pad(size, vocab_multiple)
-        parts.append(ctx.pick(
-            torch=(f"pad the vocabulary to {padded}: model.resize_token_embeddings("
-                   f"len(tokenizer), pad_to_multiple_of={vocab_multiple}) (Hugging Face), or "
-                   f"nn.Embedding({padded}, d) and nn.Linear(d, {padded}) (nanoGPT's "
-                   f"vocab_size={padded})"),
-            tensorflow=(f"pad the vocabulary to {padded}: keras.layers.Embedding({padded}, d) "
-                        f"and keras.layers.Dense({padded})"))
+        parts.append(
+            ctx.pick(
+                torch=(
+                    f"pad the vocabulary to {padded}: model.resize_token_embeddings("
+                    f"len(tokenizer), pad_to_multiple_of={vocab_multiple}) (Hugging Face), or "
+                    f"nn.Embedding({padded}, d) and nn.Linear(d, {padded}) (nanoGPT's "
+                    f"vocab_size={padded})"
+                ),
+                tensorflow=(
+                    f"pad the vocabulary to {padded}: keras.layers.Embedding({padded}, d) "
+                    f"and keras.layers.Dense({padded})"
+                ),
+            )
             + "; ids past the tokenizer's never occur, so the extra rows are never looked "
-              "up and their logits train toward zero (or mask them with -inf)")
+            "up and their logits train toward zero (or mask them with -inf)"
+        )
     layer = next((d for d in found if d.layer != "batch" and d not in vocab), None)
     if layer is not None:
         padded = _pad(layer.value, multiple)
-        parts.append(f"round up to a multiple of {multiple}: {layer.layer}: {layer.dim} "
-                     f"{layer.value} -> {padded} ("
-                     + ctx.pick(torch=f"nn.{layer.kind}", tensorflow=f"keras.layers.{layer.kind}")
-                     + "); the extra outputs are ignored by masking their logits with -inf")
+        parts.append(
+            f"round up to a multiple of {multiple}: {layer.layer}: {layer.dim} "
+            f"{layer.value} -> {padded} ("
+            + ctx.pick(torch=f"nn.{layer.kind}", tensorflow=f"keras.layers.{layer.kind}")
+            + "); the extra outputs are ignored by masking their logits with -inf"
+        )
     batch = next((d for d in found if d.layer == "batch"), None)
     if batch is not None:
         parts.append(f"batch_size={_pad(batch.value, multiple)}")

@@ -30,23 +30,40 @@ from accelkit.advisor.types import Advice, Severity, amdahl
 #   ResNet-50:   54.72 -> 37.46 ms at MFU 11.5%: r = 0.885 -> 0.685 - 0.115 = 0.570: 1.55x
 # The smaller of the two, so the estimate leans low.
 FUSION = 1.48
-FUSION_SOURCE = ("the smallest speed-up compile=True gave that part in accelkit's H200 "
-                 "benchmarks: GPT-2 small 1.48x, ResNet-50 1.55x (docs/benchmarks.md)")
+FUSION_SOURCE = (
+    "the smallest speed-up compile=True gave that part in accelkit's H200 "
+    "benchmarks: GPT-2 small 1.48x, ResNet-50 1.55x (docs/benchmarks.md)"
+)
 WARN_ESTIMATE = 1.25  # an estimate this large is worth a warning
 WARN_MEASURED = 1.10  # a measured figure needs less margin
 QUIET_BELOW = 1.05  # an estimate under 5% is within what the assumed F can be off by
 
 
-@needs("gpu", "measured_here", ("fact:compiled", "fact:model_compiled"),
-       optional=("tuning", "figure:step_time_s", "figure:mfu", "figure:mfu_calibrated",
-                 "figure:input_wait_share", "figure:flops_per_step"),
-       evidence={"compiled": None, "model_compiled": None, "gpu": None,
-                 "step_time_ms": "figure:step_time_s", "tune.*": "tuning",
-                 "mfu": ("figure:mfu", "figure:mfu_calibrated"),
-                 "mfu_against": ("figure:mfu", "figure:mfu_calibrated"),
-                 "non_matmul_share": ("figure:mfu", "figure:mfu_calibrated"),
-                 "input_wait_share": "figure:input_wait_share",
-                 "flops_per_step": "figure:flops_per_step"})
+@needs(
+    "gpu",
+    "measured_here",
+    ("fact:compiled", "fact:model_compiled"),
+    optional=(
+        "tuning",
+        "figure:step_time_s",
+        "figure:mfu",
+        "figure:mfu_calibrated",
+        "figure:input_wait_share",
+        "figure:flops_per_step",
+    ),
+    evidence={
+        "compiled": None,
+        "model_compiled": None,
+        "gpu": None,
+        "step_time_ms": "figure:step_time_s",
+        "tune.*": "tuning",
+        "mfu": ("figure:mfu", "figure:mfu_calibrated"),
+        "mfu_against": ("figure:mfu", "figure:mfu_calibrated"),
+        "non_matmul_share": ("figure:mfu", "figure:mfu_calibrated"),
+        "input_wait_share": "figure:input_wait_share",
+        "flops_per_step": "figure:flops_per_step",
+    },
+)
 def torch_compile(ctx: Context) -> Advice | None:
     """An uncompiled PyTorch run measured on a GPU: compile it, with the measured or
     estimated gain. Quiet for Keras, CPU runs, compiled runs and runs whose tuning
@@ -95,26 +112,39 @@ def _measured(ctx: Context, trial: tuning.Compared, fit: bool) -> Advice:
         return Advice(
             id="compile",
             severity=Severity.INFO,
-            title=(f"torch.compile was measured slower on this model: {cand_ms:.2f} ms against "
-                   f"{base_ms:.2f} ms eager per step (tune's '{trial.name}' trial)"),
+            title=(
+                f"torch.compile was measured slower on this model: {cand_ms:.2f} ms against "
+                f"{base_ms:.2f} ms eager per step (tune's '{trial.name}' trial)"
+            ),
             evidence=evidence,
-            action=("keep compile off for this model; torch._dynamo.explain(model)(*batch) "
-                    "shows graph breaks that can make a compiled step slower"),
-            expected_gain=(f"none: measured {ratio:.2f}x ({base_ms:.2f} / {cand_ms:.2f} ms, "
-                           "median steps of the same run)"),
+            action=(
+                "keep compile off for this model; torch._dynamo.explain(model)(*batch) "
+                "shows graph breaks that can make a compiled step slower"
+            ),
+            expected_gain=(
+                f"none: measured {ratio:.2f}x ({base_ms:.2f} / {cand_ms:.2f} ms, "
+                "median steps of the same run)"
+            ),
         )
     why = f" ({trial.why})" if trial.why else ""
     return Advice(
         id="compile",
         severity=Severity.WARNING if ratio >= WARN_MEASURED else Severity.INFO,
-        title=(f"torch.compile ran this model {ratio:.2f}x faster in tune's '{trial.name}' "
-               f"trial, but the run trained eagerly{why}"),
+        title=(
+            f"torch.compile ran this model {ratio:.2f}x faster in tune's '{trial.name}' "
+            f"trial, but the run trained eagerly{why}"
+        ),
         evidence=evidence,
         action=_action(fit),
-        expected_gain=(f"measured {ratio:.2f}x: {base_ms:.2f} ms eager / {cand_ms:.2f} ms "
-                       f"'{trial.name}', median steps of the same run (tune)"
-                       + (f"; compiling took {trial.compile_seconds:.0f} s once"
-                          if trial.compile_seconds else "")),
+        expected_gain=(
+            f"measured {ratio:.2f}x: {base_ms:.2f} ms eager / {cand_ms:.2f} ms "
+            f"'{trial.name}', median steps of the same run (tune)"
+            + (
+                f"; compiling took {trial.compile_seconds:.0f} s once"
+                if trial.compile_seconds
+                else ""
+            )
+        ),
         speedup=ratio,
     )
 
@@ -125,9 +155,11 @@ def _failed(ctx: Context, trial: tuning.Compared) -> Advice:
         severity=Severity.INFO,
         title=f"torch.compile failed on this model in tune's '{trial.name}' trial: {trial.why}",
         evidence={**_evidence(ctx, True), **trial.evidence()},
-        action=("torch._dynamo.explain(model)(*batch) names the ops that break the graph; "
-                "fix or isolate them (torch.compiler.disable on a helper), then "
-                "accelkit.torch.fit(..., tune=True) measures compile again"),
+        action=(
+            "torch._dynamo.explain(model)(*batch) names the ops that break the graph; "
+            "fix or isolate them (torch.compiler.disable on a helper), then "
+            "accelkit.torch.fit(..., tune=True) measures compile again"
+        ),
         expected_gain="not estimated: the compiled step did not run",
     )
 
@@ -146,9 +178,11 @@ def _estimated(ctx: Context, fit: bool, trial: tuning.Compared | None) -> Advice
             title=f"the step runs eagerly (uncompiled) on {name}",
             evidence=evidence,
             action=_action(fit),
-            expected_gain=("not estimated: without a FLOP count and a peak for this run the "
-                           "share of the step outside matmuls is unknown; "
-                           "accelkit.torch.fit(..., tune=True) measures it on this model"),
+            expected_gain=(
+                "not estimated: without a FLOP count and a peak for this run the "
+                "share of the step outside matmuls is unknown; "
+                "accelkit.torch.fit(..., tune=True) measures it on this model"
+            ),
         )
     rest = max(0.0, 1.0 - min(mfu, 1.0) - wait)
     speedup = amdahl(rest, FUSION)
@@ -162,8 +196,10 @@ def _estimated(ctx: Context, fit: bool, trial: tuning.Compared | None) -> Advice
     return Advice(
         id="compile",
         severity=Severity.WARNING if speedup >= WARN_ESTIMATE else Severity.INFO,
-        title=(f"the step runs eagerly on {name}: {rest:.0%} of it is outside the matmuls, "
-               "where torch.compile fuses ops"),
+        title=(
+            f"the step runs eagerly on {name}: {rest:.0%} of it is outside the matmuls, "
+            "where torch.compile fuses ops"
+        ),
         evidence=evidence,
         action=_action(fit),
         expected_gain=(
@@ -171,17 +207,22 @@ def _estimated(ctx: Context, fit: bool, trial: tuning.Compared | None) -> Advice
             f"the step outside matmuls and input wait (1 - MFU {mfu:.1%} against {against} "
             f"- input wait {wait:.1%}; matmul time counted at that rate, so r is an upper "
             f"bound) and {FUSION} = {FUSION_SOURCE}; at most {FUSION}x. Not measured on this "
-            "model: tune=True measures it"),
+            "model: tune=True measures it"
+        ),
         speedup=speedup,
     )
 
 
 def _action(fit: bool) -> str:
     if fit:
-        return ("accelkit.torch.fit(model, loader, optimizer, loss_fn, compile=True), or "
-                "tune=True to time eager against compile (and a fused optimizer) on this model "
-                "and keep the fastest; the first steps compile (tens of seconds, once)")
-    return ("model = torch.compile(model) before the loop (or compile the function that runs "
-            "forward and loss together, so the loss fuses into the last layer); "
-            "the first steps compile (tens of seconds, once). A loop that already compiles "
-            "its step function says so with meter.facts['compiled'] = True")
+        return (
+            "accelkit.torch.fit(model, loader, optimizer, loss_fn, compile=True), or "
+            "tune=True to time eager against compile (and a fused optimizer) on this model "
+            "and keep the fastest; the first steps compile (tens of seconds, once)"
+        )
+    return (
+        "model = torch.compile(model) before the loop (or compile the function that runs "
+        "forward and loss together, so the loss fuses into the last layer); "
+        "the first steps compile (tens of seconds, once). A loop that already compiles "
+        "its step function says so with meter.facts['compiled'] = True"
+    )

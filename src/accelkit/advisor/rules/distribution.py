@@ -28,23 +28,33 @@ def data_parallel(ctx: Context) -> Advice | None:
     return Advice(
         id="data_parallel",
         severity=Severity.WARNING if gpus > 1 else Severity.INFO,
-        title=("the model is wrapped in torch.nn.DataParallel: one process scatters the "
-               "batch and replicates the model on every step"),
+        title=(
+            "the model is wrapped in torch.nn.DataParallel: one process scatters the "
+            "batch and replicates the model on every step"
+        ),
         evidence={"data_parallel": True, "visible_gpus": gpus},
-        action=(f"drop DataParallel and launch one process per GPU: torchrun "
-                f"--nproc-per-node {max(gpus, 1)} train.py, with accelkit.torch.fit (it sets "
-                "up DistributedDataParallel under torchrun) or "
-                "torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])"),
-        expected_gain=("not estimated: DistributedDataParallel overlaps the gradient "
-                       "all-reduce with the backward pass and has no per-step replication"),
+        action=(
+            f"drop DataParallel and launch one process per GPU: torchrun "
+            f"--nproc-per-node {max(gpus, 1)} train.py, with accelkit.torch.fit (it sets "
+            "up DistributedDataParallel under torchrun) or "
+            "torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])"
+        ),
+        expected_gain=(
+            "not estimated: DistributedDataParallel overlaps the gradient "
+            "all-reduce with the backward pass and has no per-step replication"
+        ),
     )
 
 
-@needs(("gpu", "fact:visible_gpus"),
-       optional=("fact:devices_used", "figure:world_size", "fact:data_parallel",
-                 "fact:distributed"),
-       evidence={"visible_gpus": None, "devices_used": "fact:devices_used",
-                 "world_size": "figure:world_size"})
+@needs(
+    ("gpu", "fact:visible_gpus"),
+    optional=("fact:devices_used", "figure:world_size", "fact:data_parallel", "fact:distributed"),
+    evidence={
+        "visible_gpus": None,
+        "devices_used": "fact:devices_used",
+        "world_size": "figure:world_size",
+    },
+)
 def idle_gpus(ctx: Context) -> Advice | None:
     """Fires when several GPUs are visible and one process trains on one of them.
 
@@ -56,27 +66,35 @@ def idle_gpus(ctx: Context) -> Advice | None:
     visible = max(ctx.hardware.gpu_count, int(ctx.fact("visible_gpus", 0)))
     used = int(ctx.fact("devices_used", 1))
     world = int(ctx.get("world_size", 1))
-    if visible < 2 or used > 1 or world > 1 or ctx.fact("data_parallel") or ctx.fact(
-            "distributed"):
+    if visible < 2 or used > 1 or world > 1 or ctx.fact("data_parallel") or ctx.fact("distributed"):
         return None
     if ctx.hardware.mig_enabled:
         return None  # MIG slices cannot run collectives together; one per process is right
     action = ctx.pick(
-        torch=(f"torchrun --nproc-per-node {visible} train.py: accelkit.torch.fit then trains "
-               "with DistributedDataParallel, one process per GPU"),
-        tensorflow=("plan = accelkit.auto_configure(framework='tensorflow')\n"
-                    "strategy = accelkit.keras.strategy(plan)  "
-                    f"# MirroredStrategy over the {visible} GPUs\n"
-                    "with strategy.scope():\n    model = build_model(); model.compile(...)"))
+        torch=(
+            f"torchrun --nproc-per-node {visible} train.py: accelkit.torch.fit then trains "
+            "with DistributedDataParallel, one process per GPU"
+        ),
+        tensorflow=(
+            "plan = accelkit.auto_configure(framework='tensorflow')\n"
+            "strategy = accelkit.keras.strategy(plan)  "
+            f"# MirroredStrategy over the {visible} GPUs\n"
+            "with strategy.scope():\n    model = build_model(); model.compile(...)"
+        ),
+    )
     return Advice(
         id="idle_gpus",
         severity=Severity.WARNING,
         title=f"{visible} GPUs visible, the run trained on {used}",
-        evidence={"visible_gpus": visible,
-                  **({"devices_used": used} if ctx.fact("devices_used") is not None else {}),
-                  **({"world_size": world} if ctx.get("world_size") is not None else {})},
+        evidence={
+            "visible_gpus": visible,
+            **({"devices_used": used} if ctx.fact("devices_used") is not None else {}),
+            **({"world_size": world} if ctx.get("world_size") is not None else {}),
+        },
         action=action,
-        expected_gain=(f"up to {visible}x samples/s: {visible} GPUs at perfect scaling, same "
-                       "per-GPU batch (an upper bound; NCCL all-reduce costs a few percent)"),
+        expected_gain=(
+            f"up to {visible}x samples/s: {visible} GPUs at perfect scaling, same "
+            "per-GPU batch (an upper bound; NCCL all-reduce costs a few percent)"
+        ),
         speedup=float(visible),
     )

@@ -27,13 +27,22 @@ from accelkit.advisor.types import Advice, Severity, removing_share, unbounded_g
 HIGH = 0.20  # a fifth of every step idle: the pipeline is the bottleneck
 MODERATE = 0.05
 _PYDATASET_WORKERS = 8  # what the Keras action suggests
-_UNSEEN = ("the loader's settings were not recorded (a Meter does not see the loader: "
-           "meter.facts.update(accelkit.torch.facts.loader_facts(loader)) records them)")
+_UNSEEN = (
+    "the loader's settings were not recorded (a Meter does not see the loader: "
+    "meter.facts.update(accelkit.torch.facts.loader_facts(loader)) records them)"
+)
 
 
-@needs("figure:input_wait_share", optional=("figure:step_time_s", "fact:loader"),
-       evidence={"input_wait_share": None, "step_time_ms": "figure:step_time_s",
-                 "input_wait_per_step_ms": "figure:step_time_s", "loader.*": "fact:loader"})
+@needs(
+    "figure:input_wait_share",
+    optional=("figure:step_time_s", "fact:loader"),
+    evidence={
+        "input_wait_share": None,
+        "step_time_ms": "figure:step_time_s",
+        "input_wait_per_step_ms": "figure:step_time_s",
+        "loader.*": "fact:loader",
+    },
+)
 def input_bound(ctx: Context) -> Advice | None:
     """Fires when `input_wait_share` >= 5% (info) or >= 20% (warning).
 
@@ -58,13 +67,17 @@ def input_bound(ctx: Context) -> Advice | None:
     return Advice(
         id="input_bound",
         severity=Severity.WARNING if high else Severity.INFO,
-        title=(f"{'input-bound' if high else 'input wait'}: {share:.0%} of step time is spent "
-               "waiting for the next batch"),
+        title=(
+            f"{'input-bound' if high else 'input wait'}: {share:.0%} of step time is spent "
+            "waiting for the next batch"
+        ),
         evidence=evidence,
         action=_torch_action(ctx, loader) if ctx.torch else _tf_action(loader),
-        expected_gain=(f"up to {speedup:.2f}x: 1 / (1 - {share:.3f}) = {unbounded_gain(share)} if the "
-                       f"wait (the measured input-wait share) were removed entirely, at most "
-                       f"{cap:.2f}x: {bound}"),
+        expected_gain=(
+            f"up to {speedup:.2f}x: 1 / (1 - {share:.3f}) = {unbounded_gain(share)} if the "
+            f"wait (the measured input-wait share) were removed entirely, at most "
+            f"{cap:.2f}x: {bound}"
+        ),
         speedup=speedup,
     )
 
@@ -83,11 +96,16 @@ def _cap(ctx: Context, loader: Mapping[str, Any] | None) -> tuple[float, str]:
     the largest the suggested workers can give, and the text says it assumes so."""
     if loader is None:
         added = _suggested_workers(ctx) if ctx.torch else ctx.hardware.cpu_count or 2
-        return float(added + 1), (f"{added} loading processes overlap the step, which then "
-                                  f"takes at least max(compute, loading / {added}), if it "
-                                  "loads in the training process now: "
-                                  + ("the loader's settings were not recorded" if ctx.torch
-                                     else "the input pipeline was not recorded"))
+        return float(added + 1), (
+            f"{added} loading processes overlap the step, which then "
+            f"takes at least max(compute, loading / {added}), if it "
+            "loads in the training process now: "
+            + (
+                "the loader's settings were not recorded"
+                if ctx.torch
+                else "the input pipeline was not recorded"
+            )
+        )
     kind = loader.get("type")
     if ctx.torch:
         workers = 0 if kind not in (None, "DataLoader") else int(loader.get("num_workers") or 0)
@@ -97,15 +115,21 @@ def _cap(ctx: Context, loader: Mapping[str, Any] | None) -> tuple[float, str]:
     elif kind != "tf.data.Dataset" or (loader.get("map") and not loader.get("parallel_map")):
         workers, added = 0, ctx.hardware.cpu_count or 2
     else:
-        return 2.0, ("the map already runs in parallel: prefetching overlaps loading with the "
-                     "step, which then takes at least max(compute, loading); what a cache "
-                     "saves is not measured")
+        return 2.0, (
+            "the map already runs in parallel: prefetching overlaps loading with the "
+            "step, which then takes at least max(compute, loading); what a cache "
+            "saves is not measured"
+        )
     if added <= workers:
-        return 2.0, ("nothing left to run in parallel; claimed for a batch half as costly to "
-                     "prepare (a loader-bound step lasts as long as preparing a batch)")
+        return 2.0, (
+            "nothing left to run in parallel; claimed for a batch half as costly to "
+            "prepare (a loader-bound step lasts as long as preparing a batch)"
+        )
     if workers == 0:
-        return float(added + 1), (f"{added} loading processes overlap the step, which then "
-                                  f"takes at least max(compute, loading / {added})")
+        return float(added + 1), (
+            f"{added} loading processes overlap the step, which then "
+            f"takes at least max(compute, loading / {added})"
+        )
     return added / workers, f"{added} loading processes instead of {workers}"
 
 
@@ -114,29 +138,37 @@ def _torch_action(ctx: Context, loader: Mapping[str, Any] | None) -> str:
     suggested = _suggested_workers(ctx)
     pin = bool(ctx.hardware.gpus)  # page-locked buffers only help host-to-GPU copies
     if loader is None:
-        return (f"DataLoader(dataset, batch_size=..., num_workers={suggested}"
-                f"{', pin_memory=True' if pin else ''}, persistent_workers=True, "
-                f"prefetch_factor=4)\n{_UNSEEN}: with fewer workers than that, about one per "
-                "free CPU core " + (f"({cpus} cores here)" if cpus else
-                                    "(CPU count unknown: start at 2)")
-                + "; workers survive between epochs; 4 batches queued per worker")
+        return (
+            f"DataLoader(dataset, batch_size=..., num_workers={suggested}"
+            f"{', pin_memory=True' if pin else ''}, persistent_workers=True, "
+            f"prefetch_factor=4)\n{_UNSEEN}: with fewer workers than that, about one per "
+            "free CPU core "
+            + (f"({cpus} cores here)" if cpus else "(CPU count unknown: start at 2)")
+            + "; workers survive between epochs; 4 batches queued per worker"
+        )
     if loader.get("type") not in (None, "DataLoader"):
-        return (f"DataLoader(dataset, batch_size=..., num_workers={suggested}"
-                f"{', pin_memory=True' if pin else ''}, persistent_workers=True, "
-                f"prefetch_factor=4)\ninstead of {loader['type']}: batches are then prepared "
-                "in worker processes while the model trains")
+        return (
+            f"DataLoader(dataset, batch_size=..., num_workers={suggested}"
+            f"{', pin_memory=True' if pin else ''}, persistent_workers=True, "
+            f"prefetch_factor=4)\ninstead of {loader['type']}: batches are then prepared "
+            "in worker processes while the model trains"
+        )
     workers = int(loader.get("num_workers") or 0)
     batch = loader.get("batch_size")
     args = [f"batch_size={batch}" if batch else "batch_size=..."]
     why = []
     if workers < suggested:
         args.append(f"num_workers={suggested}")
-        why.append(f"num_workers is {workers}: about one worker per free CPU core "
-                   + (f"({cpus} cores here)" if cpus else "(CPU count unknown: start at 2)"))
+        why.append(
+            f"num_workers is {workers}: about one worker per free CPU core "
+            + (f"({cpus} cores here)" if cpus else "(CPU count unknown: start at 2)")
+        )
     else:
         args.append(f"num_workers={workers}")
-        why.append(f"{workers} workers already: make __getitem__ cheaper (decode once and "
-                   "cache, move augmentation to the GPU)")
+        why.append(
+            f"{workers} workers already: make __getitem__ cheaper (decode once and "
+            "cache, move augmentation to the GPU)"
+        )
     if pin and not loader.get("pin_memory"):
         args.append("pin_memory=True")
         why.append("pinned buffers make host-to-device copies asynchronous")
@@ -151,28 +183,40 @@ def _torch_action(ctx: Context, loader: Mapping[str, Any] | None) -> str:
 
 def _tf_action(loader: Mapping[str, Any] | None) -> str:
     if loader is None:
-        return ("the input pipeline was not recorded: with tf.data, "
-                ".map(fn, num_parallel_calls=tf.data.AUTOTUNE), .cache() after the expensive "
-                "steps and .prefetch(tf.data.AUTOTUNE) last; with arrays or a generator, feed "
-                "model.fit such a tf.data pipeline")
+        return (
+            "the input pipeline was not recorded: with tf.data, "
+            ".map(fn, num_parallel_calls=tf.data.AUTOTUNE), .cache() after the expensive "
+            "steps and .prefetch(tf.data.AUTOTUNE) last; with arrays or a generator, feed "
+            "model.fit such a tf.data pipeline"
+        )
     kind = loader.get("type")
     if kind == "tf.data.Dataset":
         steps = []
         if loader.get("map") and not loader.get("parallel_map"):
             steps.append(".map(fn, num_parallel_calls=tf.data.AUTOTUNE)")
         if not loader.get("cache"):
-            steps.append(".cache() after the expensive, deterministic steps (to a file: "
-                         ".cache(path) when it does not fit in memory)")
+            steps.append(
+                ".cache() after the expensive, deterministic steps (to a file: "
+                ".cache(path) when it does not fit in memory)"
+            )
         if not loader.get("prefetch"):
             steps.append(".prefetch(tf.data.AUTOTUNE) as the last step")
-        steps = steps or [(".interleave(..., num_parallel_calls=tf.data.AUTOTUNE) for file "
-                           "reading, and move per-sample Python (tf.py_function) into TF ops")]
+        steps = steps or [
+            (
+                ".interleave(..., num_parallel_calls=tf.data.AUTOTUNE) for file "
+                "reading, and move per-sample Python (tf.py_function) into TF ops"
+            )
+        ]
         return "tf.data: dataset" + "".join(f"\n  {s}" for s in steps)
     if kind == "PyDataset":
-        return (f"keras.utils.PyDataset(workers={_PYDATASET_WORKERS}, use_multiprocessing=True, "
-                "max_queue_size=16), "
-                "or a tf.data pipeline with .map(num_parallel_calls=tf.data.AUTOTUNE) and "
-                ".prefetch(tf.data.AUTOTUNE)")
-    return ("feed model.fit a tf.data pipeline: tf.data.Dataset.from_tensor_slices(...)"
-            ".map(fn, num_parallel_calls=tf.data.AUTOTUNE).cache().batch(B)"
-            ".prefetch(tf.data.AUTOTUNE)")
+        return (
+            f"keras.utils.PyDataset(workers={_PYDATASET_WORKERS}, use_multiprocessing=True, "
+            "max_queue_size=16), "
+            "or a tf.data pipeline with .map(num_parallel_calls=tf.data.AUTOTUNE) and "
+            ".prefetch(tf.data.AUTOTUNE)"
+        )
+    return (
+        "feed model.fit a tf.data pipeline: tf.data.Dataset.from_tensor_slices(...)"
+        ".map(fn, num_parallel_calls=tf.data.AUTOTUNE).cache().batch(B)"
+        ".prefetch(tf.data.AUTOTUNE)"
+    )

@@ -23,10 +23,16 @@ from accelkit.hardware import capabilities
 _SHOWN = 6
 
 
-@needs("fact:keras_policy", "fact:keras_layers_off_policy",
-       optional=("fact:keras_matmul_layers", "spec", "figure:mfu", "plan", "measured_here"),
-       evidence={"global_policy": None, "off_policy_layers": None,
-                 "matmul_layers": "fact:keras_matmul_layers"})
+@needs(
+    "fact:keras_policy",
+    "fact:keras_layers_off_policy",
+    optional=("fact:keras_matmul_layers", "spec", "figure:mfu", "plan", "measured_here"),
+    evidence={
+        "global_policy": None,
+        "off_policy_layers": None,
+        "matmul_layers": "fact:keras_matmul_layers",
+    },
+)
 def keras_policy(ctx: Context) -> Advice | None:
     """Fires when matmul layers compute in another dtype than the global mixed policy.
 
@@ -44,20 +50,24 @@ def keras_policy(ctx: Context) -> Advice | None:
     target = capabilities.keras_policy(ctx.plan.precision) if what_if else policy
     if what_if and not capabilities.is_mixed(ctx.plan.precision):
         return None  # float32 there: the layers computing in float32 is what the plan wants
-    names = [f"{layer.get('name')} ({layer.get('type')}, {layer.get('compute_dtype')})"
-             for layer in off]
+    names = [
+        f"{layer.get('name')} ({layer.get('type')}, {layer.get('compute_dtype')})" for layer in off
+    ]
     total = ctx.fact("keras_matmul_layers")
     evidence: dict[str, object] = {"global_policy": policy, "off_policy_layers": names}
     if total:
         evidence["matmul_layers"] = total
-    shown = ", ".join(names[:_SHOWN]) + (f" and {len(names) - _SHOWN} more"
-                                         if len(names) > _SHOWN else "")
+    shown = ", ".join(names[:_SHOWN]) + (
+        f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else ""
+    )
     return Advice(
         id="keras_policy",
         severity=Severity.WARNING,
-        title=(f"{len(off)}{f' of {total}' if total else ''} matmul layer(s) compute in "
-               f"float32 under the global policy {policy}: the model was built before the "
-               f"policy was set ({shown})"),
+        title=(
+            f"{len(off)}{f' of {total}' if total else ''} matmul layer(s) compute in "
+            f"float32 under the global policy {policy}: the model was built before the "
+            f"policy was set ({shown})"
+        ),
         evidence=evidence,
         action=_action(ctx, target, what_if),
         **_gain(ctx, target),
@@ -67,15 +77,19 @@ def keras_policy(ctx: Context) -> Advice | None:
 def _action(ctx: Context, policy: str, what_if: bool) -> str:
     if what_if:
         where = ctx.gpu.name if ctx.gpu is not None else "the planned hardware"
-        return (f"on {where}: call accelkit.auto_configure(framework='tensorflow') first "
-                f"(it sets {policy}), then build and compile the model: Keras fixes a "
-                "layer's dtype when the layer is created, so every matmul layer computes "
-                f"in {capabilities.torch_dtype_name(capabilities.precision_of_policy(policy))}"
-                " only when built after it")
-    return ("rebuild the model after accelkit.auto_configure(framework='tensorflow') (or "
-            f"keras.mixed_precision.set_global_policy('{policy}')), then compile it again: "
-            "Keras fixes a layer's dtype when the layer is created, so the policy must be set "
-            "before building the model")
+        return (
+            f"on {where}: call accelkit.auto_configure(framework='tensorflow') first "
+            f"(it sets {policy}), then build and compile the model: Keras fixes a "
+            "layer's dtype when the layer is created, so every matmul layer computes "
+            f"in {capabilities.torch_dtype_name(capabilities.precision_of_policy(policy))}"
+            " only when built after it"
+        )
+    return (
+        "rebuild the model after accelkit.auto_configure(framework='tensorflow') (or "
+        f"keras.mixed_precision.set_global_policy('{policy}')), then compile it again: "
+        "Keras fixes a layer's dtype when the layer is created, so the policy must be set "
+        "before building the model"
+    )
 
 
 def _gain(ctx: Context, policy: str) -> dict[str, object]:
@@ -83,15 +97,21 @@ def _gain(ctx: Context, policy: str) -> dict[str, object]:
     target = capabilities.precision_of_policy(policy)
     now = "tf32" if spec is not None and spec.peak("tf32") else "fp32"
     if spec is None or not spec.peak(now) or not spec.peak(target):
-        return {"expected_gain": "not estimated: no datasheet peaks for this device "
-                                 "(the layers run at the float32 rate instead of the "
-                                 f"{target} one)"}
+        return {
+            "expected_gain": "not estimated: no datasheet peaks for this device "
+            "(the layers run at the float32 rate instead of the "
+            f"{target} one)"
+        }
     ratio = spec.peak(target) / spec.peak(now)
     mfu = ctx.mfu if ctx.mfu is not None else DEFAULT_MFU
     speedup = min(amdahl(min(mfu, 1.0), ratio), ratio)
-    return {"speedup": speedup,
-            "expected_gain": (f"about {speedup:.2f}x if all matmuls were off-policy: "
-                              f"1 / ((1 - MFU) + MFU / R), MFU {mfu:.1%}"
-                              f"{'' if ctx.mfu is not None else ' (assumed)'}, R = "
-                              f"{spec.peak(target):g} / {spec.peak(now):g} ({spec.name} "
-                              f"{target} / {now}, datasheet)")}
+    return {
+        "speedup": speedup,
+        "expected_gain": (
+            f"about {speedup:.2f}x if all matmuls were off-policy: "
+            f"1 / ((1 - MFU) + MFU / R), MFU {mfu:.1%}"
+            f"{'' if ctx.mfu is not None else ' (assumed)'}, R = "
+            f"{spec.peak(target):g} / {spec.peak(now):g} ({spec.name} "
+            f"{target} / {now}, datasheet)"
+        ),
+    }

@@ -18,12 +18,28 @@ HIGH = 0.90  # peak within 10% of the device: fragmentation or a longer batch OO
 USABLE = 0.90
 
 
-@needs("figure:peak_memory_bytes", "gpu",
-       optional=("fact:model_state_bytes", "batch_size", "figure:gpu_utilization",
-                 "measured_here", "spec", "figure:matmul_dtype", "plan"),
-       evidence={"peak_memory_gb": None, "device_memory_gb": None, "peak_share": None,
-                 "model_state_gb": "fact:model_state_bytes", "batch_size": "batch_size",
-                 "per_sample_mb": "batch_size", "batch_that_fits": "batch_size"})
+@needs(
+    "figure:peak_memory_bytes",
+    "gpu",
+    optional=(
+        "fact:model_state_bytes",
+        "batch_size",
+        "figure:gpu_utilization",
+        "measured_here",
+        "spec",
+        "figure:matmul_dtype",
+        "plan",
+    ),
+    evidence={
+        "peak_memory_gb": None,
+        "device_memory_gb": None,
+        "peak_share": None,
+        "model_state_gb": "fact:model_state_bytes",
+        "batch_size": "batch_size",
+        "per_sample_mb": "batch_size",
+        "batch_that_fits": "batch_size",
+    },
+)
 def memory(ctx: Context) -> Advice | None:
     """Low peak memory (batch that would fit) or near the limit (OOM risk).
 
@@ -41,8 +57,10 @@ def memory(ctx: Context) -> Advice | None:
     state = int(ctx.fact("model_state_bytes", 0))
     state = state if state < peak else 0
     evidence: dict[str, object] = {
-        "peak_memory_gb": round(peak / 1e9, 3), "device_memory_gb": round(total / 1e9, 3),
-        "peak_share": round(used, 4)}
+        "peak_memory_gb": round(peak / 1e9, 3),
+        "device_memory_gb": round(total / 1e9, 3),
+        "peak_share": round(used, 4),
+    }
     if state:
         evidence["model_state_gb"] = round(state / 1e9, 3)
     if batch:
@@ -55,8 +73,9 @@ def memory(ctx: Context) -> Advice | None:
     return None
 
 
-def _room(ctx: Context, total: int, peak: int, state: int, batch: int,
-          evidence: dict[str, object]) -> Advice | None:
+def _room(
+    ctx: Context, total: int, peak: int, state: int, batch: int, evidence: dict[str, object]
+) -> Advice | None:
     per_sample = (peak - state) / batch
     fits = int((USABLE * total - state) / per_sample)
     fits -= fits % 8 if fits >= 8 else 0  # tensor-core friendly
@@ -64,46 +83,64 @@ def _room(ctx: Context, total: int, peak: int, state: int, batch: int,
         return None
     evidence["batch_that_fits"] = fits
     util = ctx.get("gpu_utilization") if ctx.measured_here else None
-    why = (f"the device is busy already (utilisation {util:.0f}%): a larger batch mostly buys "
-           "fewer optimizer steps, not speed" if util is not None and util >= 90
-           else "a larger batch gives the GPU more work per launch")
+    why = (
+        f"the device is busy already (utilisation {util:.0f}%): a larger batch mostly buys "
+        "fewer optimizer steps, not speed"
+        if util is not None and util >= 90
+        else "a larger batch gives the GPU more work per launch"
+    )
     action = ctx.pick(
         torch=f"DataLoader(..., batch_size={fits}) and scale the learning rate with the batch "
-              "(linear for SGD, about sqrt for Adam), or keep the batch and train a larger model",
+        "(linear for SGD, about sqrt for Adam), or keep the batch and train a larger model",
         tensorflow=f"model.fit(..., batch_size={fits}) or dataset.batch({fits}); scale the "
-                   "learning rate with the batch")
+        "learning rate with the batch",
+    )
     return Advice(
         id="memory_headroom",
         severity=Severity.INFO,
-        title=(f"peak memory is {peak / total:.0%} of the device: a batch of about {fits} "
-               f"would fit (now {batch}); {why}"),
+        title=(
+            f"peak memory is {peak / total:.0%} of the device: a batch of about {fits} "
+            f"would fit (now {batch}); {why}"
+        ),
         evidence=evidence,
         action=action,
-        expected_gain=(f"batch {fits} fits: ({USABLE:.0%} of {total / 1e9:.1f} GB - "
-                       + (f"{state / 1e9:.2f} GB model state" if state else
-                          "model state, unknown so counted as 0: an underestimate")
-                       + f") / {per_sample / 1e6:.2f} MB per sample (measured peak); speed-up "
-                       "not estimated"),
+        expected_gain=(
+            f"batch {fits} fits: ({USABLE:.0%} of {total / 1e9:.1f} GB - "
+            + (
+                f"{state / 1e9:.2f} GB model state"
+                if state
+                else "model state, unknown so counted as 0: an underestimate"
+            )
+            + f") / {per_sample / 1e6:.2f} MB per sample (measured peak); speed-up "
+            "not estimated"
+        ),
     )
 
 
-def _near_limit(ctx: Context, used: float, batch: int | None,
-                evidence: dict[str, object]) -> Advice:
+def _near_limit(
+    ctx: Context, used: float, batch: int | None, evidence: dict[str, object]
+) -> Advice:
     half = f"batch_size={batch // 2} " if batch and batch >= 2 else "half the batch "
-    lower = ("" if ctx.matmul_dtype in ("bf16", "fp16")
-             else "; mixed precision (bf16/fp16) halves activation memory")
+    lower = (
+        ""
+        if ctx.matmul_dtype in ("bf16", "fp16")
+        else "; mixed precision (bf16/fp16) halves activation memory"
+    )
     action = ctx.pick(
         torch=f"{half}with accelkit.torch.fit(..., accumulation_steps=2) (same effective "
-              "batch); activation checkpointing on the large blocks: "
-              "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)" + lower,
+        "batch); activation checkpointing on the large blocks: "
+        "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)" + lower,
         tensorflow=f"{half}with gradient accumulation (keras.optimizers.Adam(..., "
-                   "gradient_accumulation_steps=2)); recompute activations with "
-                   "tf.recompute_grad on the large blocks" + lower)
+        "gradient_accumulation_steps=2)); recompute activations with "
+        "tf.recompute_grad on the large blocks" + lower,
+    )
     return Advice(
         id="memory_pressure",
         severity=Severity.WARNING,
-        title=(f"peak memory is {used:.0%} of the device: a longer sequence, a larger "
-               "batch or fragmentation will run out of memory"),
+        title=(
+            f"peak memory is {used:.0%} of the device: a longer sequence, a larger "
+            "batch or fragmentation will run out of memory"
+        ),
         evidence=evidence,
         action=action,
         expected_gain="no speed-up: keeps the run from failing with out-of-memory",

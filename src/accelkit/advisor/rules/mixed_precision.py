@@ -25,13 +25,31 @@ from accelkit.hardware import capabilities, float_formats
 _NO_GAIN = "no speed-up: a correctness fix"
 
 
-@needs(("fact:float_id_inputs", "fact:ids_over_float16"),
-       optional=("fact:keras_policy", "figure:precision", "plan", "measured_here"),
-       evidence={k: None for k in (
-           "layer", "lookup", "input", "input_dtype", "cast_by", "rounded_in", "exact_up_to",
-           "vocabulary", "ids_changed", "ids_changed_share", "ids_out_of_range", "examples",
-           "dtype", "max_id", "example")}
-       | {"first_batch_*": "fact:ids_over_float16"})
+@needs(
+    ("fact:float_id_inputs", "fact:ids_over_float16"),
+    optional=("fact:keras_policy", "figure:precision", "plan", "measured_here"),
+    evidence={
+        k: None
+        for k in (
+            "layer",
+            "lookup",
+            "input",
+            "input_dtype",
+            "cast_by",
+            "rounded_in",
+            "exact_up_to",
+            "vocabulary",
+            "ids_changed",
+            "ids_changed_share",
+            "ids_out_of_range",
+            "examples",
+            "dtype",
+            "max_id",
+            "example",
+        )
+    }
+    | {"first_batch_*": "fact:ids_over_float16"},
+)
 def float_ids(ctx: Context) -> list[Advice] | None:
     """Fires (critical) for each Keras integer lookup fed float ids through a layer that
     casts them to a 16-bit dtype under the policy in force (the what-if plan's policy when
@@ -64,9 +82,14 @@ def float_ids(ctx: Context) -> list[Advice] | None:
     return advice or None
 
 
-@needs("fact:float16_outputs", optional=("fact:keras_policy", "plan", "measured_here"),
-       evidence={k: None for k in ("outputs", "policy", "output_dtype", "relative_precision",
-                                   "largest_value")})
+@needs(
+    "fact:float16_outputs",
+    optional=("fact:keras_policy", "plan", "measured_here"),
+    evidence={
+        k: None
+        for k in ("outputs", "policy", "output_dtype", "relative_precision", "largest_value")
+    },
+)
 def float16_outputs(ctx: Context) -> Advice | None:
     """Fires (critical) when a Keras model's outputs are 16-bit under a mixed policy (on
     a what-if plan: when that plan's policy is mixed too).
@@ -84,23 +107,32 @@ def float16_outputs(ctx: Context) -> Advice | None:
     return Advice(
         id="float16_outputs",
         severity=Severity.CRITICAL,
-        title=(f"{len(outputs)} output(s) computed in {dtype} under {policy}, without a "
-               f"float32 head: {', '.join(outputs)}"),
-        evidence={"outputs": list(outputs), "policy": policy, "output_dtype": dtype,
-                  "relative_precision": float_formats.epsilon(dtype),
-                  "largest_value": float_formats.largest(dtype)},
-        action=("model = accelkit.keras.float32_head(model) before model.compile(...): "
-                "float32 outputs, so the last layer's softmax and the loss work in float32 "
-                "(or give the last layer dtype=\"float32\"); accelkit.keras.fit adds the "
-                "head itself"),
+        title=(
+            f"{len(outputs)} output(s) computed in {dtype} under {policy}, without a "
+            f"float32 head: {', '.join(outputs)}"
+        ),
+        evidence={
+            "outputs": list(outputs),
+            "policy": policy,
+            "output_dtype": dtype,
+            "relative_precision": float_formats.epsilon(dtype),
+            "largest_value": float_formats.largest(dtype),
+        },
+        action=(
+            "model = accelkit.keras.float32_head(model) before model.compile(...): "
+            "float32 outputs, so the last layer's softmax and the loss work in float32 "
+            '(or give the last layer dtype="float32"); accelkit.keras.fit adds the '
+            "head itself"
+        ),
         expected_gain="no speed-up: one cast per output; softmax and loss stop rounding "
-                      f"to {dtype} (spacing {float_formats.epsilon(dtype):g} near 1)",
+        f"to {dtype} (spacing {float_formats.epsilon(dtype):g} near 1)",
     )
 
 
-@needs("fact:half_integer_inputs",
-       evidence={k: None for k in ("input", "dtype", "shape", "max", "exact_up_to",
-                                   "examples")})
+@needs(
+    "fact:half_integer_inputs",
+    evidence={k: None for k in ("input", "dtype", "shape", "max", "exact_up_to", "examples")},
+)
 def half_ids(ctx: Context) -> list[Advice] | None:
     """Fires (critical) for each PyTorch batch tensor that arrived in float16/bfloat16
     holding only whole numbers, past what the dtype holds exactly: ids already rounded.
@@ -116,23 +148,35 @@ def half_ids(ctx: Context) -> list[Advice] | None:
         dtype, name = str(item.get("dtype")), str(item.get("input"))
         limit = item.get("exact_up_to") or float_formats.exact_limit(dtype)
         top = float(item.get("max") or 0)
-        advice.append(Advice(
-            id="half_ids",
-            severity=Severity.CRITICAL,
-            title=(f"'{name}' arrives as {dtype} holding only whole numbers up to {top:.0f}: "
-                   f"{dtype} holds integers exactly only up to {limit}, so if these are "
-                   "token ids most of them were rounded before the model saw them"),
-            evidence={"input": name, "dtype": dtype, "shape": item.get("shape"),
-                      "max": top, "exact_up_to": limit,
-                      "examples": [f"{v} -> {r:.0f}" for v, r in
-                                   float_formats.examples(int(top) + 1, dtype)][:2]},
-            action=("keep integer tensors integer: move the batch without a dtype, e.g. "
+        advice.append(
+            Advice(
+                id="half_ids",
+                severity=Severity.CRITICAL,
+                title=(
+                    f"'{name}' arrives as {dtype} holding only whole numbers up to {top:.0f}: "
+                    f"{dtype} holds integers exactly only up to {limit}, so if these are "
+                    "token ids most of them were rounded before the model saw them"
+                ),
+                evidence={
+                    "input": name,
+                    "dtype": dtype,
+                    "shape": item.get("shape"),
+                    "max": top,
+                    "exact_up_to": limit,
+                    "examples": [
+                        f"{v} -> {r:.0f}" for v, r in float_formats.examples(int(top) + 1, dtype)
+                    ][:2],
+                },
+                action=(
+                    "keep integer tensors integer: move the batch without a dtype, e.g. "
                     "batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}, "
                     "and let autocast pick the compute dtype (with plan.autocast(): ...; "
                     "accelkit.torch.fit does both); cast only floating tensors if you must: "
-                    "v.to(dtype) if v.is_floating_point() else v"),
-            expected_gain=_NO_GAIN,
-        ))
+                    "v.to(dtype) if v.is_floating_point() else v"
+                ),
+                expected_gain=_NO_GAIN,
+            )
+        )
     return advice or None
 
 
@@ -151,40 +195,57 @@ def _rounding_dtype(ctx: Context, cast_dtype: Any) -> tuple[str | None, bool]:
     return capabilities.torch_dtype_name(precision), False
 
 
-def _float_ids_advice(ctx: Context, item: Mapping[str, Any], dtype: str, now: bool,
-                      batch: Mapping[str, Any]) -> Advice:
+def _float_ids_advice(
+    ctx: Context, item: Mapping[str, Any], dtype: str, now: bool, batch: Mapping[str, Any]
+) -> Advice:
     vocabulary = item.get("input_dim")
     limit = float_formats.exact_limit(dtype)
     policy = capabilities.keras_policy(capabilities.precision_of_policy(dtype))
     evidence: dict[str, Any] = {
-        "layer": item.get("layer"), "lookup": item.get("embedding"),
-        "input": item.get("input"), "input_dtype": item.get("input_dtype"),
-        "cast_by": item.get("cast_by"), "rounded_in": dtype, "exact_up_to": limit}
+        "layer": item.get("layer"),
+        "lookup": item.get("embedding"),
+        "input": item.get("input"),
+        "input_dtype": item.get("input_dtype"),
+        "cast_by": item.get("cast_by"),
+        "rounded_in": dtype,
+        "exact_up_to": limit,
+    }
     lost = ""
     if vocabulary:
         changed = float_formats.changed_below(vocabulary, dtype)
-        evidence.update(vocabulary=vocabulary, ids_changed=changed,
-                        ids_changed_share=round(changed / vocabulary, 4),
-                        ids_out_of_range=float_formats.out_of_range(vocabulary, dtype),
-                        examples=[_example(v, r, vocabulary)
-                                  for v, r in float_formats.examples(vocabulary, dtype)])
-        lost = f": {changed:,} of its {vocabulary:,} ids ({changed / vocabulary:.0%}) " \
-               "become other ids"
+        evidence.update(
+            vocabulary=vocabulary,
+            ids_changed=changed,
+            ids_changed_share=round(changed / vocabulary, 4),
+            ids_out_of_range=float_formats.out_of_range(vocabulary, dtype),
+            examples=[
+                _example(v, r, vocabulary) for v, r in float_formats.examples(vocabulary, dtype)
+            ],
+        )
+        lost = (
+            f": {changed:,} of its {vocabulary:,} ids ({changed / vocabulary:.0%}) become other ids"
+        )
     if batch:
-        evidence.update(first_batch_max_id=batch.get("max_id"),
-                        first_batch_changed=f"{batch.get('changed')} of {batch.get('values')}")
+        evidence.update(
+            first_batch_max_id=batch.get("max_id"),
+            first_batch_changed=f"{batch.get('changed')} of {batch.get('values')}",
+        )
     where = _where(ctx, now, policy)
     shape = tuple(item.get("input_shape") or ()) or ("maxlen",)
     spelled = "(" + ", ".join(str(d) for d in shape) + ",)" if len(shape) == 1 else str(shape)
     return Advice(
         id="float_ids",
         severity=Severity.CRITICAL,
-        title=(f"token ids from float input '{item.get('input')}' reach "
-               f"'{item.get('embedding')}' as {dtype}{where}{lost}"),
+        title=(
+            f"token ids from float input '{item.get('input')}' reach "
+            f"'{item.get('embedding')}' as {dtype}{where}{lost}"
+        ),
         evidence=evidence,
-        action=(f"declare the ids integer: keras.Input(shape={spelled}, dtype=\"int32\") "
-                f"instead of the {item.get('input_dtype')} input '{item.get('input')}': "
-                "integer inputs are never autocast (the data may stay as it is)"),
+        action=(
+            f'declare the ids integer: keras.Input(shape={spelled}, dtype="int32") '
+            f"instead of the {item.get('input_dtype')} input '{item.get('input')}': "
+            "integer inputs are never autocast (the data may stay as it is)"
+        ),
         expected_gain=_NO_GAIN,
     )
 
@@ -193,20 +254,31 @@ def _batch_advice(ctx: Context, batch: Mapping[str, Any], dtype: str, now: bool)
     policy = capabilities.keras_policy(capabilities.precision_of_policy(dtype))
     top = int(batch.get("max_id") or 0)
     limit = float_formats.exact_limit(dtype)
-    changed = (f"{batch.get('changed')} of the batch's {batch.get('values')} change"
-               if batch.get("rounded_in") == dtype else f"those above {limit} change")
+    changed = (
+        f"{batch.get('changed')} of the batch's {batch.get('values')} change"
+        if batch.get("rounded_in") == dtype
+        else f"those above {limit} change"
+    )
     return Advice(
         id="float_ids",
         severity=Severity.CRITICAL,
-        title=(f"the first batch feeds whole numbers up to {top} to '{batch.get('input')}' "
-               f"as {batch.get('dtype')}, and '{batch.get('cast_by')}' casts them to "
-               f"{dtype}{_where(ctx, now, policy)}: if they are token ids, {changed}"),
-        evidence={"input": batch.get("input"), "dtype": batch.get("dtype"), "max_id": top,
-                  "cast_by": batch.get("cast_by"), "rounded_in": dtype,
-                  "exact_up_to": limit,
-                  "example": f"{top} -> {float_formats.rounded(top, dtype):.0f}"},
-        action=("pass the ids as integers (an int32 array or tensor): Keras autocasts only "
-                "float inputs"),
+        title=(
+            f"the first batch feeds whole numbers up to {top} to '{batch.get('input')}' "
+            f"as {batch.get('dtype')}, and '{batch.get('cast_by')}' casts them to "
+            f"{dtype}{_where(ctx, now, policy)}: if they are token ids, {changed}"
+        ),
+        evidence={
+            "input": batch.get("input"),
+            "dtype": batch.get("dtype"),
+            "max_id": top,
+            "cast_by": batch.get("cast_by"),
+            "rounded_in": dtype,
+            "exact_up_to": limit,
+            "example": f"{top} -> {float_formats.rounded(top, dtype):.0f}",
+        },
+        action=(
+            "pass the ids as integers (an int32 array or tensor): Keras autocasts only float inputs"
+        ),
         expected_gain=_NO_GAIN,
     )
 

@@ -53,9 +53,9 @@ _CONTEXT: dict[str, Callable[[Context], bool]] = {
 def present(ctx: Context, name: str) -> bool:
     """Whether input `name` (module docstring) is in `ctx`."""
     if name.startswith("figure:"):
-        return ctx.get(name[len("figure:"):]) is not None
+        return ctx.get(name[len("figure:") :]) is not None
     if name.startswith("fact:"):
-        return ctx.fact(name[len("fact:"):]) is not None
+        return ctx.fact(name[len("fact:") :]) is not None
     return _CONTEXT[name](ctx)
 
 
@@ -76,13 +76,16 @@ class Needs:
     evidence: Mapping[str, Stated] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        names = [*self.inputs, *(s for v in self.evidence.values() if v
-                                 for s in ((v,) if isinstance(v, str) else v))]
-        unknown = [n for n in names
-                   if not n.startswith(("figure:", "fact:")) and n not in _CONTEXT]
+        names = [
+            *self.inputs,
+            *(s for v in self.evidence.values() if v for s in ((v,) if isinstance(v, str) else v)),
+        ]
+        unknown = [n for n in names if not n.startswith(("figure:", "fact:")) and n not in _CONTEXT]
         if unknown:
-            raise ValueError(f"unknown rule inputs {unknown}; valid: figure:NAME, fact:NAME, "
-                             f"{', '.join(_CONTEXT)}")
+            raise ValueError(
+                f"unknown rule inputs {unknown}; valid: figure:NAME, fact:NAME, "
+                f"{', '.join(_CONTEXT)}"
+            )
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -110,8 +113,11 @@ class Needs:
 R = TypeVar("R", bound=Callable[..., Any])
 
 
-def needs(*required: str | tuple[str, ...], optional: Iterable[str] = (),
-          evidence: Mapping[str, Stated] | None = None) -> Callable[[R], R]:
+def needs(
+    *required: str | tuple[str, ...],
+    optional: Iterable[str] = (),
+    evidence: Mapping[str, Stated] | None = None,
+) -> Callable[[R], R]:
     """Declare a rule's inputs (`Needs`) on the function itself.
 
     Example:

@@ -21,9 +21,13 @@ from accelkit.advisor.types import Advice, Severity
 WARN_MEASURED = 1.10  # a measured gain this large is a warning
 
 
-@needs("gpu", "measured_here", "fact:optimizer",
-       optional=("tuning", "fact:parameter_bytes"),
-       evidence={"optimizer.*": None, "tune.*": "tuning"})
+@needs(
+    "gpu",
+    "measured_here",
+    "fact:optimizer",
+    optional=("tuning", "fact:parameter_bytes"),
+    evidence={"optimizer.*": None, "tune.*": "tuning"},
+)
 def fused_optimizer(ctx: Context) -> Advice | None:
     """A GPU run whose optimizer runs the for-loop (foreach or fused available), or
     foreach where a fused kernel is available.
@@ -57,16 +61,21 @@ def fused_optimizer(ctx: Context) -> Advice | None:
         evidence.update(trial.evidence())
     if measured is not None and measured <= 1.0:
         return None  # tune timed it on this model: not faster, nothing to advise
-    per = (f"{tensors} parameter tensors, each updated by its own kernels" if slow
-           else f"{tensors} parameter tensors in multi-tensor kernels, one op at a time")
-    title = (f"{name} runs its {kind} implementation on {ctx.gpu.name}: {per}; "
-             f"{target} is available")
+    per = (
+        f"{tensors} parameter tensors, each updated by its own kernels"
+        if slow
+        else f"{tensors} parameter tensors in multi-tensor kernels, one op at a time"
+    )
+    title = f"{name} runs its {kind} implementation on {ctx.gpu.name}: {per}; {target} is available"
     if measured is not None:
         title += f" and ran {measured:.2f}x faster in tune's '{trial.name}' trial"
     return Advice(
         id="fused_optimizer",
-        severity=(Severity.WARNING if measured is not None and measured >= WARN_MEASURED
-                  else Severity.INFO),
+        severity=(
+            Severity.WARNING
+            if measured is not None and measured >= WARN_MEASURED
+            else Severity.INFO
+        ),
         title=title,
         evidence=evidence,
         action=_action(name, target, opt, ctx.fact("parameter_bytes")),
@@ -81,22 +90,31 @@ def _action(name: str, target: str, opt: dict[str, Any], param_bytes: Any) -> st
     if opt.get("set_by_user"):
         notes.append("the script sets fused/foreach itself: change it there")
     if target == "fused":
-        notes.append("fused does the whole update in one kernel per group of tensors "
-                     "(vertical and horizontal fusion, torch.optim docs)")
+        notes.append(
+            "fused does the whole update in one kernel per group of tensors "
+            "(vertical and horizontal fusion, torch.optim docs)"
+        )
     else:
         size = f" ({param_bytes / 2**20:,.0f} MiB here)" if param_bytes else ""
-        notes.append(f"foreach uses about sizeof(params){size} more peak memory than the "
-                     "for-loop (torch.optim docs)")
+        notes.append(
+            f"foreach uses about sizeof(params){size} more peak memory than the "
+            "for-loop (torch.optim docs)"
+        )
     notes.append("or accelkit.torch.fit(..., tune=True) times it on this model")
     return code + "; " + "; ".join(notes)
 
 
-def _gain(trial: tuning.Compared | None, measured: float | None, tensors: Any, kind: str,
-          target: str) -> str:
+def _gain(
+    trial: tuning.Compared | None, measured: float | None, tensors: Any, kind: str, target: str
+) -> str:
     if measured is not None and trial is not None:
-        return (f"measured {measured:.2f}x: {trial.baseline_seconds * 1e3:.2f} ms / "
-                f"{trial.step_seconds * 1e3:.2f} ms '{trial.name}', median steps of the same "
-                "run (tune)")
-    return (f"not estimated: the optimizer step is not timed apart from the rest; what it "
-            f"saves grows with the {tensors} tensors the {kind} step walks, not their size. "
-            f"tune=True measures {target} on this model")
+        return (
+            f"measured {measured:.2f}x: {trial.baseline_seconds * 1e3:.2f} ms / "
+            f"{trial.step_seconds * 1e3:.2f} ms '{trial.name}', median steps of the same "
+            "run (tune)"
+        )
+    return (
+        f"not estimated: the optimizer step is not timed apart from the rest; what it "
+        f"saves grows with the {tensors} tensors the {kind} step walks, not their size. "
+        f"tune=True measures {target} on this model"
+    )

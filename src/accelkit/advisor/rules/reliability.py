@@ -14,8 +14,13 @@ from accelkit.advisor.types import Advice, Severity
 LONG_S = 3600.0
 
 
-@needs("gpu", "measured_here", "fact:run_seconds", optional=("spec",),
-       evidence={"gpu": None, "ecc_enabled": None, "run_hours": None, "segment": "spec"})
+@needs(
+    "gpu",
+    "measured_here",
+    "fact:run_seconds",
+    optional=("spec",),
+    evidence={"gpu": None, "ecc_enabled": None, "run_hours": None, "segment": "spec"},
+)
 def no_ecc(ctx: Context) -> Advice | None:
     """Fires on a run of an hour or more on a GPU whose memory has no ECC.
 
@@ -37,15 +42,22 @@ def no_ecc(ctx: Context) -> Advice | None:
     return Advice(
         id="no_ecc",
         severity=Severity.INFO,
-        title=(f"a {seconds / 3600:.1f} h run on {gpu.name} without ECC memory: an undetected "
-               "bit flip can corrupt the weights or end the run"),
-        evidence={"gpu": gpu.name, "ecc_enabled": False, "run_hours": round(seconds / 3600, 2),
-                  **({"segment": spec.segment} if spec else {})},
+        title=(
+            f"a {seconds / 3600:.1f} h run on {gpu.name} without ECC memory: an undetected "
+            "bit flip can corrupt the weights or end the run"
+        ),
+        evidence={
+            "gpu": gpu.name,
+            "ecc_enabled": False,
+            "run_hours": round(seconds / 3600, 2),
+            **({"segment": spec.segment} if spec else {}),
+        },
         action=ctx.pick(
             torch="checkpoint every 15-30 min: torch.save({'model': model.state_dict(), "
-                  "'optimizer': optimizer.state_dict(), 'step': step}, path), and watch the "
-                  "loss for sudden spikes",
+            "'optimizer': optimizer.state_dict(), 'step': step}, path), and watch the "
+            "loss for sudden spikes",
             tensorflow="checkpoint often: keras.callbacks.BackupAndRestore(backup_dir, "
-                       "save_freq=1000) resumes after a crash; ModelCheckpoint keeps weights"),
+            "save_freq=1000) resumes after a crash; ModelCheckpoint keeps weights",
+        ),
         expected_gain="no speed-up: bounds the work lost to a fault to one checkpoint interval",
     )

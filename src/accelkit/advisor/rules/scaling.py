@@ -24,17 +24,31 @@ POOR = 0.75
 SLOW_INPUT = 0.05  # the slowest rank waits this much more of its step for input than the rest
 
 
-@needs("figure:world_size", "figure:scaling_efficiency",
-       optional=("figure:ranks", "figure:slowest_rank", "figure:global_samples_per_second",
-                 "figure:single_device_samples_per_second", "batch_size"),
-       evidence={"scaling_efficiency": None, "world_size": None,
-                 "global_samples_per_second": "figure:global_samples_per_second",
-                 "single_device_samples_per_second": "figure:single_device_samples_per_second",
-                 "ideal_samples_per_second": "figure:single_device_samples_per_second",
-                 "slowest_*": ("figure:slowest_rank",), "fastest_step_ms": "figure:slowest_rank",
-                 "other_ranks_input_wait_share": "figure:slowest_rank",
-                 "nodes": None, "gpus_per_node": None, "interconnect": None,
-                 "infiniband": None})
+@needs(
+    "figure:world_size",
+    "figure:scaling_efficiency",
+    optional=(
+        "figure:ranks",
+        "figure:slowest_rank",
+        "figure:global_samples_per_second",
+        "figure:single_device_samples_per_second",
+        "batch_size",
+    ),
+    evidence={
+        "scaling_efficiency": None,
+        "world_size": None,
+        "global_samples_per_second": "figure:global_samples_per_second",
+        "single_device_samples_per_second": "figure:single_device_samples_per_second",
+        "ideal_samples_per_second": "figure:single_device_samples_per_second",
+        "slowest_*": ("figure:slowest_rank",),
+        "fastest_step_ms": "figure:slowest_rank",
+        "other_ranks_input_wait_share": "figure:slowest_rank",
+        "nodes": None,
+        "gpus_per_node": None,
+        "interconnect": None,
+        "infiniband": None,
+    },
+)
 def scaling(ctx: Context) -> Advice | None:
     """Fires when `scaling_efficiency` < 0.9 (info) or < 0.75 (warning) on several devices.
 
@@ -63,20 +77,25 @@ def scaling(ctx: Context) -> Advice | None:
     return Advice(
         id="scaling",
         severity=Severity.WARNING if efficiency < POOR else Severity.INFO,
-        title=(f"{world} devices run {efficiency:.0%} as fast as {world} x one device "
-               f"(scaling efficiency {efficiency:.2f})"
-               + (f": rank {starved} waits longer for input" if starved is not None else "")),
+        title=(
+            f"{world} devices run {efficiency:.0%} as fast as {world} x one device "
+            f"(scaling efficiency {efficiency:.2f})"
+            + (f": rank {starved} waits longer for input" if starved is not None else "")
+        ),
         evidence=evidence,
         action=_action(ctx, starved),
-        expected_gain=(f"up to {speedup:.2f}x: 1 / {efficiency:.3f}, an upper bound (perfect "
-                       "scaling, every device as fast as one alone); communication that does "
-                       "not overlap the backward pass keeps it below that"),
+        expected_gain=(
+            f"up to {speedup:.2f}x: 1 / {efficiency:.3f}, an upper bound (perfect "
+            "scaling, every device as fast as one alone); communication that does "
+            "not overlap the backward pass keeps it below that"
+        ),
         speedup=speedup,
     )
 
 
-def _slow_rank(ctx: Context, ranks: Sequence[Mapping[str, Any]],
-               evidence: dict[str, Any]) -> int | None:
+def _slow_rank(
+    ctx: Context, ranks: Sequence[Mapping[str, Any]], evidence: dict[str, Any]
+) -> int | None:
     """Add the slowest rank's figures to `evidence`; its rank if its input is the cause."""
     slowest = ctx.get("slowest_rank")
     if slowest is None or len(ranks) < 2:
@@ -125,29 +144,37 @@ def _interconnect(hardware: HardwareInfo) -> str:
 def _action(ctx: Context, starved: int | None) -> str:
     steps: list[str] = []
     if starved is not None:
-        steps.append(f"rank {starved} waits longer for input than the others: look at its "
-                     "input pipeline first (more loader workers or tf.data parallelism, "
-                     "data on local disk, no shared-filesystem hot spot): every rank waits "
-                     "for it at each all-reduce")
+        steps.append(
+            f"rank {starved} waits longer for input than the others: look at its "
+            "input pipeline first (more loader workers or tf.data parallelism, "
+            "data on local disk, no shared-filesystem hot spot): every rank waits "
+            "for it at each all-reduce"
+        )
     batch = ctx.batch_size
     bigger = f"a per-device batch of {batch * 2}" if batch else "a larger per-device batch"
     hardware = ctx.hardware
     if ctx.torch:
         steps += [
             f"{bigger}: more compute per all-reduce of the same gradient size",
-            ("gradient accumulation: accelkit.torch.fit(..., accumulation_steps=4) all-reduces "
-             "once per optimizer step (model.no_sync() on the other micro-steps)"),
-            ("DistributedDataParallel(model, device_ids=[local_rank], bucket_cap_mb=100, "
-             "gradient_as_bucket_view=True): fewer, larger all-reduces and no gradient copy "
-             "(wrap it yourself; accelkit.torch.fit keeps a model the script wrapped)"),
+            (
+                "gradient accumulation: accelkit.torch.fit(..., accumulation_steps=4) all-reduces "
+                "once per optimizer step (model.no_sync() on the other micro-steps)"
+            ),
+            (
+                "DistributedDataParallel(model, device_ids=[local_rank], bucket_cap_mb=100, "
+                "gradient_as_bucket_view=True): fewer, larger all-reduces and no gradient copy "
+                "(wrap it yourself; accelkit.torch.fit keeps a model the script wrapped)"
+            ),
         ]
     else:
         steps += [
             f"{bigger} per replica (global batch = per-replica batch x replicas)",
-            ("tf.distribute.MultiWorkerMirroredStrategy(communication_options="
-             "tf.distribute.experimental.CommunicationOptions(implementation="
-             "tf.distribute.experimental.CommunicationImplementation.NCCL, "
-             "bytes_per_pack=50 * 2**20)): NCCL, gradients packed into fewer all-reduces"),
+            (
+                "tf.distribute.MultiWorkerMirroredStrategy(communication_options="
+                "tf.distribute.experimental.CommunicationOptions(implementation="
+                "tf.distribute.experimental.CommunicationImplementation.NCCL, "
+                "bytes_per_pack=50 * 2**20)): NCCL, gradients packed into fewer all-reduces"
+            ),
         ]
     steps.extend(_link_steps(hardware))
     return "\n".join(steps)
@@ -156,18 +183,26 @@ def _action(ctx: Context, starved: int | None) -> str:
 def _link_steps(hardware: HardwareInfo) -> list[str]:
     out = []
     if hardware.gpus and hardware.all_peers_reachable is False:
-        out.append("these GPUs have no peer-to-peer path, so NCCL copies through host "
-                   "memory: GPUs on one NVLink or PCIe switch (nvidia-smi topo -m) scale better")
+        out.append(
+            "these GPUs have no peer-to-peer path, so NCCL copies through host "
+            "memory: GPUs on one NVLink or PCIe switch (nvidia-smi topo -m) scale better"
+        )
     elif hardware.gpus and hardware.all_nvlink:
-        out.append("NVLink joins these GPUs: NCCL_DEBUG=INFO should log its channels 'via "
-                   "P2P'; leave NCCL_P2P_DISABLE unset so NCCL uses it")
+        out.append(
+            "NVLink joins these GPUs: NCCL_DEBUG=INFO should log its channels 'via "
+            "P2P'; leave NCCL_P2P_DISABLE unset so NCCL uses it"
+        )
     if hardware.launcher.nodes > 1:
         if hardware.infiniband:
-            out.append("between nodes NCCL should use InfiniBand: NCCL_DEBUG=INFO should log "
-                       "'NET/IB'; if it says 'NET/Socket', check NCCL_IB_HCA and that the "
-                       "container sees /dev/infiniband")
+            out.append(
+                "between nodes NCCL should use InfiniBand: NCCL_DEBUG=INFO should log "
+                "'NET/IB'; if it says 'NET/Socket', check NCCL_IB_HCA and that the "
+                "container sees /dev/infiniband"
+            )
         else:
-            out.append("no InfiniBand between the nodes: NCCL uses TCP sockets; set "
-                       "NCCL_SOCKET_IFNAME to the fastest interface, or use RDMA (InfiniBand, "
-                       "RoCE) nodes")
+            out.append(
+                "no InfiniBand between the nodes: NCCL uses TCP sockets; set "
+                "NCCL_SOCKET_IFNAME to the fastest interface, or use RDMA (InfiniBand, "
+                "RoCE) nodes"
+            )
     return out

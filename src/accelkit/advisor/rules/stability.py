@@ -20,12 +20,17 @@ COLLAPSED = 1.0  # scale below 1: gradients are scaled down to fit, fp16 has run
 FALLEN = 2.0**10  # fell 1024-fold: at least ten net overflow steps skipped
 
 
-@needs(("figure:losses", "fact:first_nonfinite_loss_step"),
-       optional=("fact:loss_scale", "figure:precision", "plan", "compute_capability"),
-       evidence={"precision": ("figure:precision", "plan"), "nonfinite_epochs": "figure:losses",
-                 "epochs_recorded": "figure:losses",
-                 "first_nonfinite_by_step": "fact:first_nonfinite_loss_step",
-                 "loss_scale_last": "fact:loss_scale"})
+@needs(
+    ("figure:losses", "fact:first_nonfinite_loss_step"),
+    optional=("fact:loss_scale", "figure:precision", "plan", "compute_capability"),
+    evidence={
+        "precision": ("figure:precision", "plan"),
+        "nonfinite_epochs": "figure:losses",
+        "epochs_recorded": "figure:losses",
+        "first_nonfinite_by_step": "fact:first_nonfinite_loss_step",
+        "loss_scale_last": "fact:loss_scale",
+    },
+)
 def nonfinite_loss(ctx: Context) -> Advice | None:
     """Fires when a recorded loss is NaN or infinite.
 
@@ -60,9 +65,11 @@ def nonfinite_loss(ctx: Context) -> Advice | None:
     )
 
 
-@needs("fact:loss_scale",
-       optional=("figure:precision", "plan", "compute_capability"),
-       evidence={k: None for k in ("initial_scale", "lowest_scale", "last_scale", "samples")})
+@needs(
+    "fact:loss_scale",
+    optional=("figure:precision", "plan", "compute_capability"),
+    evidence={k: None for k in ("initial_scale", "lowest_scale", "last_scale", "samples")},
+)
 def loss_scale(ctx: Context) -> Advice | None:
     """Fires when the fp16 loss scale collapsed below 1 (critical) or fell 1024-fold (warning).
 
@@ -83,15 +90,24 @@ def loss_scale(ctx: Context) -> Advice | None:
     return Advice(
         id="loss_scale",
         severity=Severity.CRITICAL if collapsed else Severity.WARNING,
-        title=(f"the fp16 loss scale fell from {initial:g} to {lowest:g}: at least "
-               f"{halvings:.0f} steps overflowed and were skipped"
-               + ("; it is below 1, fp16 cannot hold the gradients" if collapsed else "")),
-        evidence={"initial_scale": initial, "lowest_scale": lowest, "last_scale": last,
-                  "samples": len(history)},
+        title=(
+            f"the fp16 loss scale fell from {initial:g} to {lowest:g}: at least "
+            f"{halvings:.0f} steps overflowed and were skipped"
+            + ("; it is below 1, fp16 cannot hold the gradients" if collapsed else "")
+        ),
+        evidence={
+            "initial_scale": initial,
+            "lowest_scale": lowest,
+            "last_scale": last,
+            "samples": len(history),
+        },
         action=_action(ctx),
-        expected_gain=(f"no speed-up estimate: at least {halvings:.0f} skipped optimizer "
-                       "steps were wasted work" if math.isfinite(halvings)
-                       else "no speed-up estimate: every step since the collapse was skipped"),
+        expected_gain=(
+            f"no speed-up estimate: at least {halvings:.0f} skipped optimizer "
+            "steps were wasted work"
+            if math.isfinite(halvings)
+            else "no speed-up estimate: every step since the collapse was skipped"
+        ),
     )
 
 
@@ -105,21 +121,33 @@ def _action(ctx: Context) -> str:
     fp16 = ctx.precision == "fp16"
     steps = []
     if fp16 and bf16:
-        steps.append(ctx.pick(torch="accelkit.auto_configure(precision='bf16'): no loss "
-                                    "scaling needed, fp32's exponent range",
-                              tensorflow="accelkit.auto_configure(framework='tensorflow', "
-                                         "precision='bf16') (mixed_bfloat16)"))
+        steps.append(
+            ctx.pick(
+                torch="accelkit.auto_configure(precision='bf16'): no loss "
+                "scaling needed, fp32's exponent range",
+                tensorflow="accelkit.auto_configure(framework='tensorflow', "
+                "precision='bf16') (mixed_bfloat16)",
+            )
+        )
     elif fp16:
-        steps.append("keep the overflowing layers (softmax, norms, attention scores) in "
-                     "float32, or train in fp32 (precision='fp32')")
-    steps.append(ctx.pick(
-        torch="clip gradients: accelkit.torch.fit(..., max_grad_norm=1.0) (it unscales "
-              "first), and lower the learning rate or add warm-up",
-        tensorflow="clip gradients: keras.optimizers.Adam(..., global_clipnorm=1.0), and lower "
-                   "the learning rate or add warm-up"))
-    steps.append(ctx.pick(
-        torch="find the first bad value: torch.autograd.set_detect_anomaly(True) for a few "
-              "steps, and assert torch.isfinite(inputs).all() on the data",
-        tensorflow="find the first bad value: tf.debugging.enable_check_numerics(), and "
-                   "keras.callbacks.TerminateOnNaN() to stop early"))
+        steps.append(
+            "keep the overflowing layers (softmax, norms, attention scores) in "
+            "float32, or train in fp32 (precision='fp32')"
+        )
+    steps.append(
+        ctx.pick(
+            torch="clip gradients: accelkit.torch.fit(..., max_grad_norm=1.0) (it unscales "
+            "first), and lower the learning rate or add warm-up",
+            tensorflow="clip gradients: keras.optimizers.Adam(..., global_clipnorm=1.0), and lower "
+            "the learning rate or add warm-up",
+        )
+    )
+    steps.append(
+        ctx.pick(
+            torch="find the first bad value: torch.autograd.set_detect_anomaly(True) for a few "
+            "steps, and assert torch.isfinite(inputs).all() on the data",
+            tensorflow="find the first bad value: tf.debugging.enable_check_numerics(), and "
+            "keras.callbacks.TerminateOnNaN() to stop early",
+        )
+    )
     return "; ".join(steps)

@@ -25,11 +25,19 @@ LOW_MFU = 0.30
 BATCH_FACTOR = 2  # the action doubles the batch
 
 
-@needs("gpu", "measured_here", "figure:gpu_utilization",
-       optional=("figure:input_wait_share", "figure:step_time_s", "batch_size", "fact:compiled"),
-       evidence={"gpu_utilization": None, "idle_not_input_share": None,
-                 "input_wait_share": "figure:input_wait_share",
-                 "step_time_ms": "figure:step_time_s", "batch_size": "batch_size"})
+@needs(
+    "gpu",
+    "measured_here",
+    "figure:gpu_utilization",
+    optional=("figure:input_wait_share", "figure:step_time_s", "batch_size", "fact:compiled"),
+    evidence={
+        "gpu_utilization": None,
+        "idle_not_input_share": None,
+        "input_wait_share": "figure:input_wait_share",
+        "step_time_ms": "figure:step_time_s",
+        "batch_size": "batch_size",
+    },
+)
 def launch_overhead(ctx: Context) -> Advice | None:
     """Fires when NVML utilisation is below 70% and the run is not input-bound.
 
@@ -50,8 +58,10 @@ def launch_overhead(ctx: Context) -> Advice | None:
         return None
     step = ctx.get("step_time_s")
     speedup = removing_share(idle, BATCH_FACTOR)
-    evidence: dict[str, object] = {"gpu_utilization": round(util, 1),
-                                   "idle_not_input_share": round(idle, 4)}
+    evidence: dict[str, object] = {
+        "gpu_utilization": round(util, 1),
+        "idle_not_input_share": round(idle, 4),
+    }
     if ctx.get("input_wait_share") is not None:
         evidence["input_wait_share"] = round(share, 4)
     if step:
@@ -62,34 +72,42 @@ def launch_overhead(ctx: Context) -> Advice | None:
     return Advice(
         id="launch_overhead",
         severity=Severity.WARNING if util < IDLE else Severity.INFO,
-        title=(f"the GPU is busy {util:.0f}% of the time and the run is not input-bound: "
-               "host and kernel-launch overhead" + (f" ({step * 1e3:.1f} ms steps)" if short
-                                                    else "")),
+        title=(
+            f"the GPU is busy {util:.0f}% of the time and the run is not input-bound: "
+            "host and kernel-launch overhead" + (f" ({step * 1e3:.1f} ms steps)" if short else "")
+        ),
         evidence=evidence,
         action=_action(ctx, short),
-        expected_gain=(f"up to {speedup:.2f}x: 1 / (1 - {idle:.3f}) = {unbounded_gain(idle)} if "
-                       f"the idle share that is not input wait (1 - {util:.0f}% utilisation - "
-                       f"{share:.1%} input wait) went entirely, at most {BATCH_FACTOR}x from a "
-                       f"batch {BATCH_FACTOR} times larger (the same launches carry "
-                       f"{BATCH_FACTOR}x the samples; the step cannot get shorter with more "
-                       "work); compile and CUDA graphs cut the launches themselves"),
+        expected_gain=(
+            f"up to {speedup:.2f}x: 1 / (1 - {idle:.3f}) = {unbounded_gain(idle)} if "
+            f"the idle share that is not input wait (1 - {util:.0f}% utilisation - "
+            f"{share:.1%} input wait) went entirely, at most {BATCH_FACTOR}x from a "
+            f"batch {BATCH_FACTOR} times larger (the same launches carry "
+            f"{BATCH_FACTOR}x the samples; the step cannot get shorter with more "
+            "work); compile and CUDA graphs cut the launches themselves"
+        ),
         speedup=speedup,
     )
 
 
 def _action(ctx: Context, short: bool) -> str:
     batch = ctx.batch_size
-    bigger = (f"batch_size={batch * BATCH_FACTOR}" if batch
-              else f"a batch {BATCH_FACTOR} times larger")
+    bigger = (
+        f"batch_size={batch * BATCH_FACTOR}" if batch else f"a batch {BATCH_FACTOR} times larger"
+    )
     compiled = bool(ctx.fact("compiled"))
     if ctx.torch:
         steps = [f"{bigger} (more work per kernel launch; see the memory verdict for what fits)"]
         if not compiled:
-            steps.append("accelkit.torch.fit(..., compile=True) (torch.compile fuses ops and "
-                         "cuts Python overhead)")
+            steps.append(
+                "accelkit.torch.fit(..., compile=True) (torch.compile fuses ops and "
+                "cuts Python overhead)"
+            )
         if short or compiled:
-            steps.append("CUDA graphs for short steps: torch.compile(model, "
-                         "mode='reduce-overhead') replays the whole step as one launch")
+            steps.append(
+                "CUDA graphs for short steps: torch.compile(model, "
+                "mode='reduce-overhead') replays the whole step as one launch"
+            )
         return "; ".join(steps)
     steps = [f"{bigger}"]
     if not compiled:
@@ -98,9 +116,12 @@ def _action(ctx: Context, short: bool) -> str:
     return "; ".join(steps)
 
 
-@needs("measured_here", ("figure:mfu", "figure:mfu_calibrated"),
-       optional=("figure:step_time_s",),
-       evidence={"mfu": None, "against": None, "step_time_ms": "figure:step_time_s"})
+@needs(
+    "measured_here",
+    ("figure:mfu", "figure:mfu_calibrated"),
+    optional=("figure:step_time_s",),
+    evidence={"mfu": None, "against": None, "step_time_ms": "figure:step_time_s"},
+)
 def where_to_look(ctx: Context, found: list[Advice]) -> Advice | None:
     """Low MFU with no warning or critical verdict to explain it: how to profile next.
 
@@ -119,25 +140,41 @@ def where_to_look(ctx: Context, found: list[Advice]) -> Advice | None:
     if any(a.severity is not Severity.INFO for a in found):
         return None
     profile = ctx.pick(
-        torch=("profile a few steps: with torch.profiler.profile(activities=[ProfilerActivity.CPU, "
-               "ProfilerActivity.CUDA], schedule=torch.profiler.schedule(wait=5, warmup=2, "
-               "active=5), on_trace_ready=torch.profiler.tensorboard_trace_handler('./prof')) "
-               "as p: ... p.step() per step; then prof.key_averages().table(sort_by="
-               "'cuda_time_total'); for the whole timeline: nsys profile -t cuda,nvtx python "
-               "train.py"),
-        tensorflow=("profile a few steps: keras.callbacks.TensorBoard(log_dir='./prof', "
-                    "profile_batch=(10, 15)) in model.fit, then tensorboard --logdir ./prof "
-                    "(Profile tab: trace viewer, op stats); for the whole timeline: nsys "
-                    "profile -t cuda,nvtx python train.py"))
+        torch=(
+            "profile a few steps: with torch.profiler.profile(activities=[ProfilerActivity.CPU, "
+            "ProfilerActivity.CUDA], schedule=torch.profiler.schedule(wait=5, warmup=2, "
+            "active=5), on_trace_ready=torch.profiler.tensorboard_trace_handler('./prof')) "
+            "as p: ... p.step() per step; then prof.key_averages().table(sort_by="
+            "'cuda_time_total'); for the whole timeline: nsys profile -t cuda,nvtx python "
+            "train.py"
+        ),
+        tensorflow=(
+            "profile a few steps: keras.callbacks.TensorBoard(log_dir='./prof', "
+            "profile_batch=(10, 15)) in model.fit, then tensorboard --logdir ./prof "
+            "(Profile tab: trace viewer, op stats); for the whole timeline: nsys "
+            "profile -t cuda,nvtx python train.py"
+        ),
+    )
     return Advice(
         id="low_mfu",
         severity=Severity.INFO,
-        title=(f"MFU is {mfu:.1%} of {against} and no rule above explains it: look for "
-               "small or memory-bound kernels"),
-        evidence={"mfu": round(mfu, 4), "against": against,
-                  **({"step_time_ms": round(ctx.get("step_time_s") * 1e3, 3)}
-                     if ctx.get("step_time_s") is not None else {})},
-        action=profile + ("; look for non-matmul kernels (norms, softmax, element-wise) that "
-                          "dominate: they are what fusion (compile=True) removes"),
+        title=(
+            f"MFU is {mfu:.1%} of {against} and no rule above explains it: look for "
+            "small or memory-bound kernels"
+        ),
+        evidence={
+            "mfu": round(mfu, 4),
+            "against": against,
+            **(
+                {"step_time_ms": round(ctx.get("step_time_s") * 1e3, 3)}
+                if ctx.get("step_time_s") is not None
+                else {}
+            ),
+        },
+        action=profile
+        + (
+            "; look for non-matmul kernels (norms, softmax, element-wise) that "
+            "dominate: they are what fusion (compile=True) removes"
+        ),
         expected_gain="not estimated: the profile shows where the time goes",
     )
