@@ -68,9 +68,9 @@ def fit(
         x, y, fit_args, fit_kwargs: as for `model.fit`.
         plan: the plan in force; defaults to the last `auto_configure()` plan, or calls
             `auto_configure(framework="tensorflow")` when there is none.
-        flops_per_step, tokens_per_sample, warmup, window, calibrate, sample_gpu,
-            single_device: see `ProfileCallback` (``single_device_samples_per_second=`` is
-            its former name).
+        flops_per_step, tokens_per_sample, warmup, window, calibrate, sample_gpu, single_device:
+            see `ProfileCallback` (``single_device_samples_per_second=`` is its former
+            name).
         allow_float_ids: train a model whose token ids pass through a 16-bit float
             (reported as a critical verdict instead of refused).
 
