@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.report import svg
 from accelkit.report.render import describe_hardware, render_run
+from accelkit.report.text import DEFAULT_WIDTH
 
 if TYPE_CHECKING:
     from accelkit.profiling.run_report import RunReport
@@ -64,7 +65,7 @@ def render_html(report: RunReport) -> str:
         "<h2>GPU</h2>",
         *_gpu(r),
         "<h2>Figures</h2>",
-        f"<pre>{esc(render_run(r))}</pre>",
+        f"<pre>{esc(render_run(r, DEFAULT_WIDTH))}</pre>",  # the same page whatever the terminal
         "<h2>Plan</h2>",
         _plan(r.plan),
         "<h2>Advice</h2>",

@@ -1,42 +1,24 @@
 """Plain-text tables for terminals: plans, runs, advice, projections. A leaf: nothing
 in accelkit imports it at module level (`Plan.__str__` and `RunReport.__str__`
-forward here on call)."""
+forward here on call).
+
+Every renderer takes a `width`; left out, it is the terminal's (``COLUMNS`` first), or
+100 where there is no terminal, so ``print(plan)`` fits the window it prints in and a
+log file gets 100 columns. See `accelkit.report.text` for how lines are fitted.
+"""
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from accelkit.advisor.projection import Projection, duration, ranked
+from accelkit.report.text import paragraph, table, terminal_width
 
 if TYPE_CHECKING:
     from accelkit.hardware.info import HardwareInfo
     from accelkit.planning.types import Plan
     from accelkit.profiling.run_report import RunReport
-
-REASON_WIDTH = 72
-ADVICE_WIDTH = 100
-
-
-def table(
-    headers: Sequence[str], rows: Sequence[Sequence[str]], *, wrap_last: int | None = None
-) -> str:
-    """Left-aligned columns; the last column wrapped at `wrap_last` characters."""
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-        for i, h in enumerate(headers[:-1])
-    ]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers[:-1], widths)) + "  " + headers[-1]]
-    lines.append("  ".join("-" * w for w in widths) + "  " + "-" * len(headers[-1]))
-    for row in rows:
-        last = textwrap.wrap(row[-1], wrap_last) if wrap_last else [row[-1]]
-        last = last or [""]
-        lead = "  ".join(c.ljust(w) for c, w in zip(row[:-1], widths))
-        lines.append(f"{lead}  {last[0]}")
-        pad = " " * (len(lead) + 2)
-        lines.extend(pad + more for more in last[1:])
-    return "\n".join(lines)
 
 
 def describe_hardware(hardware: HardwareInfo) -> str:
@@ -58,7 +40,16 @@ def _value(value: object) -> str:
     return text if len(text) <= 48 else text[:45] + "..."
 
 
-def render_plan(plan: Plan) -> str:
+def render_plan(plan: Plan, width: int | None = None, shown: Sequence[str] = ()) -> str:
+    """The plan as a table: every setting with its value, status and reason, then notes.
+
+    Args:
+        plan: the plan to show.
+        width: columns to fit (default: the terminal's, see the module docstring).
+        shown: notes printed already above the table (`accelkit doctor` prints the
+            hardware's), left out here so each is said once.
+    """
+    width = terminal_width(width)
     head = (
         f"accelkit plan: {plan.framework.value}, precision {plan.precision.value}, "
         f"distribution {plan.distribution.value} -- {describe_hardware(plan.hardware)} "
@@ -69,9 +60,15 @@ def render_plan(plan: Plan) -> str:
         status = s.status.value
         reason = s.reason if not s.detail else f"{s.reason} [{s.detail}]"
         rows.append((s.key, _value(s.value), status, reason))
-    body = table(("setting", "value", "status", "reason"), rows, wrap_last=REASON_WIDTH)
-    notes = "".join(f"\nnote: {n}" for n in plan.notes)
-    return f"{head}\n{body}{notes}"
+    body = table(("setting", "value", "status", "reason"), rows, width=width)
+    notes = "".join("\n" + paragraph(f"note: {n}", width) for n in _unique(plan.notes, shown))
+    return f"{paragraph(head, width)}\n{body}{notes}"
+
+
+def _unique(notes: Sequence[str], shown: Sequence[str] = ()) -> list[str]:
+    """`notes` without repeats and without those in `shown`, in their order."""
+    seen = set(shown)
+    return [n for n in notes if not (n in seen or seen.add(n))]
 
 
 def _num(value: float | None, fmt: str = "{:,.1f}", missing: str = "-") -> str:
@@ -82,9 +79,10 @@ def _gb(value: float | None) -> str:
     return "-" if value is None else f"{value / 1e9:.2f} GB"
 
 
-def render_run(report: RunReport) -> str:
-    """A compact table of a run's figures, its notes and its advice."""
-    r = report
+def render_run(report: RunReport, width: int | None = None) -> str:
+    """A compact table of a run's figures, its notes and its advice, fitted to `width`
+    (default: the terminal's)."""
+    r, width = report, terminal_width(width)
     head = (
         f"accelkit run: {r.framework}, {r.model} on {r.device}, precision {r.precision} "
         f"(matmuls {r.matmul_dtype}), {r.steps} steps ({r.warmup_steps} warm-up"
@@ -151,22 +149,23 @@ def render_run(report: RunReport) -> str:
         )
     if r.losses:
         rows.append(("loss", " -> ".join(f"{v:.4g}" for v in _ends(r.losses))))
-    body = table(("figure", "value"), rows)
-    tuning = "\n" + render_tuning(r.tuning) if r.tuning else ""
-    notes = "".join(f"\nnote: {k}: {v}" for k, v in r.notes.items())
-    advice = "\nadvice:\n" + render_advice(r.advice) if r.advice else ""
-    return f"{head}\n{body}{tuning}{notes}{advice}"
+    body = table(("figure", "value"), rows, width=width)
+    tuning = "\n" + render_tuning(r.tuning, width) if r.tuning else ""
+    notes = "".join("\n" + paragraph(f"note: {k}: {v}", width) for k, v in r.notes.items())
+    advice = "\nadvice:\n" + render_advice(r.advice, width) if r.advice else ""
+    return f"{paragraph(head, width)}\n{body}{tuning}{notes}{advice}"
 
 
-def render_tuning(tuning: Mapping[str, Any]) -> str:
+def render_tuning(tuning: Mapping[str, Any], width: int | None = None) -> str:
     """What `tune` measured: one row per candidate, the kept one marked.
 
     Example:
         >>> print(render_tuning(report.tuning))  # doctest: +SKIP
         tuning: kept compile+fused, 2.31x eager; trials 30 steps, 48.2 s
     """
+    width = terminal_width(width)
     if tuning.get("decision") != "tuned":
-        return f"tuning: {tuning.get('decision')}"
+        return paragraph(f"tuning: {tuning.get('decision')}", width)
     speedup = tuning.get("speedup")
     head = (
         f"tuning: kept {tuning.get('chosen')}"
@@ -194,18 +193,21 @@ def render_tuning(tuning: Mapping[str, Any]) -> str:
                 c.get("why") or "",
             )
         )
-    return (
-        head + "\n" + table(("candidate", "status", "step ms (min-max)", "compile s", "why"), rows)
-    )
+    headers = ("candidate", "status", "step ms (min-max)", "compile s", "why")
+    return paragraph(head, width) + "\n" + table(headers, rows, width=width)
 
 
-def render_advice(advice: Sequence[Mapping[str, Any]]) -> str:
-    """Numbered verdicts, each with its evidence, action and expected gain."""
+def render_advice(advice: Sequence[Mapping[str, Any]], width: int | None = None) -> str:
+    """Numbered verdicts, each with its evidence, action and expected gain, wrapped at
+    `width` (default: the terminal's)."""
+    width = terminal_width(width)
     lines: list[str] = []
     for i, a in enumerate(advice, 1):
         lead = f"  {i}. "
         pad = " " * len(lead)
-        lines += _wrapped(f"[{a.get('severity', 'info')}] {a.get('title', '')}", lead, pad)
+        lines.append(
+            paragraph(f"[{a.get('severity', 'info')}] {a.get('title', '')}", width, lead, pad)
+        )
         evidence = ", ".join(f"{k}={_evidence(v)}" for k, v in (a.get("evidence") or {}).items())
         for label, text in (
             ("evidence", evidence),
@@ -213,22 +215,9 @@ def render_advice(advice: Sequence[Mapping[str, Any]]) -> str:
             ("gain", a.get("expected_gain")),
         ):
             for n, part in enumerate(str(text or "").splitlines()):
-                lines += _wrapped(part, pad + (f"{label}: " if n == 0 else "  "), pad + "  ")
-    return "\n".join(lines)
-
-
-def _wrapped(text: str, first: str, rest: str) -> list[str]:
-    return (
-        textwrap.wrap(
-            text,
-            ADVICE_WIDTH,
-            initial_indent=first,
-            subsequent_indent=rest,
-            break_on_hyphens=False,
-            break_long_words=False,
-        )
-        or []
-    )
+                first = pad + (f"{label}: " if n == 0 else "  ")
+                lines.append(paragraph(part, width, first, pad + "  "))
+    return "\n".join(line for line in lines if line)
 
 
 def _evidence(value: Any) -> str:
@@ -243,8 +232,10 @@ def _ends(values: list[float]) -> list[float]:
     return values if len(values) <= 4 else [values[0], values[1], values[-2], values[-1]]
 
 
-def render_projections(projections: Sequence[Projection]) -> str:
-    """A table of the projections ranked by epoch time, with the rank by cost."""
+def render_projections(projections: Sequence[Projection], width: int | None = None) -> str:
+    """A table of the projections ranked by epoch time, with the rank by cost, fitted to
+    `width` (default: the terminal's)."""
+    width = terminal_width(width)
     rows = []
     for p, by_time, by_cost in ranked(projections):
         rows.append(
@@ -277,6 +268,7 @@ def render_projections(projections: Sequence[Projection]) -> str:
             "by cost",
         ),
         rows,
+        width=width,
     )
     order = ranked(projections)
     lines = [f"what-if projection: the same run on other GPUs\n{body}"]
@@ -285,7 +277,8 @@ def render_projections(projections: Sequence[Projection]) -> str:
     if cheapest:
         lines.append(f"cheapest per epoch: {cheapest[0].count} x {cheapest[0].gpu}")
     lines += [
-        f"assumes{f' for {who}' if who else ''}: {text}" for text, who in _assumptions(projections)
+        paragraph(f"assumes{f' for {who}' if who else ''}: {text}", width)
+        for text, who in _assumptions(projections)
     ]
     return "\n".join(lines)
 

@@ -1,0 +1,137 @@
+"""`accelkit bench`: a built-in model on synthetic data through the profiled fit."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from accelkit import bench as built_in
+from accelkit.cli.common import (
+    JSON_HELP,
+    add_command,
+    add_framework,
+    add_precision,
+    emit_json,
+    positive_int,
+)
+from accelkit.hardware import environment
+from accelkit.profiling import world
+
+EXAMPLES = (
+    "accelkit bench",
+    "accelkit bench --model gpt --steps 100 --calibrate",
+    "accelkit bench --model cnn --framework tensorflow --precision fp32 --json",
+    "accelkit bench --model gpt2 --save run.json && accelkit report run.json",
+    "torchrun --nproc-per-node 2 -m accelkit bench --model gpt2 --compare-single",
+)
+# Every built-in model, in the order the frameworks list them (one definition: bench).
+MODELS = tuple(dict.fromkeys(built_in.TORCH_MODELS + built_in.KERAS_MODELS))
+
+
+def add(commands: Any) -> None:
+    parser = add_command(
+        commands,
+        "bench",
+        "a built-in model on synthetic data through the profiled fit",
+        EXAMPLES,
+        f"Models: PyTorch {', '.join(built_in.TORCH_MODELS)}; "
+        f"Keras {', '.join(built_in.KERAS_MODELS)}.",
+    )
+    parser.add_argument(
+        "--model",
+        choices=MODELS,
+        default="mlp",
+        help="the built-in model to train (default: mlp)",
+    )
+    add_framework(parser, "the framework to train with", "PyTorch when installed")
+    parser.add_argument(
+        "--steps",
+        type=positive_int,
+        default=60,
+        metavar="N",
+        help="training steps, warm-up included (default 60)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="samples per step and device (default: the model's own)",
+    )
+    add_precision(parser)
+    parser.add_argument(
+        "--compile", action="store_true", help="compile the train step (torch.compile / XLA)"
+    )
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="also measure this device's matmul rate and report MFU against it",
+    )
+    parser.add_argument(
+        "--compare-single",
+        action="store_true",
+        help="under torchrun: run the bench on rank 0's device alone first, "
+        "then on every rank, and report the scaling efficiency "
+        "(without a launcher: nothing to compare, a note says so)",
+    )
+    parser.add_argument(
+        "--single-device",
+        metavar="RUN.json|SAMPLES_PER_S",
+        help="the single-device reference for the scaling efficiency: a "
+        "saved report of the same bench on one device, or its samples/s",
+    )
+    parser.add_argument(
+        "--save", metavar="PATH", help="write the report as JSON (under torchrun: rank 0 only)"
+    )
+    parser.add_argument("--json", action="store_true", help=JSON_HELP)
+    parser.set_defaults(command=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.save:
+        _check_writable(args.save)  # before the run, not after it
+    # read (and check) a reference report before the run too; its errors name the field
+    single = world.single_device_rate(_rate_or_path(args.single_device))
+    result = built_in.run(
+        args.model,
+        args.framework,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        precision=args.precision,
+        compile=args.compile,
+        calibrate=args.calibrate,
+        progress=not args.json,
+        compare_single=args.compare_single,
+        single_device=single,
+    )
+    if environment.is_rank_zero():  # every rank holds the whole run's report; one prints it
+        if args.json:
+            emit_json(result.to_dict())
+        else:
+            print(result)
+    if args.save:
+        try:
+            result.save(args.save)
+        except OSError as error:  # the result is printed: the run is not lost
+            print(f"accelkit: could not save the report to {args.save}: {error}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def _check_writable(path: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"--save {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"--save {path}: the folder {folder} is not writable")
+
+
+def _rate_or_path(text: str | None) -> float | str | None:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return text

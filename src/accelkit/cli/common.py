@@ -1,0 +1,100 @@
+"""What the subcommands share: exit codes, argument types, JSON output and `--help` pages
+that end with examples."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from accelkit.hardware.what_if import MAX_GPUS_PER_NODE, check_count
+from accelkit.planning import Framework, Precision
+
+EXIT_UNKNOWN_GPU = 1
+EXIT_USAGE = 2
+JSON_HELP = "print one JSON document on stdout, nothing else (messages go to stderr)"
+
+
+def add_command(
+    commands: Any, name: str, summary: str, examples: Sequence[str], description: str = ""
+) -> argparse.ArgumentParser:
+    """A subcommand whose `--help` starts with `summary` (and `description`) and ends
+    with `examples`, one command line each.
+
+    Example:
+        >>> add_command(commands, "specs", "the GPU datasheet table", ["accelkit specs"])
+    """
+    return commands.add_parser(
+        name,
+        help=summary,
+        description=f"{summary[0].upper()}{summary[1:]}."
+        + (f"\n\n{description}" if description else ""),
+        epilog=examples_text(examples),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def examples_text(examples: Sequence[str]) -> str:
+    """An epilog: 'examples:' then each command line indented."""
+    return "examples:\n" + "\n".join(f"  {line}" for line in examples)
+
+
+def add_framework(parser: argparse.ArgumentParser, what: str, auto: str | None) -> None:
+    """`--framework`: the frameworks accelkit plans for, `what` it is for; with `auto`
+    (what auto means, for the help) when given, else defaulting to torch."""
+    default = Framework.AUTO if auto else Framework.TORCH
+    parser.add_argument(
+        "--framework",
+        choices=values(Framework, leave_out=[] if auto else [Framework.AUTO]),
+        default=default.value,
+        help=f"{what} (default: {default.value}{f', {auto}' if auto else ''})",
+    )
+
+
+def add_precision(parser: argparse.ArgumentParser) -> None:
+    """`--precision`: one of `Precision`, auto by default."""
+    parser.add_argument(
+        "--precision",
+        choices=values(Precision),
+        default=Precision.AUTO.value,
+        help="mixed or full precision (default: auto, the best the GPU generation runs well)",
+    )
+
+
+def values(choices: Iterable[Any], leave_out: Iterable[Any] = ()) -> list[str]:
+    """The values of a string enum (`Precision`, `Framework`), as `choices`."""
+    skipped = set(leave_out)
+    return [member.value for member in choices if member not in skipped]
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return value
+
+
+def gpu_count(text: str, maximum: int, what: str) -> int:
+    """`text` as a GPU count from 1 to `maximum`; a ValueError naming the range."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = None  # check_count names the valid range
+    return check_count(text if count is None else count, maximum, what)
+
+
+def gpus_in_one_server(text: str) -> int:
+    try:
+        return gpu_count(text, MAX_GPUS_PER_NODE, "--count")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def emit_json(document: Any) -> None:
+    json.dump(document, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")

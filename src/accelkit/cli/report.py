@@ -1,0 +1,145 @@
+"""`accelkit report`: a saved run report with its advice, as text, JSON or an HTML page,
+and what-if projections onto other GPUs."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from accelkit import specs
+from accelkit.advisor.projection import project, ranked
+from accelkit.cli.common import JSON_HELP, add_command, emit_json, gpu_count
+from accelkit.hardware.what_if import MAX_GPUS, UnknownGPUError
+from accelkit.profiling.run_report import RunReport
+from accelkit.report.assemble import with_advice
+from accelkit.report.html import render_html
+from accelkit.report.render import render_projections
+
+EXAMPLES = (
+    "accelkit report run.json",
+    "accelkit report run.json --html run.html",
+    'accelkit report run.json --project "H100 SXM" --project A100-SXM4-80GB:8',
+    "accelkit report run.json --project H200:8 --price H200=3.50 --project L4 --price L4=0.80",
+    "accelkit report run.json --json",
+)
+
+
+def add(commands: Any) -> None:
+    parser = add_command(
+        commands,
+        "report",
+        "render a saved run report with its advice, and what-if projections",
+        EXAMPLES,
+        "The advice is given again by the current rules, on the saved figures.",
+    )
+    parser.add_argument(
+        "path",
+        metavar="RUN.json",
+        help="a report saved by `accelkit bench --save` or report.save()",
+    )
+    parser.add_argument(
+        "--project",
+        action="append",
+        default=[],
+        metavar="NAME[:COUNT]",
+        help=f"estimate step and epoch time on COUNT (default 1, at most "
+        f"{MAX_GPUS:,}) GPUs called NAME at the run's MFU; repeat to "
+        "rank several",
+    )
+    parser.add_argument(
+        "--price",
+        action="append",
+        default=[],
+        metavar="NAME=USD_PER_HOUR",
+        help="price of one GPU-hour of NAME, for the cost per epoch",
+    )
+    parser.add_argument(
+        "--mfu",
+        type=float,
+        default=None,
+        help="MFU to assume in projections (default: the run's own when it "
+        "was measured on a GPU, else 0.4)",
+    )
+    parser.add_argument("--json", action="store_true", help=JSON_HELP)
+    parser.add_argument(
+        "--html",
+        default=None,
+        metavar="FILE",
+        help="also write the report as one self-contained HTML page with charts",
+    )
+    parser.set_defaults(command=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        result = RunReport.load(args.path)  # a bad file or field: ValueError, naming both
+    except OSError as error:
+        raise ValueError(f"cannot read {args.path}: {error}") from None
+    with_advice(result)  # the current rules, on the saved figures and facts
+    projections = _projections(result, args.project, args.price, args.mfu)
+    if args.html:
+        try:
+            with open(args.html, "w", encoding="utf-8") as out:
+                out.write(render_html(result))
+        except OSError as error:
+            raise ValueError(f"cannot write {args.html}: {error}") from None
+    if args.json:
+        document = result.to_dict()
+        if projections:
+            document["projections"] = [
+                {**p.to_dict(), "rank_by_time": t, "rank_by_cost": c}
+                for p, t, c in ranked(projections)
+            ]
+        emit_json(document)
+        return 0
+    print(result)
+    if projections:
+        print()
+        print(render_projections(projections))
+    return 0
+
+
+def _projections(
+    report: RunReport, targets: Sequence[str], prices: Sequence[str], mfu: float | None
+) -> list[Any]:
+    """`--project NAME[:COUNT]` and `--price NAME=USD` as projections (prices by datasheet row)."""
+    if not targets:
+        if prices or mfu is not None:
+            raise ValueError("--price and --mfu go with --project NAME")
+        return []
+    by_key = _prices(prices)
+    found = []
+    for target in targets:
+        name, _, count = target.rpartition(":") if ":" in target else (target, "", "1")
+        spec = specs.lookup(name)
+        if spec is None:
+            raise UnknownGPUError(specs.unknown_message(name))
+        number = gpu_count(count, MAX_GPUS, f"--project {target!r}: COUNT")
+        found.append(project(report, spec.key, number, by_key.get(spec.key), mfu=mfu))
+    unused = set(by_key) - {p.key for p in found}
+    if unused:
+        raise ValueError(f"--price for {', '.join(sorted(unused))}, which no --project names")
+    return found
+
+
+def _prices(prices: Sequence[str]) -> dict[str, float]:
+    """`--price NAME=USD_PER_HOUR` items by datasheet key."""
+    by_key: dict[str, float] = {}
+    for item in prices:
+        name, _, value = item.rpartition("=")
+        if not name:
+            raise ValueError(f"--price {item!r}: use NAME=USD_PER_HOUR")
+        spec = specs.lookup(name)
+        if spec is None:
+            raise UnknownGPUError(f"--price {item!r}: {specs.unknown_message(name)}")
+        try:
+            by_key[spec.key] = float(value)
+            if not math.isfinite(by_key[spec.key]) or by_key[spec.key] < 0:
+                raise ValueError(value)
+        except ValueError:
+            raise ValueError(
+                f"--price {item!r}: {value!r} is not a price in USD per hour"
+            ) from None
+    return by_key

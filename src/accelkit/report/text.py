@@ -1,0 +1,124 @@
+"""Text that fits a terminal: the width to render at, wrapped paragraphs and tables.
+
+The width is the terminal's as `shutil.get_terminal_size` reads it (``COLUMNS`` first,
+then the terminal of stdout), else `DEFAULT_WIDTH` (100) where there is no terminal (a
+pipe, a log file, a notebook), and never less than `MIN_WIDTH` (40). Prose (a reason, a
+note, advice) wraps at `TEXT_WIDTH` (100) at most, however wide the terminal, so that it
+stays readable.
+
+Within that width no line is longer, with one exception: a word longer than the line
+it would wrap into (a long URL) stands whole on a line of its own, so it can still be
+clicked and copied; the terminal folds it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from collections.abc import Sequence
+
+DEFAULT_WIDTH = 100  # where nothing says the width: a pipe, a file, a notebook
+MIN_WIDTH = 40  # narrower is read as this
+TEXT_WIDTH = 100  # prose wraps at this at most, however wide the terminal
+MIN_TEXT = 30  # the wrapped column beside the others gets at least this, else goes under
+INDENT = "    "  # the wrapped column under its row
+
+
+def terminal_width(width: int | None = None) -> int:
+    """`width`, or the terminal's (``COLUMNS`` first), else `DEFAULT_WIDTH`; at least
+    `MIN_WIDTH`.
+
+    Example:
+        >>> terminal_width(20)
+        40
+    """
+    if width is None:
+        width = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+    return max(MIN_WIDTH, width)
+
+
+def paragraph(text: str, width: int | None = None, first: str = "", rest: str = "  ") -> str:
+    """`text` wrapped at `width` (at most `TEXT_WIDTH`), `first` before its first line
+    and `rest` before the others; words are never broken.
+
+    Example:
+        >>> print(paragraph("note: " + "word " * 12, 40))
+        note: word word word word word word word
+          word word word word word
+    """
+    return "\n".join(_wrap(text, min(terminal_width(width), TEXT_WIDTH), first, rest))
+
+
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, width: int | None = None
+) -> str:
+    """Left-aligned columns that fit `width`, the last column (a reason, a source, a
+    value in words) wrapped.
+
+    The last column stands beside the others when that leaves it `MIN_TEXT` columns
+    and its longest word; else it goes under each row, indented. Where even the other
+    columns are wider than `width`, each row's cells are wrapped as one line.
+
+    Example:
+        >>> print(table(("key", "reason"), [("a", "why a is set")], width=40))
+        key  reason
+        ---  ------
+        a    why a is set
+    """
+    width = terminal_width(width)
+    lead = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers[:-1])]
+    lead_width = sum(lead) + 2 * len(lead)  # each column and the gap after it
+    room = min(width - lead_width, TEXT_WIDTH)
+    longest = max((len(word) for r in rows for word in r[-1].split()), default=0)
+    if room >= max(MIN_TEXT, longest):
+        return _beside(headers, rows, lead, room)
+    return _under(headers, rows, lead, width)
+
+
+def _beside(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], lead: list[int], room: int
+) -> str:
+    pad = " " * (sum(lead) + 2 * len(lead))
+    rule = [*("-" * w for w in lead), "-" * len(headers[-1])]
+    lines = [_cells(headers, lead), _cells(rule, lead)]
+    for row in rows:
+        text = _wrap(row[-1], room) or [""]
+        lines.append(_cells([*row[:-1], text[0]], lead))
+        lines.extend(pad + more for more in text[1:])
+    return "\n".join(lines)
+
+
+def _under(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], lead: list[int], width: int
+) -> str:
+    fits = sum(lead) + 2 * (len(lead) - 1) <= width
+
+    def head(cells: Sequence[str]) -> list[str]:
+        if fits:
+            return [_cells(cells, lead)]
+        return _wrap("  ".join(c for c in cells if c), width, rest="  ")
+
+    text_width = min(width, TEXT_WIDTH)
+    lines = [*head(headers[:-1]), INDENT + headers[-1]]
+    if fits:
+        lines.append(_cells(["-" * w for w in lead], lead))
+    for row in rows:
+        lines += head(row[:-1])
+        lines += _wrap(row[-1], text_width, INDENT, INDENT)
+    return "\n".join(lines)
+
+
+def _cells(cells: Sequence[str], widths: Sequence[int]) -> str:
+    padded = [c.ljust(w) for c, w in zip(cells, widths)] + list(cells[len(widths) :])
+    return "  ".join(padded).rstrip()
+
+
+def _wrap(text: str, width: int, first: str = "", rest: str = "") -> list[str]:
+    return textwrap.wrap(
+        text,
+        width,
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
