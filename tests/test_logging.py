@@ -132,7 +132,7 @@ def test_a_torch_fits_progress_line_arrives_as_log_records(caplog) -> None:
         train(progress=True, window=8, epochs=1)
     progress = [r for r in caplog.records if getattr(r, log.PROGRESS, False)]
     assert progress and progress[0].levelno == logging.INFO
-    assert progress[0].getMessage().startswith("accelkit: step 11 ")  # 3 warm-up + 8
+    assert progress[0].getMessage().startswith("accelkit: step 11/32 ")  # 3 warm-up + 8, of 32
 
 
 def _prints(path: Path) -> list[int]:

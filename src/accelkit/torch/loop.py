@@ -98,7 +98,7 @@ def train(
     done = epoch_steps = 0
     running = torch.zeros((), device=device)
     meter.on_window = _watch_loss(
-        meter, running, _progress_printer(meter, steps) if progress else None
+        meter, running, _progress_printer(meter, _length(loader, schedule)) if progress else None
     )
 
     def train_one(batch: Any, step: Step) -> Any:
@@ -216,9 +216,22 @@ def _watch_loss(
     return on_window
 
 
-def _progress_printer(meter: Meter, steps: int | None) -> Callable[[float, int], None]:
+def _length(loader: Any, schedule: Schedule) -> int | None:
+    """The run's length in steps where it is known: ``steps``, or ``len(loader)`` x epochs,
+    whichever ends it first; None for a loader without a length (an iterable dataset)."""
+    try:
+        per_epoch = len(loader)
+    except Exception:  # noqa: BLE001 - a generator, an IterableDataset's loader: no length
+        per_epoch = 0
+    known = [n for n in (schedule.steps, per_epoch * schedule.epochs) if n and n > 0]
+    return min(known) if known else None
+
+
+def _progress_printer(meter: Meter, total: int | None) -> Callable[[float, int], None]:
     """The live progress line, an INFO record at window boundaries: redrawn in place on
-    a terminal by accelkit's default handler, else one record every 10 s."""
+    a terminal by accelkit's default handler, else one record every 10 s. With the run's
+    length (`total` steps) known, it says step k/N and the time left at the last window's
+    pace."""
     interactive = log.live_terminal()
     started = time.perf_counter()
     last = [0.0]
@@ -229,11 +242,7 @@ def _progress_printer(meter: Meter, steps: int | None) -> Callable[[float, int],
             return
         last[0] = now
         rate = (meter.last_batch_size or 0) / step_s if step_s else 0.0
-        total = f"/{steps}" if steps else ""
-        line = (
-            f"accelkit: step {step}{total}  {rate:,.1f} samples/s  "
-            f"{step_s * 1e3:.1f} ms/step  {now - started:.0f} s"
-        )
+        line = log.progress_text(step, total, rate, step_s, now - started)
         _log.info("%s", line, extra={log.PROGRESS: True})
 
     return show

@@ -24,6 +24,7 @@ This module imports nothing of accelkit: the rank rule is handed to `setup`.
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from collections.abc import Callable
 
@@ -71,6 +72,7 @@ class ConsoleHandler(logging.Handler):
         super().__init__()
         self.setFormatter(logging.Formatter("%(message)s"))
         self._open_line: object = None  # the stream whose progress line is not ended
+        self._open_width = 0  # that line's length, to blank what a shorter one leaves
 
     def emit(self, record: logging.LogRecord) -> None:
         if _console_taken(record.levelno):
@@ -79,8 +81,9 @@ class ConsoleHandler(logging.Handler):
             stream = sys.stderr
             text = self.format(record)
             if getattr(record, PROGRESS, False) and _is_terminal(stream):
-                stream.write("\r" + text)
-                self._open_line = stream
+                shown = self._open_width if self._open_line is stream else 0
+                stream.write("\r" + text.ljust(shown))
+                self._open_line, self._open_width = stream, len(text)
             else:
                 self._end_line()
                 stream.write(text + "\n")
@@ -162,6 +165,42 @@ def end_progress_line() -> None:
     handler = default_handler()
     if handler is not None:
         handler.end_line()
+
+
+def progress_text(
+    step: int, total: int | None, samples_per_s: float, step_s: float, elapsed_s: float
+) -> str:
+    """The progress line: step (of `total` with its share, when known), throughput, step
+    time, time elapsed and, with `total`, the time left at `step_s` a step.
+
+    Example:
+        >>> progress_text(120, 600, 1234.5, 0.0123, 34.2)
+        'accelkit: step 120/600 (20%)  1,234.5 samples/s  12.3 ms/step  0:34 elapsed  ETA 0:06'
+    """
+    where = f"step {step}"
+    left = ""
+    if total:
+        where += f"/{total} ({min(step / total, 1.0):.0%})"
+        left = f"  ETA {clock(max(total - step, 0) * step_s)}"
+    return (
+        f"accelkit: {where}  {samples_per_s:,.1f} samples/s  {step_s * 1e3:.1f} ms/step  "
+        f"{clock(elapsed_s)} elapsed{left}"
+    )
+
+
+def clock(seconds: float) -> str:
+    """Seconds as a clock reads them: m:ss, or h:mm:ss from an hour.
+
+    Example:
+        >>> clock(65), clock(3725)
+        ('1:05', '1:02:05')
+    """
+    if not math.isfinite(seconds):
+        return "?:??"
+    whole = max(round(seconds), 0)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def _console_taken(levelno: int) -> bool:
