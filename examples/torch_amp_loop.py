@@ -51,8 +51,8 @@ def make_model(features: int, hidden: int, classes: int) -> nn.Module:
 def accuracy(model: nn.Module, loader, device, plan) -> float:
     model.eval()
     correct = total = 0
-    for x, y in loader:
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+    for batch in loader:
+        x, y = (t.to(device, non_blocking=True) for t in batch)
         with plan.autocast():
             correct += (model(x).argmax(dim=1) == y).sum().item()
         total += y.numel()
@@ -96,8 +96,8 @@ def main() -> None:
 
     for epoch in range(args.epochs):
         start, seen, total_loss = time.perf_counter(), 0, 0.0
-        for x, y in loader:
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        for batch in loader:
+            x, y = (t.to(device, non_blocking=True) for t in batch)
             with plan.autocast():  # bf16/fp16 autocast, or nothing for fp32/tf32 plans
                 loss = loss_fn(model(x), y)
             scaler.scale(loss).backward()
