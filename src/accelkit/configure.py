@@ -99,9 +99,11 @@ def auto_configure(
 
     Example:
         >>> import accelkit
+        >>> import torch
         >>> plan = accelkit.auto_configure()
+        >>> model, x, y = torch.nn.Linear(8, 2), torch.randn(4, 8), torch.tensor([0, 1, 1, 0])
         >>> with plan.autocast():
-        ...     loss = loss_fn(model(x), y)
+        ...     loss = torch.nn.functional.cross_entropy(model(x), y)
     """
     global _current
     if hardware is not None and not isinstance(hardware, HardwareInfo):
@@ -197,7 +199,8 @@ def apply(plan: Plan) -> Plan:
     A missing framework raises ImportError with the install command.
 
     Example:
-        >>> plan = accelkit.apply(accelkit.plan_for("Tesla T4", framework="tensorflow"))
+        >>> import accelkit
+        >>> plan = accelkit.apply(accelkit.plan_for(None, framework="torch"))  # no GPU: fp32
         >>> accelkit.current_plan() is plan
         True
     """
@@ -237,6 +240,7 @@ def plan_for(
         ValueError: a bad argument.
 
     Example:
+        >>> import accelkit
         >>> accelkit.plan_for("Tesla T4", framework="tensorflow").precision.value
         'fp16'
     """

@@ -7,9 +7,12 @@ numbers it rests on, the change to make for the run's framework, and the
 expected gain with how it was estimated. Every `RunReport` carries the
 verdicts for the hardware it ran on; for another GPU, pass that GPU's plan:
 
+    >>> import accelkit
+    >>> report = {"framework": "torch", "device": "cpu", "step_time_s": 0.05}  # or a RunReport
     >>> plan = accelkit.plan_for("A100-SXM4-80GB", precision="fp32")
     >>> for advice in accelkit.advisor.advise(plan.hardware, plan, report):
-    ...     print(advice.severity, advice.title, advice.expected_gain)
+    ...     print(advice.severity, advice.title)
+    warning matmuls run in fp32 on NVIDIA A100 SXM4 80GB, whose tensor cores run bf16 mixed precision
 
 `accelkit.advisor.project(report, gpu=...)` (`accelkit.advisor.projection`)
 estimates step and epoch time on other GPUs at the same MFU.

@@ -12,7 +12,9 @@ batches no faster on a faster GPU. Several GPUs are data parallel with the
 same per-GPU batch and perfect scaling, so an epoch takes steps_per_epoch x
 measured devices / N steps. Every projection lists these assumptions.
 
-    >>> report.project("H100 SXM", count=8, price_per_hour=2.5).epoch_time_s
+    >>> run = {"flops_per_step": 1e12, "batch_size": 32, "steps": 100, "framework": "torch"}
+    >>> print(project(run, "H100 SXM", count=8, price_per_hour=2.5))  # doctest: +ELLIPSIS
+    what-if: 8 x NVIDIA H100 SXM5 80GB, ...
 """
 
 from __future__ import annotations

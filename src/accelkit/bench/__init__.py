@@ -49,7 +49,8 @@ def run(
             of a saved one, or samples/s); see `accelkit.torch.fit`.
 
     Example:
-        >>> print(accelkit.bench.run("gpt", steps=30, calibrate=True))
+        >>> import accelkit
+        >>> print(accelkit.bench.run("gpt", steps=30, calibrate=True))  # doctest: +SKIP
         >>> # torchrun --nproc-per-node 2 -m accelkit bench --model gpt2 --compare-single
     """
     if framework == "auto":

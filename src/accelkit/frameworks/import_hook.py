@@ -55,8 +55,10 @@ def watch(
 
     Example:
         >>> watch({"torch": ("torch",)}, lambda group, trigger: print(group, trigger))
-        >>> import torch
+        >>> # the script's first import of torch (skipped: this process may have one already)
+        >>> import torch  # doctest: +SKIP
         torch torch
+        >>> unwatch()
     """
     global _hook
     unwatch()

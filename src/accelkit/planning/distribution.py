@@ -200,7 +200,7 @@ def nccl_settings(hardware: HardwareInfo, nodes: int | None = None) -> list[Sett
             of a run not yet launched passes the servers it will span.
 
     Example:
-        >>> from accelkit.hardware import what_if
+        >>> from accelkit import what_if
         >>> [s.key.value for s in nccl_settings(what_if("RTX 4090", 2))]
         ['NCCL_P2P_DISABLE']
     """

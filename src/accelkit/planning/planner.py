@@ -26,7 +26,7 @@ def plan(hardware: HardwareInfo, request: Request | None = None) -> Plan:
             with the numbers in the message.
 
     Example:
-        >>> from accelkit.hardware import what_if
+        >>> from accelkit import what_if
         >>> plan(what_if("Tesla T4"), Request(framework="torch")).precision.value
         'fp16'
     """

@@ -191,11 +191,16 @@ class Plan:
     settings carry what happened when it was applied.
 
     Example:
+        >>> import accelkit
+        >>> import torch
         >>> plan = accelkit.plan_for("A100-SXM4-80GB", framework="torch")
         >>> plan.precision
         <Precision.BF16: 'bf16'>
+        >>> device = "cuda" if torch.cuda.is_available() else "cpu"
+        >>> model, x = torch.nn.Linear(8, 2).to(device), torch.randn(4, 8, device=device)
         >>> with plan.autocast():
-        ...     loss = model(x)
+        ...     model(x).dtype
+        torch.bfloat16
     """
 
     framework: Framework
@@ -262,7 +267,8 @@ class Plan:
         a strategy), so the run computes what the script alone would.
 
         Example:
-            >>> plan = accelkit.auto_configure(dry_run=True)
+            >>> import accelkit
+            >>> plan = accelkit.auto_configure(dry_run=True, verbose=False)
             >>> plan.without_helpers().precision
             <Precision.FP32: 'fp32'>
         """

@@ -1,0 +1,167 @@
+"""The docstring examples of every module under src/accelkit run, through `doctest`.
+
+One test per docstring with examples (id: its dotted name), found by reading the
+source (so collecting imports nothing), run in the module's namespace as
+``pytest --doctest-modules src/accelkit`` runs them. A module whose import needs
+a framework that is not installed (torch, TensorFlow, Lightning, transformers) is
+skipped with that reason. What an example changes in the process (environment
+variables, the current plan, the accelkit logger) is put back after it.
+"""
+
+from __future__ import annotations
+
+import ast
+import doctest
+import importlib
+import importlib.util
+import io
+import logging
+import os
+import sys
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+_OPTIONAL = ("torch", "tensorflow", "keras", "lightning", "pytorch_lightning", "transformers")
+
+
+@dataclass(frozen=True)
+class Docstring:
+    module: str
+    name: str  # dotted, as doctest names it
+    text: str
+    path: Path
+    line: int  # of the docstring's first line
+
+
+def _modules() -> Iterator[tuple[str, Path]]:
+    for path in sorted((SRC / "accelkit").rglob("*.py")):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        if parts[-1] == "__main__":  # importing it runs the CLI
+            continue
+        yield ".".join(parts[:-1] if parts[-1] == "__init__" else parts), path
+
+
+def _docstrings(module: str, path: Path) -> Iterator[Docstring]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    parser = doctest.DocTestParser()
+
+    def visit(node: ast.AST, name: str) -> Iterator[Docstring]:
+        text = ast.get_docstring(node, clean=False)  # type: ignore[arg-type]
+        if text and _has_examples(parser, text):
+            line = node.body[0].lineno if node.body else 1  # type: ignore[attr-defined]
+            yield Docstring(module, name, text, path, line)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            return  # doctest.DocTestFinder does not look inside functions
+        for child in getattr(node, "body", []):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                yield from visit(child, f"{name}.{child.name}")
+
+    yield from visit(tree, module)
+
+
+def _has_examples(parser: doctest.DocTestParser, text: str) -> bool:
+    try:
+        return bool(parser.get_examples(text))
+    except ValueError:  # a malformed example: collected, so that its test says what is wrong
+        return True
+
+
+_ALL = [d for module, path in _modules() for d in _docstrings(module, path)]
+
+
+def _import(module: str) -> types.ModuleType:
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        missing = (error.name or "").split(".")[0]
+        if missing in _OPTIONAL and importlib.util.find_spec(missing) is None:
+            pytest.skip(f"{module} needs {missing}, which is not installed")
+        raise
+
+
+@pytest.fixture
+def _process_state() -> Iterator[None]:
+    """Put back what an example may change: the environment, the current plan, the
+    accelkit logger, and the framework flags a plan sets (torch's TF32 and cuDNN
+    switches, the Keras policy)."""
+    from accelkit import configure
+
+    environ = dict(os.environ)
+    plan = configure.current_plan()
+    logger = logging.getLogger("accelkit")
+    level, handlers, filters = logger.level, list(logger.handlers), list(logger.filters)
+    flags = _framework_flags()
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+        configure.set_current_plan(plan)
+        logger.setLevel(level)
+        logger.handlers[:] = handlers
+        logger.filters[:] = filters
+        _restore_framework_flags(flags)
+
+
+def _framework_flags() -> dict[str, object]:
+    flags: dict[str, object] = {}
+    if torch := sys.modules.get("torch"):
+        flags["torch"] = (
+            torch.backends.cuda.matmul.allow_tf32,
+            torch.backends.cudnn.allow_tf32,
+            torch.backends.cudnn.benchmark,
+            torch.get_float32_matmul_precision(),
+        )
+    if keras := sys.modules.get("keras"):
+        flags["keras"] = keras.mixed_precision.global_policy().name
+    return flags
+
+
+def _restore_framework_flags(flags: dict[str, object]) -> None:
+    """Set back only what changed (torch warns about its older TF32 switches when set)."""
+    now = _framework_flags()
+    if "torch" in now and now["torch"] != flags.get("torch", now["torch"]):
+        torch = sys.modules["torch"]
+        matmul, cudnn, benchmark, precision = flags["torch"]  # type: ignore[misc]
+        torch.set_float32_matmul_precision(precision)
+        torch.backends.cuda.matmul.allow_tf32 = matmul
+        torch.backends.cudnn.allow_tf32 = cudnn
+        torch.backends.cudnn.benchmark = benchmark
+    if "keras" in now and now["keras"] != flags.get("keras", "float32"):
+        sys.modules["keras"].mixed_precision.set_global_policy(flags.get("keras", "float32"))
+
+
+@pytest.mark.usefixtures("_process_state")
+@pytest.mark.parametrize("docstring", _ALL, ids=[d.name for d in _ALL])
+def test_docstring_examples(docstring: Docstring) -> None:
+    module = _import(docstring.module)
+    test = doctest.DocTestParser().get_doctest(
+        docstring.text,
+        dict(module.__dict__),
+        docstring.name,
+        str(docstring.path),
+        docstring.line - 1,
+    )
+    out = io.StringIO()
+    runner = doctest.DocTestRunner(verbose=False)
+    try:
+        result = runner.run(test, out=out.write, clear_globs=True)
+    finally:
+        test.globs.clear()
+    if result.failed:
+        pytest.fail(
+            f"{docstring.name}: {result.failed} of {result.attempted} examples failed\n"
+            f"{out.getvalue()}",
+            pytrace=False,
+        )
+
+
+def test_docstrings_found() -> None:
+    """The walk sees the examples of the public entry points."""
+    names = {d.name for d in _ALL}
+    assert {"accelkit.configure.plan_for", "accelkit.planning.planner.plan"} <= names
