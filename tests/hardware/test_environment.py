@@ -9,13 +9,12 @@ import pytest
 
 from accelkit.hardware.environment import (
     cpu_count,
-    device_order_note,
     has_infiniband,
     host_memory_bytes,
     read_launcher,
-    visible,
 )
 from accelkit.hardware.info import GpuInfo, LauncherEnv
+from accelkit.hardware.visible_devices import device_order_note, visible
 
 GPUS = tuple(
     GpuInfo(index=i, name="NVIDIA H100 80GB HBM3", uuid=f"GPU-{i}{i}{i}-aaaa-bbbb-cccc")

@@ -11,7 +11,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from accelkit.hardware import environment
+from accelkit.hardware import environment, visible_devices
 from accelkit.hardware.info import GpuInfo, HardwareInfo, LauncherEnv, Link
 from accelkit.hardware.nvml import read_gpus
 
@@ -55,10 +55,10 @@ def _detect(environ: Mapping[str, str]) -> HardwareInfo:
     reading = read_gpus()
     notes = list(reading.notes)
     launcher = environment.read_launcher(environ, notes)
-    order_note = environment.device_order_note(reading.gpus, environ)
+    order_note = visible_devices.device_order_note(reading.gpus, environ)
     if order_note:
         notes.append(order_note)
-    gpus = environment.visible(reading.gpus, launcher.cuda_visible_devices, notes)
+    gpus = visible_devices.visible(reading.gpus, launcher.cuda_visible_devices, notes)
     shown = {g.index for g in gpus}
     return dataclasses.replace(
         reading,

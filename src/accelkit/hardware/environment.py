@@ -7,8 +7,10 @@ visible devices, host facts. The one place that parses them.
   `world_size`, which every part of accelkit uses (a RANK that is empty or not
   an integer is no launcher's: rank 0, as for a process started alone);
 - accelkit's variables: `flag` (``0/false/no/off`` and empty are off),
-  `dist_timeout` (``ACCELKIT_DIST_TIMEOUT``), `log_level` (``ACCELKIT_LOG_LEVEL``);
-- the host: visible GPUs, CPU count, memory, InfiniBand.
+  `dist_timeout` (``ACCELKIT_DIST_TIMEOUT``), `log_level` (``ACCELKIT_LOG_LEVEL``),
+  `comm_timing` (``ACCELKIT_COMM_TIMING``);
+- the host: CPU count, memory, InfiniBand (which GPUs CUDA_VISIBLE_DEVICES
+  shows: `accelkit.hardware.visible_devices`).
 
 Nothing here raises on bad input from the environment: a malformed variable
 becomes a note, because a typo in TF_CONFIG must not stop detection or training.
@@ -16,13 +18,12 @@ becomes a note, because a typo in TF_CONFIG must not stop detection or training.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
-from accelkit.hardware.info import GpuInfo, HardwareInfo, LauncherEnv
+from accelkit.hardware.info import HardwareInfo, LauncherEnv
 
 _TORCHRUN_INTEGERS = {
     "RANK": "rank",
@@ -37,6 +38,7 @@ PRECISION_ENV = "ACCELKIT_PRECISION"
 TIMEOUT_ENV = "ACCELKIT_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 600.0  # PyTorch's default NCCL collective timeout
 LOG_LEVEL_ENV = "ACCELKIT_LOG_LEVEL"
+COMM_TIMING_ENV = "ACCELKIT_COMM_TIMING"
 _LOG_LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "WARN": 30, "ERROR": 40, "CRITICAL": 50}
 
 _OFF = frozenset({"", "0", "false", "no", "off"})
@@ -57,6 +59,17 @@ def flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
         True
     """
     return _environ(environ).get(name, "").strip().lower() not in _OFF
+
+
+def comm_timing(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether `accelkit.torch.fit` times the gradient all-reduce of a DDP run: on
+    unless ``ACCELKIT_COMM_TIMING`` is set to an off value (``0/false/no/off``).
+
+    Example:
+        >>> comm_timing({}), comm_timing({"ACCELKIT_COMM_TIMING": "0"})
+        (True, False)
+    """
+    return COMM_TIMING_ENV not in _environ(environ) or flag(COMM_TIMING_ENV, environ)
 
 
 def rank(environ: Mapping[str, str] | None = None) -> int:
@@ -236,117 +249,6 @@ def _read_tf_config(text: str | None, notes: list[str]) -> tuple[int | None, str
         return None, None
     task_type, task_index = task.get("type"), task.get("index", 0)
     return workers, f"{task_type}:{task_index}" if task_type else None
-
-
-def visible(
-    gpus: Sequence[GpuInfo], cuda_visible_devices: str | None, notes: list[str] | None = None
-) -> tuple[GpuInfo, ...]:
-    """The GPUs CUDA will show the process, in CUDA's order.
-
-    Follows CUDA's rules for CUDA_VISIBLE_DEVICES (as PyTorch's
-    ``torch.cuda._parse_visible_devices`` mirrors them): a comma list of
-    indices, ``GPU-`` or ``MIG-`` UUIDs, or unique UUID prefixes; unset means
-    all; ``""`` or ``"-1"`` means none; the first invalid entry ends the list;
-    a repeated device hides every device. A MIG UUID gives its parent GPU with
-    only that slice in ``mig_slices``.
-
-    Indices are taken in NVML's PCI order; that is CUDA's order only under
-    CUDA_DEVICE_ORDER=PCI_BUS_ID or when the GPUs are alike (see
-    `device_order_note`).
-
-    Args:
-        gpus: every GPU, in NVML order.
-        cuda_visible_devices: the variable's value, or None when unset.
-        notes: if given, why entries were dropped is appended here.
-
-    Example:
-        >>> gpus = [GpuInfo(index=i, name="NVIDIA H100", uuid=f"GPU-{i}aaa") for i in range(4)]
-        >>> [g.index for g in visible(gpus, "2,0")]
-        [2, 0]
-    """
-    if cuda_visible_devices is None:
-        return tuple(gpus)
-    notes = notes if notes is not None else []
-    chosen: list[GpuInfo] = []
-    for entry in (e.strip() for e in cuda_visible_devices.split(",")):
-        gpu = _match(gpus, entry)
-        if gpu is None:
-            if entry and not entry.startswith("-"):  # "" and "-1" end the list on purpose
-                notes.append(
-                    f"CUDA_VISIBLE_DEVICES entry {entry!r} names no GPU; CUDA ignores it "
-                    "and every entry after it"
-                )
-            break
-        if any(_same_device(gpu, other) for other in chosen):
-            notes.append(
-                f"CUDA_VISIBLE_DEVICES={cuda_visible_devices!r} names a device twice; "
-                "CUDA then shows no GPU"
-            )
-            return ()
-        chosen.append(gpu)
-    if gpus and not chosen:
-        notes.append(f"CUDA_VISIBLE_DEVICES={cuda_visible_devices!r} hides all {len(gpus)} GPUs")
-    return tuple(chosen)
-
-
-def _match(gpus: Sequence[GpuInfo], entry: str) -> GpuInfo | None:
-    if entry.startswith("MIG-"):
-        return _match_mig(gpus, entry)
-    if entry.startswith("GPU-"):
-        found = [g for g in gpus if g.uuid and g.uuid.startswith(entry)]
-        return found[0] if len(found) == 1 else None  # an ambiguous prefix is invalid
-    index = _leading_integer(entry)
-    return gpus[index] if index is not None and index < len(gpus) else None
-
-
-def _match_mig(gpus: Sequence[GpuInfo], entry: str) -> GpuInfo | None:
-    found = [
-        (gpu, name, uuid)
-        for gpu in gpus
-        for name, uuid in zip(gpu.mig_slices, gpu.mig_uuids)
-        if uuid and uuid.startswith(entry)
-    ]
-    if len(found) != 1:
-        return None
-    gpu, name, uuid = found[0]
-    return dataclasses.replace(gpu, mig_slices=(name,), mig_uuids=(uuid,))
-
-
-def _same_device(a: GpuInfo, b: GpuInfo) -> bool:
-    return a.index == b.index and a.mig_uuids == b.mig_uuids
-
-
-def _leading_integer(entry: str) -> int | None:
-    """CUDA reads indices like strtoul: ``"1gpu"`` is 1, ``"gpu1"`` and ``"-1"`` are invalid."""
-    digits = ""
-    for char in entry.removeprefix("+"):
-        if not char.isdigit():
-            break
-        digits += char
-    return int(digits) if digits else None
-
-
-def device_order_note(gpus: Sequence[GpuInfo], environ: Mapping[str, str]) -> str | None:
-    """A warning when CUDA's device order may differ from NVML's, else None.
-
-    CUDA numbers devices fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID;
-    NVML numbers them in PCI order. The two agree when all GPUs are the same
-    model, so only mixed machines get the note.
-
-    Example:
-        >>> gpus = [GpuInfo(index=0, name="NVIDIA T4"), GpuInfo(index=1, name="NVIDIA A10")]
-        >>> device_order_note(gpus, {}) is not None
-        True
-    """
-    if environ.get("CUDA_DEVICE_ORDER", "").strip().upper() == "PCI_BUS_ID":
-        return None
-    if len({g.name for g in gpus}) <= 1:
-        return None
-    return (
-        "GPUs of different models and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA numbers "
-        "the fastest GPU first, so CUDA indices may not match NVML's order used here; "
-        "set CUDA_DEVICE_ORDER=PCI_BUS_ID to make them agree"
-    )
 
 
 def cpu_count() -> int | None:

@@ -19,7 +19,6 @@ figures, calibration.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
@@ -27,9 +26,9 @@ import numpy as np
 import keras
 from accelkit.configure import current_plan
 from accelkit.hardware import detect, environment
-from accelkit.hardware.info import HardwareInfo
 from accelkit.keras import batches, checks, head, strategies
 from accelkit.keras.epoch_logs import EpochClock
+from accelkit.keras.facts import loss_scale
 from accelkit.keras.train_function import StepCounter
 from accelkit.planning import Plan, Request
 from accelkit.planning import plan as make_plan
@@ -39,6 +38,10 @@ from accelkit.profiling.flop_count import FlopCount
 from accelkit.profiling.run_report import RunReport
 from accelkit.profiling.sampler import NvmlSampler
 from accelkit.report.assemble import build_report, with_advice
+from accelkit.utils import arguments
+
+# single_device=, and the name it had before accelkit.torch.fit's was chosen for both.
+SINGLE_DEVICE = ("single_device", "single_device_samples_per_second")
 
 
 class ProfileCallback(keras.callbacks.Callback):
@@ -102,7 +105,7 @@ class ProfileCallback(keras.callbacks.Callback):
         if warmup < 0 or window < 1:
             raise ValueError(f"warmup={warmup} must be >= 0 and window={window} >= 1")
         self.single_device_samples_per_second = world.single_device_rate(
-            renamed_single_device(single_device, single_device_samples_per_second)
+            arguments.renamed(single_device, single_device_samples_per_second, SINGLE_DEVICE)
         )
         self.plan = plan
         self.flops_per_step = flops_per_step
@@ -179,17 +182,9 @@ class ProfileCallback(keras.callbacks.Callback):
 
     def _read_scale(self, step: int, initial: bool = False) -> None:
         """The loss scale of a LossScaleOptimizer (mixed_float16), once per epoch."""
-        optimizer = getattr(self.model, "optimizer", None)
-        try:
-            if initial:
-                scale = getattr(optimizer, "initial_scale", None)
-            else:
-                variable = getattr(optimizer, "dynamic_scale", None)
-                scale = None if variable is None else np.asarray(variable)
-            if scale is not None:
-                self._scales.append([step, float(scale)])
-        except Exception:  # noqa: BLE001 - a fact for the advisor, never a failure
-            pass
+        scale = loss_scale(getattr(self.model, "optimizer", None), initial=initial)
+        if scale is not None:
+            self._scales.append([step, scale])
 
     def on_train_end(self, logs: Any = None) -> None:
         self.finish()
@@ -344,32 +339,13 @@ class ProfileCallback(keras.callbacks.Callback):
             report.note("peak_memory_bytes", "read on the TensorFlow backend only")
         strategy = getattr(self.model, "distribute_strategy", None)
         if self._tf is not None and strategies.is_multi_worker(strategy):
-            self._gather_world(report, strategy, summary.steady_samples, replicas, hardware)
-        return report
-
-    def _gather_world(
-        self, report: RunReport, strategy: Any, samples: int, replicas: int, hardware: HardwareInfo
-    ) -> None:
-        """Every worker's figures into `report` (world_size, ranks, global samples/s).
-
-        An all-gather of one fixed-size float64 vector per replica; every worker of
-        the cluster runs it at the end of its fit, as it ran every step together.
-        """
-        if self.interrupted:
-            report.note("ranks", "the fit was interrupted: other workers' figures not gathered")
-            return
-        figures = world.rank_figures(report, strategies.worker_rank(strategy), samples, replicas)
-        try:
-            ranks = strategies.gather_figures(strategy, figures)
-        except Exception as error:  # noqa: BLE001 - the local figures still stand
-            report.note(
-                "ranks",
-                f"other workers' figures could not be gathered: "
-                f"{type(error).__name__}: {str(error).strip()[:200]}",
+            ranks = strategies.gather_world(
+                report, strategy, summary.steady_samples, replicas, interrupted=self.interrupted
             )
-            return
-        world.aggregate(report, ranks, self.single_device_samples_per_second)
-        with_advice(report, hardware, self.plan)
+            if ranks is not None:
+                world.aggregate(report, ranks, self.single_device_samples_per_second)
+                with_advice(report, hardware, plan)
+        return report
 
     def _facts(self, replicas: int) -> dict[str, Any]:
         from accelkit.keras.facts import model_facts
@@ -409,15 +385,10 @@ class ProfileCallback(keras.callbacks.Callback):
         if self._tf is None:
             self._notes["calibrated_tflops"] = "calibrated on the TensorFlow backend only"
             return None
-        try:
-            from accelkit.hardware.capabilities import matmul_dtype
-            from accelkit.profiling.calibrate import matmul_tflops_tensorflow
+        from accelkit.profiling import calibrate
 
-            return matmul_tflops_tensorflow(matmul_dtype(self.plan.precision, self._tf32_enabled()))
-        except Exception as error:  # noqa: BLE001 - a failed calibration leaves the figure out
-            warnings.warn(f"accelkit: calibration failed: {error}", stacklevel=2)
-            self._notes["calibrated_tflops"] = f"calibration failed: {error}"
-            return None
+        measure = calibrate.matmul_tflops_tensorflow
+        return calibrate.for_run(measure, self.plan.precision, self._tf32_enabled(), self._notes)
 
 
 def _tensorflow() -> Any:
@@ -427,19 +398,3 @@ def _tensorflow() -> Any:
     import tensorflow
 
     return tensorflow
-
-
-def renamed_single_device(single_device: Any, former: Any) -> Any:
-    """`single_device`, or its former Keras name's value with a DeprecationWarning."""
-    if former is None:
-        return single_device
-    if single_device is not None:
-        raise TypeError(
-            "give single_device= only (single_device_samples_per_second= is its former name)"
-        )
-    warnings.warn(
-        "single_device_samples_per_second= is now single_device=, as in accelkit.torch.fit",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return former

@@ -6,8 +6,12 @@ run. Every function returns plain data and never raises into the run.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import numpy as np
+
+_log = logging.getLogger("accelkit")
 _MAX_LAYERS = 2000
 # Layers whose work is matmuls: their dtype policy decides tensor-core use.
 _MATMUL = (
@@ -69,6 +73,21 @@ def model_facts(model: Any) -> dict[str, Any]:
     except Exception as error:  # noqa: BLE001 - facts are optional; the run goes on
         facts["facts_error"] = f"{type(error).__name__}: {error}"
     return facts
+
+
+def loss_scale(optimizer: Any, *, initial: bool = False) -> float | None:
+    """A LossScaleOptimizer's (mixed_float16) current or initial loss scale; None for any
+    other optimizer, or when it cannot be read (a fact for the advisor, never a failure)."""
+    try:
+        if initial:
+            scale = getattr(optimizer, "initial_scale", None)
+        else:
+            variable = getattr(optimizer, "dynamic_scale", None)
+            scale = None if variable is None else np.asarray(variable)
+        return None if scale is None else float(scale)
+    except Exception as error:  # noqa: BLE001 - a fact for the advisor, never a failure
+        _log.debug("loss scale unreadable: %s", error)
+        return None
 
 
 def _flat_layers(model: Any, *, recursive: bool = True) -> list[Any]:

@@ -16,6 +16,8 @@ from accelkit.configure import current_plan
 from accelkit.hardware.environment import TIMEOUT_ENV, dist_timeout
 from accelkit.planning.keys import CrossDevice, Key
 from accelkit.planning.types import Distribution, Framework, Plan
+from accelkit.profiling import world
+from accelkit.profiling.run_report import RunReport
 from accelkit.utils.imports import require
 
 
@@ -322,6 +324,30 @@ def gather_figures(strategy: Any, figures: dict[str, Any]) -> list[dict[str, Any
         )
         ranks[rank] = entry
     return [ranks[r] for r in sorted(ranks)]
+
+
+def gather_world(
+    report: RunReport, strategy: Any, samples: int, replicas: int, *, interrupted: bool
+) -> list[dict[str, Any]] | None:
+    """Every worker's figures for `report` (world_size, ranks, global samples/s), or None
+    with a note in `report` when they cannot be had.
+
+    An all-gather of one fixed-size float64 vector per replica; every worker of
+    the cluster runs it at the end of its fit, as it ran every step together.
+    """
+    if interrupted:
+        report.note("ranks", "the fit was interrupted: other workers' figures not gathered")
+        return None
+    figures = world.rank_figures(report, worker_rank(strategy), samples, replicas)
+    try:
+        return gather_figures(strategy, figures)
+    except Exception as error:  # noqa: BLE001 - the local figures still stand
+        report.note(
+            "ranks",
+            f"other workers' figures could not be gathered: "
+            f"{type(error).__name__}: {str(error).strip()[:200]}",
+        )
+        return None
 
 
 def _number(value: Any) -> float:

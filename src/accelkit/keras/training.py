@@ -15,11 +15,12 @@ import keras
 from accelkit.configure import auto_configure, current_plan
 from accelkit.hardware.environment import dist_timeout
 from accelkit.keras import _multi_worker, checks, strategies
-from accelkit.keras.callback import ProfileCallback, renamed_single_device
+from accelkit.keras.callback import SINGLE_DEVICE, ProfileCallback
 from accelkit.keras.facts import input_facts
 from accelkit.keras.head import float32_head, outputs_float32
 from accelkit.planning import Distribution, Plan
 from accelkit.profiling.run_report import RunReport
+from accelkit.utils.arguments import renamed
 
 _log = logging.getLogger("accelkit")
 
@@ -108,7 +109,9 @@ def fit(
         window=window,
         sample_gpu=sample_gpu,
         calibrate=calibrate,
-        single_device=renamed_single_device(single_device, single_device_samples_per_second),
+        single_device=renamed(
+            single_device, single_device_samples_per_second, SINGLE_DEVICE
+        ),
         allow_float_ids=allow_float_ids,
     )
     callback.facts["loader"] = input_facts(x)

@@ -10,6 +10,7 @@ not throttled, mis-clocked or sliced). FLOPs per matmul of n x n by n x n: 2Â·nÂ
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import statistics
 import time
@@ -21,6 +22,8 @@ from accelkit.hardware import capabilities
 from accelkit.hardware.capabilities import TorchTF32
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16")
+
+_log = logging.getLogger("accelkit")
 
 _GPU_SIZE = 8192
 _CPU_SIZE = 1024
@@ -166,6 +169,20 @@ def matmul_tflops_tensorflow(
         details = tf.config.experimental.get_device_details(gpus[0])
         label = f"{label} {details.get('device_name', '')}".strip()
     return _calibration(dtype, label, n, seconds, group, warmup, "tf.linalg.matmul")
+
+
+def for_run(
+    measure: Callable[[str], Calibration], precision: str, tf32: bool, notes: dict[str, str]
+) -> Calibration | None:
+    """`measure` (`matmul_tflops` or `matmul_tflops_tensorflow`, bound to the run's device)
+    in the dtype a run of `precision` multiplies in; a failure is a warning and a note in
+    `notes`, never an error: the report then leaves the calibrated figures out."""
+    try:
+        return measure(capabilities.matmul_dtype(precision, tf32))
+    except Exception as error:  # noqa: BLE001 - a failed calibration leaves the figure out
+        _log.warning("calibration failed: %s", error)
+        notes["calibrated_tflops"] = f"calibration failed: {error}"
+        return None
 
 
 def _check(dtype: str, size: int | None, repeats: int, warmup: int) -> None:

@@ -168,10 +168,18 @@ def bars(chart_id: str, title: str, items: Sequence[tuple[str, float]], *, unit:
             f'<g class="bar" data-name="{html.escape(label)}" data-value="{value!r}">'
             f'<rect x="{_LEFT}" y="{y:.1f}" width="{length:.1f}" '
             f'height="{row * 0.7:.1f}" fill="{COLORS[n % len(COLORS)]}"/>'
-            f'<text x="{_LEFT + length + 4:.1f}" y="{y + row * 0.45:.1f}">'
+            f'<text {_bar_label_place(length, plot_w)} y="{y + row * 0.45:.1f}">'
             f"{html.escape(label)}: {html.escape(_fmt(value))} {html.escape(unit)}"
             f"</text></g>"
         )
     # the axis runs past the longest bar, to leave room for its label
     axis_end = y_top * (WIDTH - _RIGHT - _LEFT) / plot_w
     return _frame(chart_id, title, body, y_top, (0.0, axis_end), unit, "", y_ticks=False)
+
+
+def _bar_label_place(length: float, plot_w: float) -> str:
+    """A bar's label after its end, or inside it (right-aligned, white) when the bar
+    is long enough that a label after it would run off the chart."""
+    if length > plot_w / 2:
+        return f'x="{_LEFT + length - 4:.1f}" text-anchor="end" fill="#fff"'
+    return f'x="{_LEFT + length + 4:.1f}"'

@@ -27,12 +27,16 @@ from typing import TYPE_CHECKING, Any
 from accelkit.hardware import environment
 from accelkit.planning.keys import Key
 from accelkit.planning.types import Status
+from accelkit.profiling import world as run_world
+from accelkit.report.assemble import with_advice
 from accelkit.utils.imports import require
 
 _log = logging.getLogger("accelkit")
 
 if TYPE_CHECKING:
+    from accelkit.hardware.info import HardwareInfo
     from accelkit.planning.types import Plan
+    from accelkit.profiling.run_report import RunReport
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,19 +72,20 @@ def is_rank_zero() -> bool:
     return environment.is_rank_zero()
 
 
-def wrap(model: Any, device: Any) -> Any:
+def wrap(model: Any, device: Any, **options: Any) -> Any:
     """`model` in `DistributedDataParallel` on `device` (already a DDP model: unchanged).
 
     On CUDA the replica lives on this rank's GPU (``device_ids=[device.index]``); on
-    the CPU (gloo) DDP takes no device ids.
+    the CPU (gloo) DDP takes no device ids. `options` are DDP's keyword arguments
+    (``bucket_cap_mb``, ``gradient_as_bucket_view``...; `accelkit.torch.levers`).
     """
     torch = require("torch")
     ddp = torch.nn.parallel.DistributedDataParallel
     if isinstance(model, ddp):
         return model
     if device.type == "cuda":
-        return ddp(model, device_ids=[device.index], output_device=device.index)
-    return ddp(model)
+        return ddp(model, device_ids=[device.index], output_device=device.index, **options)
+    return ddp(model, **options)
 
 
 def unwrap(model: Any) -> Any:
@@ -213,6 +218,45 @@ def gather(figures: dict[str, Any], device: Any) -> list[dict[str, Any]]:
     return [dict(item) for item in gathered]
 
 
+def gather_run(
+    report: RunReport,
+    samples: int,
+    *,
+    device: Any,
+    single_device: float | None,
+    hardware: HardwareInfo,
+    plan: Plan,
+) -> None:
+    """Replace this rank's figures in `report` by the whole run's: one all_gather_object.
+
+    Outside a process group it does nothing; when the gather fails, the local
+    figures stand and the report says why.
+    """
+    group = world()
+    if group is None:
+        return
+    figures = run_world.rank_figures(report, group.rank, samples)
+    figures.update(
+        tokens_per_second=report.tokens_per_second,
+        real_tokens_per_second=report.real_tokens_per_second,
+        mfu=report.mfu,
+        achieved_tflops=report.achieved_tflops,
+    )
+    try:
+        ranks = gather(figures, device)
+    except Exception as error:  # noqa: BLE001 - the local report still stands
+        report.note(
+            "world_size",
+            f"could not gather the other ranks' figures: {type(error).__name__}: {error}",
+        )
+        return
+    for field in ("global_samples_per_second", "scaling_efficiency"):
+        report.notes.pop(field, None)
+    run_world.aggregate(report, ranks, single_device)
+    report.facts.update(rank=group.rank, backend=group.backend)
+    with_advice(report, hardware, plan)
+
+
 def broadcast(value: Any, device: Any = None) -> Any:
     """Rank 0's `value` on every rank (the other ranks wait for it here)."""
     torch = require("torch")
@@ -240,7 +284,10 @@ def why_alone(plan: Plan, group: World | None, distributed: bool, chatty: bool) 
         chatty: print the torchrun hint (rank 0 with progress on).
 
     Example:
-        >>> why_alone(plan, world(), distributed=True, chatty=True)  # no launcher, one GPU
+        >>> import accelkit
+        >>> plan = accelkit.plan_for("H100 SXM")                  # one GPU, no launcher
+        >>> why_alone(plan, world(), distributed=True, chatty=True) is None
+        True
     """
     if group is not None or not distributed:
         return None

@@ -21,6 +21,7 @@ def model_facts(model: Any, optimizer: Any = None) -> dict[str, Any]:
     (`optimizer_facts`).
 
     Example:
+        >>> import torch
         >>> model_facts(torch.nn.Linear(512, 1001))["layers"]
         [{'name': 'Linear', 'type': 'Linear', 'dims': {'in_features': 512, 'out_features': 1001}}]
     """
@@ -52,6 +53,17 @@ def model_facts(model: Any, optimizer: Any = None) -> dict[str, Any]:
     except Exception as error:  # noqa: BLE001 - facts are optional; the run goes on
         facts["facts_error"] = f"{type(error).__name__}: {error}"
     return facts
+
+
+def model_device(torch: Any, model: Any) -> Any:
+    """The device of `model`'s first parameter; without one, the current CUDA device
+    when CUDA is in use, else the CPU."""
+    if model is not None:
+        for tensor in model.parameters():
+            return tensor.device
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def _is_compiled(model: Any) -> bool:
@@ -87,6 +99,7 @@ def optimizer_facts(optimizer: Any) -> dict[str, Any]:
         that is not a ``torch.optim.Optimizer``.
 
     Example:
+        >>> import torch
         >>> model = torch.nn.Linear(4, 4)
         >>> optimizer_facts(torch.optim.AdamW(model.parameters(), foreach=False))
         {'type': 'AdamW', 'implementation': 'for-loop', 'foreach_available': False, 'fused_available': True, 'set_by_user': True, 'parameter_tensors': 2, 'param_groups': 1}
@@ -201,6 +214,7 @@ def loader_facts(loader: Any) -> dict[str, Any]:
     """The input pipeline's settings: a `DataLoader`'s worker and pinning options.
 
     Example:
+        >>> import torch
         >>> loader_facts(torch.utils.data.DataLoader(range(10), batch_size=2))["num_workers"]
         0
     """
@@ -244,6 +258,7 @@ def half_integer_inputs(batch: Any) -> list[dict[str, Any]]:
         or ``batch[i]``.
 
     Example:
+        >>> import torch
         >>> half_integer_inputs({"input_ids": torch.tensor([[5, 12345]]).bfloat16()})[0]["max"]
         12352.0
     """

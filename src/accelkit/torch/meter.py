@@ -22,6 +22,7 @@ the whole run (`world_size`, `global_samples_per_second`, `ranks`...).
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -31,14 +32,17 @@ from accelkit.hardware.capabilities import TorchTF32
 from accelkit.hardware.info import HardwareInfo
 from accelkit.planning import Plan, Request
 from accelkit.planning import plan as make_plan
-from accelkit.profiling import torch_batches, world
+from accelkit.profiling import calibrate, torch_batches, world
 from accelkit.profiling.assemble import Measurements
 from accelkit.profiling.clock import StepClock
 from accelkit.profiling.flop_count import FlopCount
 from accelkit.profiling.run_report import RunReport
 from accelkit.profiling.sampler import NvmlSampler
-from accelkit.report.assemble import build_report, with_advice
+from accelkit.report.assemble import build_report
+from accelkit.torch.communication import GradientTimer, steady_totals
+from accelkit.torch.facts import half_integer_inputs, model_device
 from accelkit.torch.meter_guard import StepGuard
+from accelkit.torch.precision import scaler_enabled
 from accelkit.utils import arguments
 from accelkit.utils.imports import require
 
@@ -130,7 +134,7 @@ class Meter:
         self._flops: FlopCount | None = None
         self._count_first = count_flops and flops_per_step is None
         self.last_batch_size: int | None = None
-        self._device = self._model_device()
+        self._device = model_device(self._torch, model)
         self._cuda = self._device.type == "cuda"
         sync = (lambda: self._torch.cuda.synchronize(self._device)) if self._cuda else None
         self.clock = StepClock(
@@ -141,7 +145,9 @@ class Meter:
         self.on_window: Callable[[float, int], None] | None = None
         self.facts: dict[str, Any] = {}
         self.optimizer = optimizer
-        self._scaler = grad_scaler if grad_scaler is not None and _enabled(grad_scaler) else None
+        self._scaler = (
+            grad_scaler if grad_scaler is not None and scaler_enabled(grad_scaler) else None
+        )
         self._scales: list[list[float]] = []
         self._first_batch_size: int | None = None
         self._notes: dict[str, str] = {}
@@ -151,6 +157,7 @@ class Meter:
         self._report: RunReport | None = None
         # What accelkit.torch.fit's tuner measured (TuneResult.to_dict()), for the report.
         self.tuning: dict[str, Any] | None = None
+        self.communication: GradientTimer | None = None  # communication.timed sets it
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -236,20 +243,13 @@ class Meter:
             self.last_batch_size = count
             if self._first_batch_size is None:
                 self._first_batch_size = count
-                self._check_first_batch(batch)
+                # Token ids cast to a 16-bit float past what it holds exactly: a critical verdict.
+                if found_half := half_integer_inputs(batch):
+                    self._batch_facts["half_integer_inputs"] = found_half
             tokens, real = self._tokens(batch, count, ids)
             self.clock.step_done(samples=count or 0, tokens=tokens, real_tokens=real)
         finally:
             self._guard.leave()
-
-    def _check_first_batch(self, batch: Any) -> None:
-        """Whole numbers in a 16-bit float tensor past what it holds exactly (token ids cast
-        with the batch): a fact for the advisor's critical verdict. Once per run."""
-        from accelkit.torch.facts import half_integer_inputs
-
-        found = half_integer_inputs(batch)
-        if found:
-            self._batch_facts["half_integer_inputs"] = found
 
     def _flop_counter(self) -> Any:
         try:
@@ -306,17 +306,6 @@ class Meter:
 
     # -- devices ---------------------------------------------------------------------
 
-    def _model_device(self) -> Any:
-        torch = self._torch
-        if self.model is not None:
-            for tensor in self.model.parameters():
-                return tensor.device
-        return (
-            torch.device("cuda", torch.cuda.current_device())
-            if (torch.cuda.is_available() and torch.cuda.is_initialized())
-            else torch.device("cpu")
-        )
-
     def _nvml_devices(self) -> list[int]:
         gpus = self.plan.hardware.gpus
         index = self._device.index or 0
@@ -330,17 +319,16 @@ class Meter:
 
     # -- report ----------------------------------------------------------------------
 
-    def _tf32_enabled(self) -> bool:
-        return TorchTF32(self._torch).enabled()
-
     def _build(self) -> RunReport:
         summary = self.clock.finish()
         hardware: HardwareInfo = (
             self.plan.hardware if self._cuda else environment.cpu_host(self.plan.hardware.launcher)
         )
         calibration = None
+        tf32 = self._cuda and TorchTF32(self._torch).enabled()
         if self.calibrate:
-            calibration = self._calibrate()
+            measure = functools.partial(calibrate.matmul_tflops, device=str(self._device))
+            calibration = calibrate.for_run(measure, self.plan.precision, tf32, self._notes)
         notes = {**self._notes, **self._guard.notes()}
         notes.update(
             {k: v for k, v in {"gpu_utilization": "; ".join(self._sampler.notes)}.items() if v}
@@ -356,7 +344,7 @@ class Meter:
             plan=self.plan,
             hardware=hardware,
             clock=summary,
-            tf32_enabled=self._cuda and self._tf32_enabled(),
+            tf32_enabled=tf32,
             gpu=self._device.index or 0 if self._cuda else 0,
             flops=self._flops,
             flops_per_step=self.flops_per_step,
@@ -372,40 +360,23 @@ class Meter:
             facts=facts,
             single_device_samples_per_second=self.single_device,
             tuning=self.tuning,
+            communication=steady_totals(self.communication, summary.warmup_steps, notes),
         )
         report = build_report(measurements)
         if not self._cuda:
             report.note("peak_memory_bytes", "CPU run: device memory is not tracked")
-        self._gather(report, summary.steady_samples, hardware)
-        return report
+        if self.gather is not False:
+            from accelkit.torch import distributed
 
-    def _gather(self, report: RunReport, samples: int, hardware: HardwareInfo) -> None:
-        """Replace this rank's figures by the whole run's: one all_gather_object."""
-        from accelkit.torch import distributed
-
-        group = distributed.world() if self.gather is not False else None
-        if group is None:
-            return
-        figures = world.rank_figures(report, group.rank, samples)
-        figures.update(
-            tokens_per_second=report.tokens_per_second,
-            real_tokens_per_second=report.real_tokens_per_second,
-            mfu=report.mfu,
-            achieved_tflops=report.achieved_tflops,
-        )
-        try:
-            ranks = distributed.gather(figures, self._device)
-        except Exception as error:  # noqa: BLE001 - the local report still stands
-            report.note(
-                "world_size",
-                f"could not gather the other ranks' figures: {type(error).__name__}: {error}",
+            distributed.gather_run(
+                report,
+                summary.steady_samples,
+                device=self._device,
+                single_device=self.single_device,
+                hardware=hardware,
+                plan=self.plan,
             )
-            return
-        for field in ("global_samples_per_second", "scaling_efficiency"):
-            report.notes.pop(field, None)
-        world.aggregate(report, ranks, self.single_device)
-        report.facts.update(rank=group.rank, backend=group.backend)
-        with_advice(report, hardware, self.plan)
+        return report
 
     def _facts(self) -> dict[str, Any]:
         from accelkit.torch.facts import model_facts
@@ -423,22 +394,3 @@ class Meter:
         facts.update(self._batch_facts)
         facts.update(self.facts)  # the caller's facts win
         return facts
-
-    def _calibrate(self) -> Any:
-        from accelkit.hardware.capabilities import matmul_dtype
-
-        dtype = matmul_dtype(self.plan.precision, self._cuda and self._tf32_enabled())
-        try:
-            from accelkit.profiling.calibrate import matmul_tflops
-
-            return matmul_tflops(dtype, device=str(self._device))
-        except Exception as error:  # noqa: BLE001 - a failed calibration leaves the figure out
-            self._notes["calibrated_tflops"] = f"calibration failed: {error}"
-            return None
-
-
-def _enabled(scaler: Any) -> bool:
-    try:
-        return bool(scaler.is_enabled())
-    except Exception:  # noqa: BLE001 - not a GradScaler: nothing to read
-        return False

@@ -32,8 +32,14 @@ def autocast(plan: Plan, device_type: str | None = None) -> contextlib.AbstractC
         device_type: ``"cuda"`` or ``"cpu"``; default: cuda when CUDA is available.
 
     Example:
+        >>> import accelkit
+        >>> import torch
+        >>> plan = accelkit.plan_for(None)                      # no GPU: float32
+        >>> model, x, y = torch.nn.Linear(8, 2), torch.randn(4, 8), torch.tensor([0, 1, 1, 0])
         >>> with autocast(plan):
-        ...     loss = loss_fn(model(x), y)
+        ...     loss = torch.nn.functional.cross_entropy(model(x), y)
+        >>> loss.dtype
+        torch.float32
     """
     torch = require("torch")
     dtype = autocast_dtype(plan)
@@ -48,9 +54,26 @@ def grad_scaler(plan: Plan, device_type: str | None = None) -> torch.amp.GradSca
     otherwise its calls pass through.
 
     Example:
-        >>> scaler = grad_scaler(plan)
+        >>> import accelkit
+        >>> import torch
+        >>> model = torch.nn.Linear(8, 2)
+        >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> grad_scaler(accelkit.plan_for("Tesla T4")).is_enabled()   # fp16: scales
+        True
+        >>> scaler = grad_scaler(accelkit.plan_for(None))             # fp32: passes through
+        >>> scaler.is_enabled()
+        False
+        >>> loss = model(torch.randn(4, 8)).square().mean()
         >>> scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()
     """
     torch = require("torch")
     device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
     return torch.amp.GradScaler(device_type, enabled=bool(plan.value(Key.GRAD_SCALER, False)))
+
+
+def scaler_enabled(scaler: Any) -> bool:
+    """True for a GradScaler that scales (one built with ``enabled=False`` does not)."""
+    try:
+        return bool(scaler.is_enabled())
+    except Exception:  # noqa: BLE001 - not a GradScaler: nothing to read
+        return False

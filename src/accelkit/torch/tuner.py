@@ -7,16 +7,15 @@ holds its limits and its result.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import math
 import statistics
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from accelkit.torch import optimizers, trials
+from accelkit.torch import levers, optimizers, trials
+from accelkit.torch import trial_guards as guards
 from accelkit.torch.step import Step
 from accelkit.torch.trials import Trial, TuneResult, check_mode
 from accelkit.utils.imports import require
@@ -41,6 +40,8 @@ class Tuner:
         accumulation_steps: batches per optimizer step: the unit that is timed.
         decide: ``decide(value) -> value``: rank 0's value on every rank (identity
             when training alone).
+        levers: the DDP candidates (`accelkit.torch.levers.Levers`), tried after the
+            optimizer and before ``torch.compile``; None without DDP.
 
     Example:
         >>> tuner = Tuner(step, module=model, optimizer=opt, device=device, mode=True,
@@ -62,6 +63,7 @@ class Tuner:
         planned_steps: int | None,
         accumulation_steps: int,
         decide: Callable[[Any], Any] = lambda value: value,
+        levers: Any = None,
     ) -> None:
         self._torch = require("torch")
         self._base = base
@@ -73,6 +75,7 @@ class Tuner:
         self._planned = planned_steps
         self._unit = accumulation_steps
         self._decide = decide
+        self._levers = levers
         self._on_step: Callable[[], None] = lambda: None
         self._trials: list[Trial] = []
         self._steps = 0
@@ -101,13 +104,13 @@ class Tuner:
         if decision != "tuned":  # decided without a measurement: no trial at all
             self._trials.append(
                 Trial(
-                    self._name(best.compiled, "default"),
+                    self._name(best, "default"),
                     {"compile": best.compiled, "optimizer": "default"},
                     status="baseline",
                 )
             )
             return self._finish(decision, best, optimizer_name, started)
-        baseline = self._measure(best, self._name(best.compiled, "default"))
+        baseline = self._measure(best, self._name(best, "default"))
         baseline.status = "baseline"
         decision = self._decide(self._after(baseline))
         if decision == "tuned":
@@ -117,19 +120,21 @@ class Tuner:
                 optimizers.use(self._optimizer, variant, True)
                 trial = self._measure(
                     best,
-                    self._name(best.compiled, variant.name),
+                    self._name(best, variant.name),
                     undo=lambda: optimizers.use(self._optimizer, variant, False),
                 )
                 if self._judge(trial, self._best_trial()):
                     optimizer_name = variant.name
                 elif trial.status != "failed":  # a failed one was undone already
                     optimizers.use(self._optimizer, variant, False)
+            for lever in self._levers.candidates() if self._levers is not None else ():
+                best = self._lever(lever, best, optimizer_name)
             if self._compile_fixed is None and not best.compiled:
                 compiled = dataclasses.replace(
                     best, forward_loss=self._torch.compile(best.forward_loss), compiled=True
                 )
                 trial = self._measure(
-                    compiled, self._name(True, optimizer_name), undo=lambda: None, check=True
+                    compiled, self._name(compiled, optimizer_name), undo=lambda: None, check=True
                 )
                 if self._judge(trial, self._best_trial()):
                     best = compiled
@@ -150,6 +155,7 @@ class Tuner:
             optimizer=optimizer_name,
             seconds=time.perf_counter() - started,
             steps=self._steps,
+            ddp=levers.trial_settings(best.ddp),
         )
         # Said at INFO once trials ran; a decision taken without one is only a debug line.
         level = logging.INFO if self._steps else logging.DEBUG
@@ -161,9 +167,31 @@ class Tuner:
         """The loader ran out, or the run's step limit was reached, during the trials."""
         return self._ended
 
-    def _name(self, compiled: bool, optimizer: str) -> str:
-        name = "compile" if compiled else "eager"
-        return name if optimizer == "default" else f"{name}+{optimizer}"
+    def _name(self, step: Step, optimizer: str) -> str:
+        name = "compile" if step.compiled else "eager"
+        name = name if optimizer == "default" else f"{name}+{optimizer}"
+        return name + levers.label(step.ddp)
+
+    def _lever(self, lever: Any, best: Step, optimizer: str) -> Step:
+        """Try one DDP lever on top of `best` (every rank alike); the step to go on with."""
+        if lever.skip:
+            self._skipped(lever.name, lever.skip)
+            return best
+        try:
+            step = lever.apply(best)
+        except Exception as error:  # noqa: BLE001 - a wrapper DDP refuses is a finding
+            self._trials.append(Trial(lever.name, {}, status="failed", why=guards.why(error)))
+            return best
+        trial = self._measure(step, self._name(step, optimizer), undo=lever.undo)
+        undone = trial.status == "failed"  # _measure undid a candidate that raised
+        why = lever.verify() if trial.status == "measured" else None
+        if why:
+            trial.status, trial.why = "failed", why
+        if self._judge(trial, self._best_trial()):
+            return step
+        if not undone:
+            lever.undo()
+        return best
 
     def _before(self) -> str:
         """ "tuned", or why not, where no measurement is needed to tell."""
@@ -235,7 +263,12 @@ class Tuner:
     ) -> Trial:
         """Train `step` for a candidate's units. `undo` puts the baseline's settings back
         after a failure (None: this is the baseline, whose errors are the user's)."""
-        settings = {"compile": step.compiled, "optimizer": name.partition("+")[2] or "default"}
+        optimizer = name.split("+")[1] if "+" in name else "default"
+        settings = {
+            "compile": step.compiled,
+            "optimizer": optimizer if optimizer in ("fused", "foreach") else "default",
+            **levers.trial_settings(step.ddp),
+        }
         trial = Trial(name=name, settings=settings)
         self._trials.append(trial)
         if self._ended:
@@ -265,13 +298,13 @@ class Tuner:
         """The timed units' seconds and the first unit's; marks `trial` failed on a failure."""
         times: list[float] = []
         first: float | None = None
-        breaks = _graph_breaks(self._torch)
+        breaks = guards.graph_breaks(self._torch)
         for unit in range(trials.WARMUP_UNITS + trials.TIMED_UNITS):
             if self._ended:
                 break
             try:
                 seconds = self._timed_unit(step, catch=undo is not None, check=check and unit == 0)
-            except _Failed as failed:
+            except guards.Failed as failed:
                 trial.status, trial.why = "failed", failed.why
                 assert undo is not None  # only candidates catch
                 undo()
@@ -281,7 +314,7 @@ class Tuner:
                 break
             if unit == 0:
                 first = seconds
-                storm = _graph_breaks(self._torch) - breaks
+                storm = guards.graph_breaks(self._torch) - breaks
                 if check and storm > trials.GRAPH_BREAK_STORM:
                     trial.status, trial.why = "failed", f"graph break storm: {storm} breaks"
                     return times, first
@@ -292,7 +325,7 @@ class Tuner:
     def _timed_unit(self, step: Step, *, catch: bool, check: bool) -> float | None:
         """One optimizer step (`accumulation_steps` batches), device-synchronised at both
         ends; None when the data or the run's step limit ended it. With `catch`, an error
-        is a `_Failed` carrying the unit's batches; without, it passes through as it is."""
+        is a `guards.Failed` carrying the unit's batches; without, it passes through as it is."""
         taken: list[Any] = []
         self._sync()
         start = time.perf_counter()
@@ -304,7 +337,7 @@ class Tuner:
             taken.append(batch)
             this = step
             if check and len(taken) == 1:
-                this = _checked(step, self._eager_loss(batch))
+                this = guards.checked(step, self._eager_loss(batch))
             self._on_step()
             if not catch:
                 self._train_one(batch, this)
@@ -312,7 +345,7 @@ class Tuner:
                 try:
                     self._train_one(batch, this)
                 except Exception as error:  # a candidate's failure is a finding, not the run's end
-                    raise _Failed(error, taken) from error
+                    raise guards.Failed(error, taken) from error
             self._steps += 1
             if self._limit():
                 self._ended = True
@@ -326,11 +359,11 @@ class Tuner:
         gradients. The user's own error (bad data, a bug in the loss) raises again here."""
         _log.info(
             "tune: a candidate failed (%s); its %d batch(es) train again with the baseline step",
-            _why(error),
+            guards.why(error),
             len(batches),
         )
         self._optimizer.zero_grad(set_to_none=True)
-        _reset_scaler(self._base.scaler)
+        guards.reset_scaler(self._base.scaler)
         if self._device.type == "cuda":
             self._torch.cuda.empty_cache()
         for batch in batches:
@@ -345,7 +378,11 @@ class Tuner:
         gradient, buffers (BatchNorm statistics) and random number generators restored."""
         torch = self._torch
         devices = [self._device] if self._device.type == "cuda" else []
-        with torch.no_grad(), _buffers_kept(self._module), torch.random.fork_rng(devices=devices):
+        with (
+            torch.no_grad(),
+            guards.buffers_kept(self._module),
+            torch.random.fork_rng(devices=devices),
+        ):
             return float(self._base.forward_loss(batch).detach().float())
 
     def _sync(self) -> None:
@@ -359,77 +396,3 @@ def _clearly_faster(trial: Trial, best: Trial) -> bool:
         return False
     fastest = best.spread[0] if best.spread else best.step_seconds
     return trial.step_seconds < min(best.step_seconds * (1 - trials.MARGIN), fastest)
-
-
-class _Failed(Exception):
-    def __init__(self, error: BaseException, batches: list[Any]) -> None:
-        super().__init__(str(error))
-        self.error = error
-        self.batches = batches
-        self.why = _why(error)
-
-
-def _why(error: BaseException) -> str:
-    if "out of memory" in str(error).lower() or type(error).__name__ == "OutOfMemoryError":
-        return "out of memory"
-    if isinstance(error, _LossMismatch):
-        return str(error)
-    # torch.compile's errors say where first and what on the next lines: keep a few.
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return f"{type(error).__name__}: {' '.join(lines[:3])[:240]}"
-
-
-class _LossMismatch(ValueError):
-    pass
-
-
-def _checked(step: Step, eager: float) -> Step:
-    """`step` whose forward pass compares its loss with `eager` before returning it, so
-    a loss that disagrees fails the step before its backward pass and optimizer step."""
-    forward_loss = step.forward_loss
-
-    def checked(batch: Any) -> Any:
-        loss = forward_loss(batch)
-        _check_loss(float(loss.detach().float()), eager)
-        return loss
-
-    return dataclasses.replace(step, forward_loss=checked)
-
-
-def _check_loss(compiled: float, eager: float) -> None:
-    if math.isfinite(eager) and not math.isfinite(compiled):
-        raise _LossMismatch(f"loss {compiled} where the eager loss was {eager:.6g}")
-    rtol, atol = trials.LOSS_RTOL, trials.LOSS_ATOL
-    if math.isfinite(eager) and abs(compiled - eager) > rtol * abs(eager) + atol:
-        raise _LossMismatch(
-            f"loss {compiled:.6g} differs from the eager {eager:.6g} on the "
-            f"same batch by more than {rtol:.0%} + {atol}"
-        )
-
-
-@contextlib.contextmanager
-def _buffers_kept(module: Any) -> Iterator[None]:
-    """Put `module`'s buffers (BatchNorm statistics, counters) back as they were."""
-    saved = [(buffer, buffer.detach().clone()) for buffer in module.buffers()]
-    try:
-        yield
-    finally:
-        for buffer, value in saved:
-            buffer.data.copy_(value)
-
-
-def _reset_scaler(scaler: Any) -> None:
-    """A step that failed between the scaler's ``unscale_`` and ``update`` leaves it
-    waiting for ``update``, and the next ``unscale_`` would refuse; update it once."""
-    with contextlib.suppress(Exception):  # nothing recorded since the last update: fine
-        scaler.update()
-
-
-def _graph_breaks(torch: Any) -> int:
-    try:
-        from torch._dynamo.utils import counters
-
-        # "graph_break" counts each break; newer releases count some under "unimplemented".
-        return sum(int(sum(counters[key].values())) for key in ("graph_break", "unimplemented"))
-    except Exception:  # noqa: BLE001 - a private counter: no count, no storm
-        return 0

@@ -1,10 +1,15 @@
 """Checks of public numeric arguments, each failing with a `ValueError` that names the
-argument, the value and what is valid (`True` is not a number here, NaN not a size)."""
+argument, the value and what is valid (`True` is not a number here, NaN not a size);
+and `renamed`, for an argument still accepted under its former name."""
 
 from __future__ import annotations
 
 import math
 import numbers
+import warnings
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def whole(name: str, value: object, minimum: int, *, none: str | None = None) -> int | None:
@@ -41,3 +46,20 @@ def positive(name: str, value: object, *, none: str | None = None) -> float | No
         also = f", or None for {none}" if none is not None else ""
         raise ValueError(f"{name}={value!r} must be a finite number > 0{also}")
     return float(value)
+
+
+def renamed(value: T, former: T | None, names: tuple[str, str]) -> T | None:
+    """`value`, or the value given under the argument's former name with a
+    DeprecationWarning; both given is a TypeError. `names` is (name, former name).
+
+    Example:
+        >>> renamed(2.0, None, ("single_device", "rate"))
+        2.0
+    """
+    name, former_name = names
+    if former is None:
+        return value
+    if value is not None:
+        raise TypeError(f"give {name}= only ({former_name}= is its former name)")
+    warnings.warn(f"{former_name}= is now {name}=", DeprecationWarning, stacklevel=3)
+    return former
