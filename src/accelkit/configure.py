@@ -14,7 +14,7 @@ from accelkit.hardware.environment import DISABLE_ENV, PRECISION_ENV
 from accelkit.hardware.info import HardwareInfo
 from accelkit.hardware.what_if import what_if
 from accelkit.planning import Framework, Plan, Precision, Request, Status, plan
-from accelkit.utils.imports import is_available
+from accelkit.utils.imports import install_command, is_available
 
 _current: Plan | None = None
 _log = logging.getLogger("accelkit")
@@ -127,7 +127,12 @@ def auto_configure(
     if not is_available(decision.framework.value):
         notes.append(
             f"{decision.framework.value} is not installed: nothing applied "
-            f"(pip install 'accelkit[{decision.framework.value}]')"
+            f"({install_command(decision.framework.value)})"
+        )
+        result = result.as_unapplied(notes[-1])
+    elif old := _too_old(decision.framework):
+        notes.append(
+            f"{old}: nothing applied ({install_command(decision.framework.value, upgrade=True)})"
         )
         result = result.as_unapplied(notes[-1])
     elif dry_run or environment.flag(DISABLE_ENV):
@@ -147,6 +152,15 @@ def auto_configure(
     if verbose:  # rank 0 only: the logger's filter (accelkit.utils.log)
         _log.info("%s", f"accelkit: {notes[0]}" if deferred else result)
     return result
+
+
+def _too_old(framework: Framework) -> str | None:
+    """Why the installed `framework` is older than accelkit supports, read from its
+    metadata without importing it; None when it is recent enough or unknown."""
+    from accelkit.utils.versions import too_old  # packaging, only when configuring
+
+    names = ("tensorflow", "keras") if framework is Framework.TENSORFLOW else ("torch",)
+    return next((why for why in map(too_old, names) if why), None)
 
 
 def _applier_at_import(

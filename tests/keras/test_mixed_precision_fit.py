@@ -13,11 +13,13 @@ from accelkit.keras.checks import UnsafeMixedPrecision
 from accelkit.planning import Request, plan
 
 from ..helpers.keras_models import classification_data, global_policy_kept
-from .test_checks import IDS, MAXLEN, VOCAB, text_transformer
 
 pytestmark = pytest.mark.tensorflow
 keras = pytest.importorskip("keras")
 pytest.importorskip("tensorflow")
+
+# After the skips: without Keras, test_checks skips as it is imported and has no names.
+from .test_checks import IDS, MAXLEN, VOCAB, text_transformer
 
 T4_PLAN = plan(
     HardwareInfo(gpus=(GpuInfo(0, "Tesla T4", compute_capability=(7, 5)),)),

@@ -38,6 +38,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import transformers
+from typing_extensions import override
 
 from accelkit.hf._steps import TrainerSteps
 from accelkit.planning import Plan
@@ -114,6 +115,7 @@ class AccelkitCallback(transformers.TrainerCallback):
         if self._steps is not None:
             self._steps.detach()
 
+    @override
     def on_train_begin(
         self,
         args: Any,
@@ -151,10 +153,12 @@ class AccelkitCallback(transformers.TrainerCallback):
             device = next(model.parameters()).device
             self._peak = mfu.peak(plan.hardware, plan.matmul_dtype, gpu=device.index or 0).tflops
 
+    @override
     def on_step_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
         if self._steps is not None and self.report is None:
             self._steps.begin()
 
+    @override
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any) -> None:
         if self._steps is not None:
             self._steps.end(model)
@@ -174,6 +178,7 @@ class AccelkitCallback(transformers.TrainerCallback):
         }
         self._mark = (step, self._steps.samples, self._steps.tokens)
 
+    @override
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any
     ) -> None:
@@ -196,6 +201,7 @@ class AccelkitCallback(transformers.TrainerCallback):
         ):
             last.update(added)
 
+    @override
     def on_train_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
         self._close()
 

@@ -45,6 +45,10 @@ def strategy(plan: Any = None) -> Any:
 
 
 def __getattr__(name: str) -> Any:  # PEP 562: import TensorFlow only when these are used
+    if name in ("fit", "ProfileCallback"):
+        from accelkit.utils.imports import require
+
+        require("keras")  # Keras 2, or a Keras 3 too old: the upgrade hint, not an AttributeError
     if name == "fit":
         from accelkit.keras.training import fit
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from typing_extensions import override
+
 from accelkit.lightning import metrics
 from accelkit.lightning._flops import count_training_step
 from accelkit.lightning._framework import lightning_pytorch
@@ -73,6 +75,7 @@ class AccelkitCallback(_pl.Callback):
         self.report: RunReport | None = None
         self.meter: Meter | None = None
 
+    @override
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         options = dict(self._options)
         # A manual-optimization training_step steps its optimizers: count it inline instead.
@@ -94,6 +97,7 @@ class AccelkitCallback(_pl.Callback):
         self._window_at = (0, time.perf_counter())  # (step, time) of the last boundary
         self.meter.start()
 
+    @override
     def on_train_batch_start(
         self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
     ) -> None:
@@ -102,19 +106,23 @@ class AccelkitCallback(_pl.Callback):
             self._count_flops(trainer, pl_module, batch)
         self._steps.begin(batch)
 
+    @override
     def on_train_batch_end(
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         self._steps.end()
 
+    @override
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         self._epochs += 1
 
+    @override
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._steps.end()
         self.meter.epochs = self._epochs
         self.report = self.meter.close()
 
+    @override
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         """The user's error goes on unchanged (Lightning re-raises it); the sampler stops.
         An interrupted fit (Ctrl-C) still gets its report, marked interrupted."""

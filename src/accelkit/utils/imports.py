@@ -24,12 +24,28 @@ def is_imported(name: str) -> bool:
     return sys.modules.get(name) is not None
 
 
+def install_command(name: str, upgrade: bool = False) -> str:
+    """The pip command that installs `name` as accelkit needs it.
+
+    Example:
+        >>> install_command("keras", upgrade=True)
+        "pip install -U 'accelkit[tensorflow]'"
+    """
+    return f"pip install {'-U ' if upgrade else ''}'accelkit[{_EXTRAS.get(name, name)}]'"
+
+
 def require(name: str) -> ModuleType:
-    """Import `name` or raise ImportError saying how to install it."""
+    """Import `name` or raise ImportError saying how to install it, or how to upgrade it
+    when it is older than accelkit supports (`accelkit.utils.versions.FLOORS`)."""
     try:
-        return importlib.import_module(name)
+        module = importlib.import_module(name)
     except ImportError as error:
-        extra = _EXTRAS.get(name, name)
         raise ImportError(
-            f"{name} is not installed; install it with: pip install 'accelkit[{extra}]'"
+            f"{name} is not installed; install it with: {install_command(name)}"
         ) from error
+    from accelkit.utils.versions import too_old  # packaging, only once a framework is used
+
+    old = too_old(name, str(getattr(module, "__version__", "")) or None)
+    if old:
+        raise ImportError(f"{old}; upgrade with: {install_command(name, upgrade=True)}")
+    return module
