@@ -205,6 +205,7 @@ class TorchTF32:
     """TF32 for matmuls on the PyTorch in `torch` (the module, passed in).
 
     Example:
+        >>> import torch
         >>> tf32 = TorchTF32(torch)
         >>> tf32.enabled()
         False

@@ -109,6 +109,7 @@ def count_train_step_flops(
         A `FlopCount` whose `total` is forward + backward FLOPs for the batch.
 
     Example:
+        >>> import torch
         >>> model = torch.nn.Linear(4, 2)
         >>> count_train_step_flops(model, torch.randn(8, 4)).total   # 2·8·4·2 fwd + weight grad
         256

@@ -83,8 +83,10 @@ def split(batch: Any) -> tuple[Any, Any]:
             without ``"labels"``); the message names what was received.
 
     Example:
-        >>> split({"input_ids": ids, "labels": labels})
-        ({'input_ids': ids}, labels)
+        >>> split({"input_ids": [[5, 7]], "labels": [[7, 9]]})
+        ({'input_ids': [[5, 7]]}, [[7, 9]])
+        >>> split(("x", "y", "weights"))
+        ('x', ('y', 'weights'))
     """
     if isinstance(batch, Mapping):
         if LABELS in batch:
@@ -102,8 +104,9 @@ def call(model: Callable[..., Any], inputs: Any) -> Any:
     anything else as the one argument.
 
     Example:
-        >>> call(model, {"input_ids": ids, "labels": ids}).loss
-        tensor(6.9...)
+        >>> import torch
+        >>> call(torch.nn.Linear(4, 2), {"input": torch.zeros(3, 4)}).shape
+        torch.Size([3, 2])
     """
     if isinstance(inputs, Mapping):
         return model(**inputs)
@@ -126,7 +129,8 @@ def loss_of(output: Any, *, source: str = MODEL) -> Any:
             is accepted.
 
     Example:
-        >>> loss_of({"loss": torch.tensor(0.5), "logits": logits})
+        >>> import torch
+        >>> loss_of({"loss": torch.tensor(0.5), "logits": torch.zeros(2, 3)})
         tensor(0.5000)
     """
     if _is_loss(output):
@@ -174,8 +178,11 @@ def forward_loss(model: Callable[..., Any], batch: Any, loss_fn: Callable[..., A
     above (``loss_fn=None``: from the output; else ``loss_fn(output, targets)``).
 
     Example:
-        >>> forward_loss(gpt2, {"input_ids": ids, "labels": ids}, None).dim()
-        0
+        >>> import torch
+        >>> def model(x, labels):   # computes its own loss, as transformers models do
+        ...     return {"loss": torch.nn.functional.mse_loss(x, labels)}
+        >>> forward_loss(model, {"x": torch.ones(4), "labels": torch.zeros(4)}, None)
+        tensor(1.)
     """
     if loss_fn is None:
         return loss_of(call(model, batch))
@@ -191,6 +198,7 @@ def first_tensor(batch: Any) -> Any:
     mapping, searched depth-first; None when there is none.
 
     Example:
+        >>> import torch
         >>> first_tensor({"mask": None, "x": torch.zeros(8, 3)}).shape
         torch.Size([8, 3])
     """
@@ -214,6 +222,7 @@ def batch_size(batch: Any) -> int | None:
     """Samples in a batch: the first dimension of its token ids, else of its first tensor.
 
     Example:
+        >>> import torch
         >>> batch_size((torch.zeros(32, 10), torch.zeros(32)))
         32
     """
@@ -225,7 +234,9 @@ def token_ids(batch: Any) -> Any:
     mapping's ``input_ids``, else the batch's first tensor when it has that form.
 
     Example:
-        >>> token_ids({"pixel_values": images, "input_ids": ids}) is ids
+        >>> import torch
+        >>> ids = torch.zeros(8, 128, dtype=torch.long)
+        >>> token_ids({"pixel_values": torch.zeros(8, 3, 32, 32), "input_ids": ids}) is ids
         True
     """
     return sizes(batch)[1]
@@ -236,6 +247,7 @@ def sizes(batch: Any) -> tuple[int | None, Any]:
     path asks for both).
 
     Example:
+        >>> import torch
         >>> sizes({"input_ids": torch.zeros(8, 128, dtype=torch.long)})[0]
         8
     """
@@ -259,6 +271,8 @@ def attention_mask(batch: Any, ids: Any) -> Any:
     tokens, zeros for padding), else None.
 
     Example:
+        >>> import torch
+        >>> ids, mask = torch.ones(2, 5, dtype=torch.long), torch.ones(2, 5, dtype=torch.long)
         >>> attention_mask({"input_ids": ids, "attention_mask": mask}, ids) is mask
         True
     """
@@ -278,6 +292,7 @@ def describe(value: Any, depth: int = 0) -> str:
     keys, a tuple's items.
 
     Example:
+        >>> import torch
         >>> describe((torch.zeros(8, 16), None))
         'tuple of 2: (Tensor of shape (8, 16) torch.float32, None)'
     """

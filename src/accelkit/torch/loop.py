@@ -87,8 +87,22 @@ def train(
         ValueError: the loader yielded no batch.
 
     Example:
+        >>> import accelkit
+        >>> import torch
+        >>> from accelkit.torch.meter import Meter
+        >>> from accelkit.torch.prepare import prepare
+        >>> from accelkit.torch.step import make_step
+        >>> model, plan = torch.nn.Linear(4, 2), accelkit.plan_for(None)
+        >>> loader = [(torch.randn(8, 4), torch.zeros(8).long())] * 3
+        >>> run = prepare(model, loader, plan, device="cpu", channels_last=None, group=None)
+        >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> step = make_step(run, plan, torch.nn.CrossEntropyLoss(), optimizer, compile=None,
+        ...                  max_grad_norm=None)
+        >>> meter = Meter(model, plan=plan, warmup=1, window=2)
         >>> with meter:
-        ...     train(run, step, meter, Schedule(epochs=2), count_flops=True, progress=False)
+        ...     step = train(run, step, meter, Schedule(epochs=2), count_flops=True, progress=False)
+        >>> meter.report().steps
+        6
     """
     torch = require("torch")
     model, loader, device, layout = run.model, run.loader, run.device, run.layout
@@ -179,6 +193,8 @@ def end_progress(meter: Meter) -> None:
     """End the live progress line on a terminal, if one is open (`accelkit.utils.log`).
 
     Example:
+        >>> from accelkit.torch.meter import Meter
+        >>> meter = Meter()
         >>> end_progress(meter)  # after the meter is closed, before the report prints
     """
     log.end_progress_line()

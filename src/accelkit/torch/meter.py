@@ -90,12 +90,19 @@ class Meter:
             window boundary.
 
     Example:
-        >>> meter = Meter(model, tokens_per_sample=1024)
+        >>> import torch
+        >>> model = torch.nn.Linear(16, 4)
+        >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> loader = [(torch.randn(32, 16), torch.randint(0, 4, (32,)))] * 8
+        >>> meter = Meter(model, warmup=1, window=4)
         >>> with meter:
-        ...     for batch in loader:
-        ...         with meter.step(batch):
-        ...             train_step(batch)
-        >>> meter.report().mfu
+        ...     for x, y in loader:
+        ...         with meter.step((x, y)):
+        ...             torch.nn.functional.cross_entropy(model(x), y).backward()
+        ...             optimizer.step()
+        ...             optimizer.zero_grad()
+        >>> meter.report().steps
+        8
     """
 
     def __init__(
@@ -214,8 +221,16 @@ class Meter:
         counts each step once; the report is built): a warning and a note say so.
 
         Example:
-            >>> with meter.step({"input_ids": ids, "attention_mask": mask, "labels": ids}):
-            ...     model(**batch).loss.backward()
+            >>> import torch
+            >>> ids = torch.randint(0, 100, (8, 64))
+            >>> batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+            >>> meter = Meter(warmup=1, window=1)
+            >>> with meter:
+            ...     for _ in range(3):
+            ...         with meter.step(batch):
+            ...             pass   # model(**batch).loss.backward(), optimizer.step(), ...
+            >>> meter.report().batch_size     # samples: the first dimension of input_ids
+            8.0
         """
         if not self._guard.enter(self._report):
             try:

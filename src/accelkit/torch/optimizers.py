@@ -42,6 +42,8 @@ def faster_variant(optimizer: Any) -> tuple[Variant | None, str]:
     is read as `accelkit.torch.facts.optimizer_facts` reads it, from PyTorch itself.
 
     Example:
+        >>> import torch
+        >>> model = torch.nn.Linear(4, 2)
         >>> faster_variant(torch.optim.AdamW(model.parameters()))[0].name
         'fused'
         >>> faster_variant(torch.optim.AdamW(model.parameters(), foreach=False))[1]
@@ -71,6 +73,8 @@ def use(optimizer: Any, variant: Variant, on: bool) -> None:
     """Turn `variant` on (or back to PyTorch's default, None) in every param group.
 
     Example:
+        >>> import torch
+        >>> optimizer = torch.optim.AdamW(torch.nn.Linear(4, 2).parameters())
         >>> use(optimizer, Variant("fused", "fused"), True)
         >>> optimizer.param_groups[0]["fused"]
         True

@@ -69,7 +69,11 @@ def prepare(
         group: the process group to train in, or None to train this process alone.
 
     Example:
-        >>> run = prepare(model, loader, plan, device=None, channels_last=None, group=None)
+        >>> import accelkit
+        >>> import torch
+        >>> model, loader = torch.nn.Linear(4, 2), [(torch.randn(8, 4), torch.zeros(8).long())]
+        >>> plan = accelkit.plan_for(None)
+        >>> run = prepare(model, loader, plan, device="cpu", channels_last=None, group=None)
         >>> run.device
         device(type='cpu')
     """
@@ -116,7 +120,17 @@ def restore(run: Prepared) -> None:
     error is the one to see.
 
     Example:
-        >>> restore(run)  # in an except block, before re-raising
+        >>> import accelkit
+        >>> import torch
+        >>> model = torch.nn.Conv2d(3, 8, 3)
+        >>> run = prepare(model, [], accelkit.plan_for(None), device="cpu", channels_last=True,
+        ...               group=None)
+        >>> try:
+        ...     raise RuntimeError("the fit failed")
+        ... except RuntimeError:
+        ...     restore(run)  # before re-raising
+        >>> model.weight.is_contiguous()
+        True
     """
     if run.layout is None:
         return
@@ -149,7 +163,10 @@ def to_device(batch: Any, device: Any, layout: Any = None) -> Any:
     4-d float tensors take `layout` (channels-last) when given.
 
     Example:
-        >>> x, y = to_device((x, y), torch.device("cuda"))
+        >>> import torch
+        >>> x, y = to_device((torch.zeros(8, 3), torch.ones(8)), torch.device("cpu"))
+        >>> x.device
+        device(type='cpu')
     """
     if hasattr(batch, "to") and hasattr(batch, "shape"):
         if layout is not None and batch.dim() == 4 and batch.is_floating_point():

@@ -72,9 +72,17 @@ def make_step(
         max_grad_norm: clip gradients to this norm before each optimizer step.
 
     Example:
-        >>> step = make_step(run, plan, nn.CrossEntropyLoss(), optimizer, compile=None,
+        >>> import accelkit
+        >>> import torch
+        >>> from accelkit.torch.prepare import prepare
+        >>> model, batch = torch.nn.Linear(4, 2), (torch.randn(8, 4), torch.zeros(8).long())
+        >>> plan = accelkit.plan_for(None)
+        >>> run = prepare(model, [batch], plan, device="cpu", channels_last=None, group=None)
+        >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> step = make_step(run, plan, torch.nn.CrossEntropyLoss(), optimizer, compile=None,
         ...                  max_grad_norm=None)
-        >>> loss = step.forward_loss(batch)
+        >>> step.forward_loss(batch).dim()
+        0
     """
     torch = require("torch")
     device_type = run.device.type

@@ -137,9 +137,20 @@ def fit(
         TypeError: a `single_device` of another type.
 
     Example:
-        >>> plan = accelkit.auto_configure()
-        >>> report = accelkit.torch.fit(model, loader, optimizer, nn.CrossEntropyLoss(), epochs=2)
-        >>> print(report)
+        >>> import accelkit
+        >>> import torch
+        >>> plan = accelkit.auto_configure(verbose=False)
+        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+        ...                             torch.nn.Linear(32, 4))
+        >>> data = torch.utils.data.TensorDataset(torch.randn(256, 16), torch.randint(0, 4, (256,)))
+        >>> loader = torch.utils.data.DataLoader(data, batch_size=32)
+        >>> optimizer = torch.optim.AdamW(model.parameters())
+        >>> report = accelkit.torch.fit(model, loader, optimizer, torch.nn.CrossEntropyLoss(),
+        ...                             epochs=2, progress=False)
+        >>> report.steps
+        16
+        >>> print(report)  # doctest: +SKIP
+        accelkit run: torch, sequential on cpu, precision fp32 (matmuls fp32), 16 steps ...
     """
     require("torch")  # the install hint comes before any argument error
     schedule = Schedule(epochs=epochs, steps=steps, accumulation_steps=accumulation_steps)
@@ -299,6 +310,13 @@ def tune(
         status and reason; ``result.speedup`` of the kept one over the plan's settings.
 
     Example:
+        >>> import accelkit
+        >>> import torch
+        >>> model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+        ...                             torch.nn.Linear(32, 4))
+        >>> data = torch.utils.data.TensorDataset(torch.randn(512, 16), torch.randint(0, 4, (512,)))
+        >>> loader = torch.utils.data.DataLoader(data, batch_size=32)
+        >>> optimizer, loss_fn = torch.optim.AdamW(model.parameters()), torch.nn.CrossEntropyLoss()
         >>> batches = iter(loader)
         >>> result = accelkit.torch.tune(model, batches, optimizer, loss_fn)
         >>> if result.compile:
