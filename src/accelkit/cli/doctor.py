@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         ),
         f"GPUs: {describe_hardware(hardware)}",
     ]
-    for gpu, row in zip(hardware.gpus, document["gpu_specs"]):
+    for gpu, row in zip(hardware.gpus, document["gpu_specs"], strict=True):
         match = row["name"] if row else "no datasheet row (MFU will need calibrate=True)"
         memory = f"{gpu.memory_bytes / 2**30:.1f} GiB" if gpu.memory_bytes else "? GiB"
         power = f"{gpu.power_limit_w:.0f} W" if gpu.power_limit_w else "? W"

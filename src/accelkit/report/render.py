@@ -147,6 +147,8 @@ def render_run(report: RunReport, width: int | None = None) -> str:
                 ),
             )
         )
+    if r.world_size > 1:
+        rows.append(("all-reduce wait", _all_reduce_wait(r)))
     if r.losses:
         rows.append(("loss", " -> ".join(f"{v:.4g}" for v in _ends(r.losses))))
     body = table(("figure", "value"), rows, width=width)
@@ -154,6 +156,18 @@ def render_run(report: RunReport, width: int | None = None) -> str:
     notes = "".join("\n" + paragraph(f"note: {k}: {v}", width) for k, v in r.notes.items())
     advice = "\nadvice:\n" + render_advice(r.advice, width) if r.advice else ""
     return f"{paragraph(head, width)}\n{body}{tuning}{notes}{advice}"
+
+
+def _all_reduce_wait(r: RunReport) -> str:
+    """Each rank's wait for the gradient all-reduce (share of its step), or why unknown."""
+    shares = [
+        f"rank {k['rank']} {k['communication_share']:.1%}"
+        for k in r.ranks
+        if k.get("communication_share") is not None
+    ]
+    if not shares:
+        return f"- ({r.notes.get('communication_share', 'not measured')})"
+    return "of each step, after the backward pass: " + ", ".join(shares)
 
 
 def render_tuning(tuning: Mapping[str, Any], width: int | None = None) -> str:
@@ -271,16 +285,15 @@ def render_projections(projections: Sequence[Projection], width: int | None = No
         width=width,
     )
     order = ranked(projections)
-    lines = [f"what-if projection: the same run on other GPUs\n{body}"]
+    lines = ["what-if projection: the same run on other GPUs", body]
     lines.append(f"fastest: {order[0][0].count} x {order[0][0].gpu}")
     cheapest = [p for p, _, c in order if c == 1]
     if cheapest:
         lines.append(f"cheapest per epoch: {cheapest[0].count} x {cheapest[0].gpu}")
     lines += [
-        paragraph(f"assumes{f' for {who}' if who else ''}: {text}", width)
-        for text, who in _assumptions(projections)
+        f"assumes{f' for {who}' if who else ''}: {text}" for text, who in _assumptions(projections)
     ]
-    return "\n".join(lines)
+    return "\n".join(line if line is body else paragraph(line, width) for line in lines)
 
 
 def _assumptions(projections: Sequence[Projection]) -> list[tuple[str, str]]:

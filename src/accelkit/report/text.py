@@ -109,7 +109,8 @@ def _under(
 
 
 def _cells(cells: Sequence[str], widths: Sequence[int]) -> str:
-    padded = [c.ljust(w) for c, w in zip(cells, widths)] + list(cells[len(widths) :])
+    # the cells past `widths` (the wrapped column) are not padded
+    padded = [c.ljust(w) for c, w in zip(cells, widths, strict=False)] + list(cells[len(widths) :])
     return "  ".join(padded).rstrip()
 
 
