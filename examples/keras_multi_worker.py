@@ -15,7 +15,8 @@ Run on two machines (the same script on each, with its own task index):
     TF_CONFIG='{"cluster": {"worker": ["host-a:12345", "host-b:12345"]},
                 "task": {"type": "worker", "index": 1}}' python examples/keras_multi_worker.py
 
-or try it on one machine, the script starting both workers on localhost ports:
+or try it on one machine, the script starting both workers on localhost ports,
+each with half of the GPUs:
 
     python examples/keras_multi_worker.py --local-workers 2
 
@@ -81,13 +82,19 @@ def free_ports(count: int) -> list[int]:
 
 
 def launch_local(workers: int, worker_args: list[str], timeout: float) -> int:
-    """Start `workers` copies of this script on localhost, each with its TF_CONFIG, and
-    wait for them; if one fails or the time runs out, stop the others."""
+    """Start `workers` copies of this script on localhost, each with its TF_CONFIG and
+    GPUs of its own, and wait for them; if one fails or the time runs out, stop the others."""
     cluster = {"worker": [f"localhost:{port}" for port in free_ports(workers)]}
+    # NCCL cannot share a GPU between processes: give each worker its own share of the
+    # GPUs (NVML's count: CUDA is not initialised here), none when there are too few.
+    share = accelkit.detect().gpu_count // workers
     processes = []
     for index in range(workers):
         tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
         env = dict(os.environ, TF_CONFIG=json.dumps(tf_config))
+        if "CUDA_VISIBLE_DEVICES" not in os.environ:
+            gpus = range(index * share, (index + 1) * share)
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in gpus)
         processes.append(subprocess.Popen([sys.executable, __file__, *worker_args], env=env))
     deadline = time.monotonic() + timeout
     while any(p.poll() is None for p in processes):
