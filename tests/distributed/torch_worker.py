@@ -54,8 +54,8 @@ def count_reductions() -> list[int]:
         reduced.append(bucket.index())
         return allreduce_hook(state, bucket)
 
-    def counting_wrap(model, device):
-        ddp = wrap(model, device)
+    def counting_wrap(model, device, **options):
+        ddp = wrap(model, device, **options)
         ddp.register_comm_hook(None, hook)
         distributed.wrap = wrap
         return ddp

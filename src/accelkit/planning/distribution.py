@@ -16,6 +16,17 @@ NEVER_SET = frozenset(
 )
 
 
+# DDP's gradients as views into its all-reduce buckets: applied by accelkit.torch.fit
+# when it wraps the model (accelkit.torch.levers says what it needs and what it gives).
+BUCKET_VIEW = Setting(
+    Key.DDP_BUCKET_VIEW,
+    True,
+    "gradients live in DDP's all-reduce buckets: no copy of every gradient into its "
+    "bucket and back each step, one gradient's memory less; the same numbers "
+    "(PyTorch's DistributedDataParallel docs)",
+)
+
+
 def choose(hardware: HardwareInfo, request: Request) -> tuple[Distribution, list[Setting]]:
     """The distribution engine and the settings that go with it."""
     if request.distribute is Distribution.NONE:
@@ -116,9 +127,10 @@ def _torch(hardware: HardwareInfo) -> tuple[Distribution, list[Setting]]:
                 if hardware.gpus
                 else []
             ),
+            BUCKET_VIEW,
         ]
     if launcher.slurm:
-        return Distribution.DDP, _slurm_torch(hardware)
+        return Distribution.DDP, [*_slurm_torch(hardware), BUCKET_VIEW]
     if hardware.gpu_count > 1:
         return Distribution.NONE, [_launch(hardware)]
     return Distribution.NONE, []

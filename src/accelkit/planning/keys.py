@@ -62,6 +62,7 @@ class Key(str, enum.Enum):
     # distribution
     TORCH_PROCESS_GROUP = "torch.distributed.backend"
     TORCH_DEVICE = "torch.cuda.set_device"
+    DDP_BUCKET_VIEW = "ddp.gradient_as_bucket_view"
     LAUNCH = "launch"
     TF_STRATEGY = "tf.distribute.Strategy"
     DISTRIBUTION = "distribution"
@@ -128,6 +129,7 @@ REGISTRY: dict[Key, Entry] = {
     Key.KERAS_JIT_COMPILE: Entry(Kind.HELPER, "tensorflow", Phase.FIT, "accelkit.keras.fit"),
     Key.TORCH_PROCESS_GROUP: Entry(Kind.FLAG, "torch", Phase.PROCESS_GROUP, ADAPTER),
     Key.TORCH_DEVICE: Entry(Kind.FLAG, "torch", Phase.DEVICE, ADAPTER),
+    Key.DDP_BUCKET_VIEW: Entry(Kind.HELPER, "torch", Phase.FIT, _TORCH_FIT),
     Key.LAUNCH: Entry(Kind.ADVICE, "torch", Phase.USER, "the user (relaunch)"),
     Key.TF_STRATEGY: Entry(
         Kind.HELPER, "tensorflow", Phase.FIT, "accelkit.keras.strategy(plan) / accelkit.keras.fit"

@@ -48,6 +48,10 @@ class Measurements:
     facts: dict[str, Any] = dataclasses.field(default_factory=dict)
     single_device_samples_per_second: float | None = None
     tuning: dict[str, Any] | None = None  # accelkit.torch.trials.TuneResult.to_dict()
+    # The steady-state gradient all-reduces of a data-parallel run, added up
+    # (accelkit.torch.communication.GradientTimer.totals): exposed_s, in_flight_s,
+    # reductions, buckets, gradient_bytes, sent_bytes, host_s, method.
+    communication: dict[str, Any] | None = None
 
 
 def _plain(data: dict[str, Any]) -> dict[str, Any]:
@@ -92,6 +96,7 @@ def report_from(m: Measurements) -> RunReport:
     _throughput(report, clock)
     _flops(report, m)
     _sampler(report, m.sampler)
+    _communication(report, m.communication, clock)
     report.series = _series(clock, m.sampler)
     # One process's figures; a data-parallel meter replaces them with every rank's.
     world.aggregate(
@@ -163,6 +168,24 @@ def _flops(report: RunReport, m: Measurements) -> None:
         report.calibrated_tflops = calibration.tflops * m.devices
         report.calibration_method = calibration.method
         report.mfu_calibrated = report.achieved_tflops / report.calibrated_tflops
+
+
+def _communication(report: RunReport, totals: dict[str, Any] | None, clock: ClockSummary) -> None:
+    """Per steady-state step: the exposed all-reduce time and its share of the step."""
+    if totals is None or not clock.steady_s or not clock.steady_steps:
+        return
+    steps = clock.steady_steps
+    report.communication_s = totals["exposed_s"] / steps
+    report.communication_share = min(1.0, totals["exposed_s"] / clock.steady_s)
+    report.facts["communication"] = {
+        "in_flight_s": totals["in_flight_s"] / steps,
+        "all_reduces": totals["reductions"],
+        "buckets": totals["buckets"],
+        "gradient_bytes": totals["gradient_bytes"],
+        "sent_bytes": totals["sent_bytes"],
+        "hook_host_us": totals["host_s"] / steps * 1e6,
+        "method": totals["method"],
+    }
 
 
 def _sampler(report: RunReport, summary: SamplerSummary | None) -> None:

@@ -33,7 +33,13 @@ _TUNING_DERIVED: dict[str, Any] = {
 }
 
 # A figure that is a ratio to another: one without the other is a damaged report.
-_NEEDS = {"mfu": "peak_tflops", "mfu_calibrated": "calibrated_tflops"}
+_NEEDS = {
+    "mfu": "peak_tflops",
+    "mfu_calibrated": "calibrated_tflops",
+    "communication_share": "communication_s",
+}
+# Shares of the step: from 0 to 1.
+_SHARES = ("communication_share",)
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
@@ -66,6 +72,10 @@ def check_report(data: Any, cls: type) -> dict[str, Any]:
                 f"{'missing' if basis not in values else 'null'}: {figure} is "
                 f"measured against {basis}"
             )
+    for share in _SHARES:
+        value = values.get(share)
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise ValueError(f"field {share!r} is {value!r}: a share of the step is from 0 to 1")
     return values
 
 

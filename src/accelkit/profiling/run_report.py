@@ -56,6 +56,11 @@ class RunReport:
         ranks, slowest_rank: each process's figures (throughput, step time, input
             wait) and the rank with the longest steps.
         single_device_samples_per_second: the reference scaling efficiency is against.
+        communication_s, communication_share: seconds per step this process waited for
+            the gradient all-reduce after its backward pass (the part DDP did not overlap
+            with it), and their share of the step; ``facts["communication"]`` says how it
+            was measured, how long an all-reduce was in flight, the buckets and gradient
+            bytes (PyTorch DDP runs; `accelkit.torch.communication`).
         advice: the advisor's verdicts (`Advice.to_dict()`), most important first.
         facts: what the meters noticed for the advisor (layer sizes, loader settings,
             loss scale...; `accelkit.advisor.context` lists them).
@@ -114,6 +119,8 @@ class RunReport:
     ranks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     slowest_rank: int | None = None
     single_device_samples_per_second: float | None = None
+    communication_s: float | None = None
+    communication_share: float | None = None
     losses: list[float] = dataclasses.field(default_factory=list)
     interrupted: bool = False
     advice: list[dict[str, Any]] = dataclasses.field(default_factory=list)

@@ -18,7 +18,8 @@ class Trial:
 
     Attributes:
         name: e.g. ``"eager"``, ``"eager+fused"``, ``"compile+fused"``.
-        settings: ``{"compile": bool, "optimizer": "fused" | "foreach" | "default"}``.
+        settings: ``{"compile": bool, "optimizer": "fused" | "foreach" | "default"}``,
+            and under DDP ``"compression"``, ``"bucket_cap_mb"``, ``"static_graph"``.
         status: ``"baseline"``, ``"chosen"``, ``"slower"``, ``"failed"`` or ``"skipped"``.
         step_seconds: median of the timed optimizer steps (None: not timed).
         spread: ``[min, max]`` of the timed steps.
@@ -52,6 +53,8 @@ class TuneResult:
             ``"default"`` (the optimizer object itself was switched in place).
         seconds: wall time of all trials, compilation included.
         steps: training steps the trials took (real steps of the run).
+        ddp: the DDP options kept (``compression``, ``bucket_cap_mb``, ``static_graph``;
+            `accelkit.torch.levers`); empty without DDP.
     """
 
     decision: str
@@ -60,6 +63,7 @@ class TuneResult:
     optimizer: str
     seconds: float
     steps: int
+    ddp: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def baseline(self) -> Trial:
@@ -90,6 +94,7 @@ class TuneResult:
             optimizer=data.get("optimizer", "default"),
             seconds=float(data.get("seconds", 0.0)),
             steps=int(data.get("steps", 0)),
+            ddp=dict(data.get("ddp") or {}),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -103,6 +108,7 @@ class TuneResult:
             "steps": self.steps,
             "compile": self.compile,
             "optimizer": self.optimizer,
+            "ddp": dict(self.ddp),
             "candidates": [t.to_dict() for t in self.trials],
         }
 

@@ -9,7 +9,9 @@ and `aggregate` turns them into the report's global figures:
   batches are counted as they were);
 - the slowest rank, by steady-state time per step;
 - scaling efficiency = global throughput / (devices x the single-device
-  throughput of the same run), when a single-device figure is known.
+  throughput of the same run), when a single-device figure is known;
+- per rank, the time each step waited for the gradient all-reduce
+  (``communication_s``, ``communication_share``), where it was measured.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ def rank_figures(report: RunReport, rank: int, samples: int, devices: int = 1) -
         "samples_per_second": report.samples_per_second,
         "step_time_s": report.step_time_s,
         "input_wait_share": report.input_wait_share,
+        "communication_s": report.communication_s,
+        "communication_share": report.communication_share,
+        "all_reduce_in_flight_s": (report.facts.get("communication") or {}).get("in_flight_s"),
     }
 
 
@@ -71,6 +76,14 @@ def aggregate(
         )
     else:
         report.note("scaling_efficiency", "a single device: nothing to scale against")
+    if report.world_size > 1 and report.communication_share is None:
+        report.notes.setdefault("communication_share", NOT_TIMED)
+
+
+NOT_TIMED = (
+    "the gradient all-reduce is timed in PyTorch DistributedDataParallel runs of "
+    "accelkit.torch.fit (and Meter with accelkit.torch.communication.time); not here"
+)
 
 
 def single_device_rate(value: Any) -> float | None:

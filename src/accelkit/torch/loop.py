@@ -123,7 +123,8 @@ def train(
         with measure(batch):
             # Micro-steps that do not step the optimizer skip DDP's all-reduce;
             # the gradients are summed locally and reduced on the stepping one.
-            with _no_sync(model, ddp and not stepping):
+            # The step's own wrapper: tune may train through a re-wrapped one.
+            with _no_sync(step.model if step.model is not None else model, ddp and not stepping):
                 loss = step.forward_loss(batch)
                 step.scaler.scale(loss / accumulation_steps).backward()
             if stepping:

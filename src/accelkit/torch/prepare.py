@@ -56,6 +56,7 @@ def prepare(
     device: Any,
     channels_last: bool | None,
     group: parallel.World | None,
+    wrapping: Any = None,
 ) -> Prepared:
     """Place `model` (and wrap it for `group`), shard `loader`, and set training mode.
 
@@ -67,6 +68,8 @@ def prepare(
         device: where to train; None: the GPU of this rank, or the CPU.
         channels_last: convert conv models to channels-last; None: the plan's choice.
         group: the process group to train in, or None to train this process alone.
+        wrapping: how to wrap the model in DDP (`accelkit.torch.levers.Wrapping`: the
+            options, the timing hook); None: DDP's defaults.
 
     Example:
         >>> import accelkit
@@ -97,7 +100,7 @@ def prepare(
             )
     sampling = None
     if group is not None:
-        model = parallel.wrap(model, device)
+        model = wrapping.wrap(model, device) if wrapping else parallel.wrap(model, device)
         loader, sampling = parallel.shard(loader, group)
     else:
         model = module  # distributed=False: the module alone, even if the script wrapped it

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from accelkit.planning import Plan
@@ -38,6 +38,13 @@ class Step:
         count_flops: ``count_flops(batch) -> FlopCount``: one step counted on the
             uncompiled module.
         compiled: whether `forward_loss` went through ``torch.compile``.
+        model: what `forward_loss` calls: the `DistributedDataParallel` wrapper under a
+            process group (the loop's ``no_sync()`` must be this one's), else the module.
+        ddp: the DDP options this step trains under (`accelkit.torch.levers`), for
+            tune's records and the report; empty without DDP.
+        through: ``through(model, compiled) -> Step``: the same step (optimizer step,
+            scaler) through another model, e.g. the module re-wrapped with other DDP
+            options; `forward_loss` is built (and compiled) again for it.
     """
 
     forward_loss: Callable[[Any], Any]
@@ -45,6 +52,9 @@ class Step:
     scaler: Any
     count_flops: Callable[[Any], FlopCount]
     compiled: bool
+    model: Any = None
+    ddp: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    through: Callable[[Any, bool], Step] | None = None
 
 
 def make_step(
@@ -92,20 +102,27 @@ def make_step(
         if device_type == "cuda"
         else torch.amp.GradScaler(device_type, enabled=False)
     )
-    forward_loss = _forward_loss(
-        torch, run.model, loss_fn, device_type, precision.autocast_dtype(plan)
-    )
     # Compiling forward and loss together lets the compiler fuse the loss into the
     # output layer's epilogue.
     compiled = plan.compile if compile is None else compile
     autocast = functools.partial(precision.autocast, plan, device_type)
-    return Step(
-        forward_loss=torch.compile(forward_loss) if compiled else forward_loss,
-        optimizer_step=_optimizer_step(torch, run.model, optimizer, scaler, max_grad_norm),
-        scaler=scaler,
-        count_flops=functools.partial(_count, run.module, loss_fn, autocast),
-        compiled=compiled,
-    )
+    dtype = precision.autocast_dtype(plan)
+    optimizer_step = _optimizer_step(torch, run.model, optimizer, scaler, max_grad_norm)
+    count_flops = functools.partial(_count, run.module, loss_fn, autocast)
+
+    def through(model: Any, compiled: bool) -> Step:
+        forward_loss = _forward_loss(torch, model, loss_fn, device_type, dtype)
+        return Step(
+            forward_loss=torch.compile(forward_loss) if compiled else forward_loss,
+            optimizer_step=optimizer_step,
+            scaler=scaler,
+            count_flops=count_flops,
+            compiled=compiled,
+            model=model,
+            through=through,
+        )
+
+    return through(run.model, compiled)
 
 
 def _forward_loss(

@@ -9,8 +9,9 @@ a `Meter`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from accelkit.configure import auto_configure, current_plan
@@ -18,7 +19,7 @@ from accelkit.planning import Plan
 from accelkit.profiling import world
 from accelkit.profiling.run_report import RunReport
 from accelkit.torch import distributed as parallel
-from accelkit.torch import loop
+from accelkit.torch import levers, loop
 from accelkit.torch.facts import loader_facts, steps_per_epoch
 from accelkit.torch.loop import Schedule
 from accelkit.torch.meter import Meter
@@ -55,6 +56,7 @@ def fit(
     distributed: bool = True,
     single_device: Any = None,
     tune: bool | str = "auto",
+    ddp: Mapping[str, Any] | None = None,
 ) -> RunReport:
     """Train `model` on `loader` with the plan's settings and return the measured run.
 
@@ -120,7 +122,13 @@ def fit(
             run of 200 steps or more estimated at 10 minutes or more from the baseline's
             step time (`accelkit.torch.trials`), unless the script asked for
             deterministic algorithms; True always; False never. ``report.tuning`` says
-            what was measured and kept.
+            what was measured and kept. Under DDP it also tries bf16 gradients, larger
+            buckets and a static graph (`accelkit.torch.levers`).
+        ddp: `DistributedDataParallel` options for the wrapper accelkit builds under a
+            process group (``{"bucket_cap_mb": 100, "static_graph": True}``), and
+            ``"compression": "bf16"`` for a bf16 gradient all-reduce; given ones are
+            kept, not tuned. Each step's wait for the all-reduce is measured
+            (``report.communication_share``, per rank in ``report.ranks``).
 
     The model is changed in place where the plan says (moved to the device, converted
     to channels-last); ``report.facts["model_changes"]`` lists what was done, and the
@@ -160,16 +168,27 @@ def fit(
     arguments.positive("flops_per_step", flops_per_step, none="counting them")
     arguments.whole("tokens_per_sample", tokens_per_sample, 1, none="finding them")
     check_mode(tune)
+    options = levers.check_options(ddp)
     single = world.single_device_rate(single_device)
     plan, held_back = _plan_to_follow(plan)
     group = parallel.world() if distributed else None
     rank_zero = group.is_zero if group is not None else (not distributed or parallel.is_rank_zero())
     progress = progress and rank_zero
     alone = parallel.why_alone(plan, group, distributed, chatty=progress)
-    run = prepare(model, loader, plan, device=device, channels_last=channels_last, group=group)
+    wrapping = levers.Wrapping(plan, options) if group is not None else None
+    run = prepare(
+        model,
+        loader,
+        plan,
+        device=device,
+        channels_last=channels_last,
+        group=group,
+        wrapping=wrapping,
+    )
     try:
         report = _train(
             run,
+            wrapping,
             plan,
             loss_fn,
             optimizer,
@@ -214,6 +233,7 @@ def _plan_to_follow(given: Plan | None) -> tuple[Plan, str]:
 
 def _train(
     run: Prepared,
+    wrapping: levers.Wrapping | None,
     plan: Plan,
     loss_fn: Callable[..., Any] | None,
     optimizer: Any,
@@ -234,7 +254,10 @@ def _train(
     group = run.group
     epochs = schedule.epochs
     step = make_step(run, plan, loss_fn, optimizer, compile=compile, max_grad_norm=max_grad_norm)
-    tuner = _tuner(tune, step, run, optimizer, plan, compile, schedule)
+    ddp = levers.Levers(wrapping, run.module, run.device, plan) if wrapping else None
+    if wrapping is not None:
+        step = dataclasses.replace(step, ddp=wrapping.settings())
+    tuner = _tuner(tune, step, run, optimizer, plan, compile, schedule, ddp)
     meter = Meter(
         run.module,
         plan=plan,
@@ -253,6 +276,8 @@ def _train(
     meter.facts.update(_loader_facts(run.loader), compiled=step.compiled)
     if group is not None:
         meter.facts.update(distributed=True, sampler=run.sampling)
+    if wrapping is not None:
+        wrapping.measure(meter)
     if run.changes:
         meter.facts["model_changes"] = list(run.changes)
     with meter:
@@ -266,6 +291,8 @@ def _train(
             tuner=tuner,
         )
         meter.facts["compiled"] = kept.compiled
+        if wrapping is not None:
+            meter.facts["ddp"] = dict(kept.ddp)
         if tuner is not None and tuner.result is not None:
             meter.tuning = tuner.result.to_dict()
     if progress:
@@ -331,7 +358,7 @@ def tune(
         loader,
         optimizer,
         loss_fn,
-        steps=trial_steps(accumulation_steps),
+        steps=trial_steps(accumulation_steps, data_parallel=parallel.world() is not None),
         plan=plan,
         device=device,
         accumulation_steps=accumulation_steps,
@@ -352,6 +379,7 @@ def _tuner(
     plan: Plan,
     compile: bool | None,
     schedule: Schedule,
+    ddp: levers.Levers | None = None,
 ) -> Tuner | None:
     """The tuner for this fit, or None for ``tune=False``."""
     if not check_mode(mode):
@@ -374,6 +402,7 @@ def _tuner(
         planned_steps=min(planned) if planned else None,
         accumulation_steps=schedule.accumulation_steps,
         decide=decide,
+        levers=ddp,
     )
 
 

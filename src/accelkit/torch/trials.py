@@ -11,7 +11,10 @@ fastest that computes the same thing:
    script or plan fixed ``compile=True``);
 2. the optimizer's fused (or foreach) implementation, switched in place, when the
    script left that choice to PyTorch (`accelkit.torch.optimizers`);
-3. ``torch.compile`` of forward and loss, with the better optimizer, when the
+3. under DistributedDataParallel, its options (`accelkit.torch.levers`): bf16
+   gradients under a bf16 plan, larger buckets, a static graph, each on top of the
+   best so far;
+4. ``torch.compile`` of forward and loss, with the better optimizer, when the
    script did not fix ``compile``.
 
 Every trial step is a real training step on the next batch of the loader (no
@@ -61,11 +64,14 @@ LOSS_RTOL = 2e-2
 LOSS_ATOL = 1e-3
 GRAPH_BREAK_STORM = 16
 CANDIDATES = 3  # the baseline, the optimizer's fused implementation, torch.compile
+DDP_CANDIDATES = 3  # bf16 gradients, larger buckets, a static graph (accelkit.torch.levers)
 
 
-def trial_steps(accumulation_steps: int) -> int:
-    """The most training steps the trials take (more only when a failed one is retrained)."""
-    return CANDIDATES * (WARMUP_UNITS + TIMED_UNITS) * accumulation_steps
+def trial_steps(accumulation_steps: int, data_parallel: bool = False) -> int:
+    """The most training steps the trials take (more only when a failed one is retrained);
+    `data_parallel`: under DDP, whose options are candidates too."""
+    candidates = CANDIDATES + (DDP_CANDIDATES if data_parallel else 0)
+    return candidates * (WARMUP_UNITS + TIMED_UNITS) * accumulation_steps
 
 
 def check_mode(tune: Any) -> Any:

@@ -73,12 +73,30 @@ def memory(ctx: Context) -> Advice | None:
     return None
 
 
+def batch_that_fits(ctx: Context) -> int | None:
+    """The per-device batch the measured peak memory says fits (a multiple of 8), or
+    None when the peak, the device's memory or the batch is unknown.
+
+    Example:
+        >>> from accelkit import what_if
+        >>> batch_that_fits(Context.build(what_if("A100-SXM4-80GB"), None,
+        ...                               {"peak_memory_bytes": 8e9, "batch_size": 32}))
+        288
+    """
+    peak, total, batch = ctx.get("peak_memory_bytes"), ctx.gpu_memory_bytes, ctx.batch_size
+    if not peak or not total or not batch:
+        return None
+    state = int(ctx.fact("model_state_bytes", 0))
+    state = state if state < peak else 0
+    fits = int((USABLE * total - state) / ((peak - state) / batch))
+    return fits - (fits % 8 if fits >= 8 else 0)  # tensor-core friendly
+
+
 def _room(
     ctx: Context, total: int, peak: int, state: int, batch: int, evidence: dict[str, object]
 ) -> Advice | None:
     per_sample = (peak - state) / batch
-    fits = int((USABLE * total - state) / per_sample)
-    fits -= fits % 8 if fits >= 8 else 0  # tensor-core friendly
+    fits = batch_that_fits(ctx) or 0
     if fits < 2 * batch:
         return None
     evidence["batch_that_fits"] = fits

@@ -7,6 +7,12 @@ all-reduce where it does not overlap the backward pass, or waiting at the
 all-reduce for the slowest rank (often one starved of input). Perfect scaling
 would make the run 1 / efficiency times faster; that is the upper bound the
 rule states.
+
+Where the run measured it (PyTorch DDP: `accelkit.torch.communication`), the verdict
+rests on the wait for the all-reduce: its share of the step, the gain of removing it
+(1 / (1 - share), Amdahl) and the levers against it (`accelkit.advisor.rules.all_reduce`),
+told apart from a rank starved of input, a straggler the others wait for, and what the
+step lost elsewhere.
 """
 
 from __future__ import annotations
@@ -15,27 +21,39 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from accelkit.advisor.context import Context
+from accelkit.advisor.rules import all_reduce
+from accelkit.advisor.rules.all_reduce import Wait, waiting
 from accelkit.advisor.rules.needs import needs
-from accelkit.advisor.types import Advice, Severity
+from accelkit.advisor.types import Advice, Severity, removing_share
 from accelkit.hardware.info import HardwareInfo
 
 GOOD = 0.90  # DDP on NVLink reaches 90-95% for large models
 POOR = 0.75
 SLOW_INPUT = 0.05  # the slowest rank waits this much more of its step for input than the rest
+# A wait for the all-reduce this large is the verdict's cause; below it the cause is
+# elsewhere (a run without a single-device figure gets a verdict from this share alone).
+NOTABLE = 0.10
+SEVERE = 0.25  # ...and a warning from this one
+DDP_BUCKET_MB = 25  # DistributedDataParallel's default bucket_cap_mb
 
 
 @needs(
     "figure:world_size",
-    "figure:scaling_efficiency",
+    ("figure:scaling_efficiency", "figure:communication_s"),
     optional=(
         "figure:ranks",
         "figure:slowest_rank",
         "figure:global_samples_per_second",
         "figure:single_device_samples_per_second",
+        "figure:step_time_s",
+        "figure:peak_memory_bytes",
+        "fact:communication",
+        "fact:ddp",
         "batch_size",
+        "tuning",
     ),
     evidence={
-        "scaling_efficiency": None,
+        "scaling_efficiency": "figure:scaling_efficiency",
         "world_size": None,
         "global_samples_per_second": "figure:global_samples_per_second",
         "single_device_samples_per_second": "figure:single_device_samples_per_second",
@@ -43,6 +61,17 @@ SLOW_INPUT = 0.05  # the slowest rank waits this much more of its step for input
         "slowest_*": ("figure:slowest_rank",),
         "fastest_step_ms": "figure:slowest_rank",
         "other_ranks_input_wait_share": "figure:slowest_rank",
+        "all_reduce_*": ("figure:communication_s", "figure:ranks"),
+        "waiting_for_slowest_rank_ms": "figure:ranks",
+        "step_ms": ("figure:communication_s", "figure:ranks"),
+        "single_device_step_ms": "figure:single_device_samples_per_second",
+        "lost_ms": "figure:single_device_samples_per_second",
+        "elsewhere_ms": "figure:single_device_samples_per_second",
+        "gradient_mb": "fact:communication",
+        "buckets": "fact:communication",
+        "compression": "fact:ddp",
+        "batch_that_fits": "figure:peak_memory_bytes",
+        "tune.*": "tuning",
         "nodes": None,
         "gpus_per_node": None,
         "interconnect": None,
@@ -50,7 +79,9 @@ SLOW_INPUT = 0.05  # the slowest rank waits this much more of its step for input
     },
 )
 def scaling(ctx: Context) -> Advice | None:
-    """Fires when `scaling_efficiency` < 0.9 (info) or < 0.75 (warning) on several devices.
+    """Fires when `scaling_efficiency` < 0.9 (info) or < 0.75 (warning) on several
+    devices, or, without a single-device figure, when 10% of each step or more waits for
+    the gradient all-reduce (25%: a warning).
 
     Example:
         >>> m = {"world_size": 2, "scaling_efficiency": 0.6, "global_samples_per_second": 120.0,
@@ -60,10 +91,15 @@ def scaling(ctx: Context) -> Advice | None:
     """
     world = int(ctx.get("world_size", 1))
     efficiency = ctx.get("scaling_efficiency")
-    if world < 2 or efficiency is None or efficiency <= 0 or efficiency >= GOOD:
+    wait = waiting(ctx)
+    if world < 2 or (efficiency is not None and not 0 < efficiency < GOOD):
+        return None
+    if efficiency is None and (wait is None or wait.share < NOTABLE):
         return None
     ranks: Sequence[Mapping[str, Any]] = ctx.get("ranks") or ()
-    evidence: dict[str, Any] = {"scaling_efficiency": round(efficiency, 4), "world_size": world}
+    evidence: dict[str, Any] = {"world_size": world}
+    if efficiency is not None:
+        evidence["scaling_efficiency"] = round(efficiency, 4)
     single = ctx.get("single_device_samples_per_second")
     overall = ctx.get("global_samples_per_second")
     if overall:
@@ -73,24 +109,124 @@ def scaling(ctx: Context) -> Advice | None:
         evidence["ideal_samples_per_second"] = round(single * world, 2)
     starved = _slow_rank(ctx, ranks, evidence)
     evidence.update(_topology(ctx.hardware))
-    speedup = 1.0 / efficiency
+    head = (
+        f"{world} devices run {efficiency:.0%} as fast as {world} x one device "
+        f"(scaling efficiency {efficiency:.2f})"
+        if efficiency is not None
+        else f"{world} devices"
+    )
+    starving = f": rank {starved} waits longer for input" if starved is not None else ""
+    if wait is None:
+        speedup = 1.0 / efficiency
+        return Advice(
+            id="scaling",
+            severity=Severity.WARNING if efficiency < POOR else Severity.INFO,
+            title=head + starving,
+            evidence=evidence,
+            action=_action(ctx, starved, None),
+            expected_gain=(
+                f"up to {speedup:.2f}x: 1 / {efficiency:.3f}, an upper bound (perfect "
+                "scaling, every device as fast as one alone); communication that does "
+                "not overlap the backward pass keeps it below that"
+            ),
+            speedup=speedup,
+        )
+    return _measured(ctx, wait, efficiency, head, starving, starved, evidence)
+
+
+def _measured(
+    ctx: Context,
+    wait: Wait,
+    efficiency: float | None,
+    head: str,
+    starving: str,
+    starved: int | None,
+    evidence: dict[str, Any],
+) -> Advice:
+    """The verdict where the wait for the all-reduce was measured: its share, and the
+    gain of removing it (Amdahl), against what else the step lost."""
+    share = wait.share
+    evidence.update(
+        all_reduce_wait_share=round(share, 4),
+        all_reduce_wait_ms=round(wait.seconds * 1e3, 3),
+        step_ms=round(wait.step * 1e3, 3),
+    )
+    if wait.in_flight is not None:
+        evidence["all_reduce_in_flight_ms"] = round(wait.in_flight * 1e3, 3)
+    if len(ctx.get("ranks") or ()) > 1:
+        evidence["waiting_for_slowest_rank_ms"] = round(wait.for_slowest * 1e3, 3)
+    sent = ctx.fact("communication") or {}
+    if sent.get("gradient_bytes"):
+        evidence["gradient_mb"] = round(sent["gradient_bytes"] / 1e6, 2)
+        evidence["buckets"] = sent.get("buckets")
+    lost = _lost(ctx, wait, evidence)
+    cap = 1.0 / efficiency if efficiency else 1.0 / (1.0 - min(share, 0.99))
+    gain = removing_share(share, cap)
+    what = _what_is_sent(evidence)
+    if share >= NOTABLE:
+        title = f"{head}: {share:.0%} of each step waits for the gradient all-reduce{what}"
+        speedup = gain
+        expected = (
+            f"up to {gain:.2f}x: 1 / (1 - {share:.3f}), each step without its "
+            f"{wait.seconds * 1e3:.2f} ms wait for the all-reduce (Amdahl), never more"
+            + (f" than 1 / {efficiency:.3f} (perfect scaling)" if efficiency else "")
+            + "; each lever below removes part of that wait"
+        )
+    else:
+        elsewhere = (
+            f", and {evidence['elsewhere_ms']:.1f} ms of the {lost * 1e3:.1f} ms each step "
+            "lost against one device is elsewhere"
+            if lost is not None
+            else ""
+        )
+        title = (
+            f"{head}; the gradient all-reduce is not the cause: {share:.0%} of each step "
+            f"waits for it{elsewhere}"
+        )
+        speedup = cap
+        expected = (
+            f"up to {cap:.2f}x: 1 / {efficiency:.3f}, an upper bound (perfect scaling); "
+            f"the wait for the all-reduce accounts for at most {gain:.2f}x of it"
+            if efficiency
+            else f"up to {gain:.2f}x: 1 / (1 - {share:.3f}) (Amdahl)"
+        )
+    severe = (efficiency is not None and efficiency < POOR) or (
+        efficiency is None and share >= SEVERE
+    )
     return Advice(
         id="scaling",
-        severity=Severity.WARNING if efficiency < POOR else Severity.INFO,
-        title=(
-            f"{world} devices run {efficiency:.0%} as fast as {world} x one device "
-            f"(scaling efficiency {efficiency:.2f})"
-            + (f": rank {starved} waits longer for input" if starved is not None else "")
-        ),
+        severity=Severity.WARNING if severe else Severity.INFO,
+        title=title + starving,
         evidence=evidence,
-        action=_action(ctx, starved),
-        expected_gain=(
-            f"up to {speedup:.2f}x: 1 / {efficiency:.3f}, an upper bound (perfect "
-            "scaling, every device as fast as one alone); communication that does "
-            "not overlap the backward pass keeps it below that"
-        ),
+        action=_action(ctx, starved, wait, cap, evidence),
+        expected_gain=expected,
         speedup=speedup,
     )
+
+
+def _what_is_sent(evidence: Mapping[str, Any]) -> str:
+    if "gradient_mb" not in evidence:
+        return ""
+    buckets = evidence.get("buckets")
+    return f" ({evidence['gradient_mb']:.1f} MB of gradients per step" + (
+        f", {buckets} buckets)" if buckets else ")"
+    )
+
+
+def _lost(ctx: Context, wait: Wait, evidence: dict[str, Any]) -> float | None:
+    """Seconds each step lost against one device (batch / single-device samples/s), with
+    the part not spent waiting for the all-reduce in `evidence`; None when unknown."""
+    single, batch = ctx.get("single_device_samples_per_second"), ctx.batch_size
+    if not single or not batch:
+        return None
+    alone = batch / single
+    lost = max(0.0, wait.step - alone)
+    evidence.update(
+        single_device_step_ms=round(alone * 1e3, 3),
+        lost_ms=round(lost * 1e3, 3),
+        elsewhere_ms=round(max(0.0, lost - wait.seconds) * 1e3, 3),
+    )
+    return lost
 
 
 def _slow_rank(
@@ -141,7 +277,13 @@ def _interconnect(hardware: HardwareInfo) -> str:
     return "PCIe" + (" peer-to-peer" if hardware.all_peers_reachable else "")
 
 
-def _action(ctx: Context, starved: int | None) -> str:
+def _action(
+    ctx: Context,
+    starved: int | None,
+    wait: Wait | None,
+    cap: float = 1.0,
+    evidence: dict[str, Any] | None = None,
+) -> str:
     steps: list[str] = []
     if starved is not None:
         steps.append(
@@ -150,10 +292,31 @@ def _action(ctx: Context, starved: int | None) -> str:
             "data on local disk, no shared-filesystem hot spot): every rank waits "
             "for it at each all-reduce"
         )
+    if wait is not None and wait.for_slowest > wait.seconds and starved is None:
+        steps.append(
+            f"the ranks wait up to {wait.for_slowest * 1e3:.2f} ms per step for the slowest "
+            "one at the all-reduce: a rank that computes slower (a throttled or shared GPU: "
+            "nvidia-smi -q -d PERFORMANCE) holds every rank back"
+        )
     batch = ctx.batch_size
     bigger = f"a per-device batch of {batch * 2}" if batch else "a larger per-device batch"
     hardware = ctx.hardware
-    if ctx.torch:
+    if ctx.torch and wait is not None:
+        if wait.share >= NOTABLE:
+            steps += all_reduce.levers(ctx, wait.share, cap, evidence or {})
+        else:
+            compiled = ctx.fact("compiled")
+            steps.append(
+                "the backward pass itself is slower beside the all-reduce (NCCL's kernels "
+                "share the GPU, DDP's per-gradient host work): fewer, larger kernels help"
+                + (
+                    " (torch.compile: accelkit.torch.fit(..., compile=True), or tune=True)"
+                    if not compiled
+                    else ""
+                )
+                + f", and so does {bigger}"
+            )
+    elif ctx.torch:
         steps += [
             f"{bigger}: more compute per all-reduce of the same gradient size",
             (
@@ -161,9 +324,11 @@ def _action(ctx: Context, starved: int | None) -> str:
                 "once per optimizer step (model.no_sync() on the other micro-steps)"
             ),
             (
+                "accelkit.torch.fit(..., ddp={'bucket_cap_mb': 100}): fewer, larger "
+                "all-reduces; it wraps with gradient_as_bucket_view=True (no gradient copy); "
+                "a model the script wrapped keeps its own options, e.g. "
                 "DistributedDataParallel(model, device_ids=[local_rank], bucket_cap_mb=100, "
-                "gradient_as_bucket_view=True): fewer, larger all-reduces and no gradient copy "
-                "(wrap it yourself; accelkit.torch.fit keeps a model the script wrapped)"
+                "gradient_as_bucket_view=True)"
             ),
         ]
     else:

@@ -1,0 +1,115 @@
+"""The gradient all-reduce of accelkit.torch.fit under torchrun: timed per rank, the
+same numbers as plain DDP, and the DDP levers tune measures. Two real processes on
+this CPU, gloo backend (tests/distributed/torch_comm_worker.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .torch_launch import ROOT, torchrun
+
+pytest.importorskip("torch")
+pytestmark = [pytest.mark.torch, pytest.mark.distributed]
+
+WORKER = str(ROOT / "tests" / "distributed" / "torch_comm_worker.py")
+GRADIENT_BYTES = 71_172 * 4  # the worker's 16 -> 256 -> 256 -> 4 MLP in fp32
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    out = tmp_path_factory.mktemp("comm")
+    done = torchrun(WORKER, str(out), timeout=240)
+    assert done.returncode == 0, done.explain()
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)], out
+
+
+def test_every_rank_reports_each_ranks_wait_for_the_all_reduce(ranks) -> None:
+    results, _ = ranks
+    for rank, result in enumerate(results):
+        report = result["timed"]["report"]
+        assert report["world_size"] == 2 and len(report["ranks"]) == 2
+        for figures in report["ranks"]:
+            assert 0.0 <= figures["communication_s"] < figures["step_time_s"]
+            assert 0.0 <= figures["communication_share"] < 1.0
+            assert figures["communication_s"] <= figures["all_reduce_in_flight_s"] + 1e-9
+        own = report["ranks"][rank]
+        assert report["communication_s"] == own["communication_s"]  # its own, as samples/s
+        communication = report["facts"]["communication"]
+        assert communication["gradient_bytes"] == GRADIENT_BYTES
+        assert communication["sent_bytes"] == GRADIENT_BYTES  # fp32: nothing compressed
+        assert communication["buckets"] >= 1
+        assert communication["all_reduces"] == report["steady_steps"]  # one per step
+        assert "host clock" in communication["method"]
+        assert communication["hook_host_us"] > 0
+        assert report["facts"]["ddp"]["gradient_as_bucket_view"] is True
+        assert "communication_share" not in report["notes"]
+
+
+def test_the_saved_report_keeps_the_figures_and_the_text_shows_them(ranks) -> None:
+    import accelkit
+
+    _, out = ranks
+    report = accelkit.RunReport.load(out / "timed.json")  # validated field by field
+    assert [r["rank"] for r in report.ranks] == [0, 1]
+    assert report.communication_share is not None
+    text = str(report)
+    assert "all-reduce wait" in text and "rank 0 " in text and "rank 1 " in text
+
+
+def test_the_timed_hook_and_bucket_views_train_exactly_as_plain_ddp(ranks) -> None:
+    results, _ = ranks
+    for result in results:
+        plain, timed = result["plain"], result["timed"]
+        assert plain["checksum"] == timed["checksum"]  # bit for bit
+        assert plain["losses"] == timed["report"]["losses"]
+        assert plain["communication_share"] is None
+        assert plain["notes"]["communication_share"] == "ACCELKIT_COMM_TIMING=0: not timed"
+
+
+def test_tune_measures_bf16_gradients_and_keeps_or_drops_them_with_the_reason(ranks) -> None:
+    results, _ = ranks
+    tuned = [result["tuned"] for result in results]
+    candidates = [t["tuning"]["candidates"] for t in tuned]
+    for found in candidates:
+        # the optimizer's trial comes first: its name is in theirs when it won
+        bf16, buckets, static = (
+            next(c for c in found if c["name"].endswith(lever))
+            for lever in ("+bf16-grads", "+buckets-100MB", "+static-graph")
+        )
+        assert bf16["settings"]["compression"] == "bf16" and bf16["steps"] >= 10
+        assert bf16["status"] in ("chosen", "slower")
+        assert bf16["why"]  # the speed-up it gave, or why it was not kept
+        assert buckets["settings"]["bucket_cap_mb"] == 100
+        assert static["settings"]["static_graph"] is True
+    # rank 0's verdicts hold on every rank, and the replicas stay equal
+    assert [c["status"] for c in candidates[0]] == [c["status"] for c in candidates[1]]
+    assert tuned[0]["ddp"] == tuned[1]["ddp"]
+    assert len(set(tuned[0]["checksums"])) == 1
+    for result in results:  # bf16 past a tolerance no bf16 all-reduce meets: dropped
+        strict = result["strict"]["tuning"]["candidates"]
+        bf16 = next(c for c in strict if c["name"].endswith("+bf16-grads"))
+        assert bf16["status"] == "failed"
+        assert bf16["why"].startswith("bf16 gradients differ from fp32 by ")
+        assert result["strict"]["ddp"]["compression"] == "none"
+        assert len(set(result["strict"]["checksums"])) == 1
+
+
+def test_ddp_options_the_script_gives_are_kept_and_not_tuned(ranks) -> None:
+    results, _ = ranks
+    given = results[0]["given"]
+    assert given["ddp"]["bucket_cap_mb"] == 1 and given["ddp"]["static_graph"] is True
+    skipped = {
+        c["name"]: c["why"] for c in given["tuning"]["candidates"] if c["status"] == "skipped"
+    }
+    assert skipped["buckets-100MB"] == "bucket_cap_mb was set by the script"
+    assert "static_graph" in skipped["static-graph"]
+    assert "the plan trains in fp32" in skipped["bf16-grads"]
+
+
+def test_a_model_the_script_hooked_keeps_its_hook_untimed(ranks) -> None:
+    results, _ = ranks
+    hooked = results[0]["hooked"]
+    assert "has a communication hook already" in hooked["notes"]["communication_share"]
+    assert hooked["ddp"] == {"wrapped_by": "the script"}

@@ -1,0 +1,124 @@
+"""One rank of the gradient all-reduce tests, started by torchrun on the CPU (gloo).
+
+    python -m torch.distributed.run --nproc-per-node 2 tests/distributed/torch_comm_worker.py OUT
+
+Each rank writes OUT/rank<R>.json with:
+    timed      a fit with accelkit's defaults (the all-reduce timed, gradients as
+               bucket views), its report and the parameters' checksum;
+    plain      the same fit through plain DDP: ACCELKIT_COMM_TIMING=0 and
+               gradient_as_bucket_view=False (no hook at all), its losses and checksum;
+    tuned      tune=True under a bf16 plan (a what-if H100 plan: autocast in bf16 on the
+               CPU): the DDP candidates, and the checksums of every rank;
+    strict     the same with a bf16 tolerance no bf16 all-reduce meets: the candidate fails;
+    given      ddp={"bucket_cap_mb": 1, "static_graph": True}: kept, not tuned;
+    hooked     a model the script wrapped and hooked itself: kept, not timed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+import accelkit
+import accelkit.torch
+import torch
+from accelkit.torch import levers
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
+from torch_data import mlp, separable
+
+
+def checksum(model) -> str:
+    digest = hashlib.sha256()
+    for parameter in model.parameters():
+        digest.update(parameter.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def gathered(value):
+    out = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(out, value)
+    return out
+
+
+def fit(model, loader, plan, **kwargs):
+    return accelkit.torch.fit(
+        model,
+        loader,
+        torch.optim.AdamW(model.parameters(), lr=1e-2),
+        torch.nn.CrossEntropyLoss(),
+        plan=plan,
+        warmup=2,
+        window=4,
+        progress=False,
+        **kwargs,
+    )
+
+
+def main(out: str) -> None:
+    plan = accelkit.auto_configure(framework="torch", verbose=False)
+    rank = int(os.environ["RANK"])
+    result = {}
+    # 16 -> 256 -> 256 -> 4: 71,172 parameters, 284,688 gradient bytes in fp32
+    model = mlp(16, 256, 256, 4, seed=rank)
+    report = fit(model, separable(shuffle=True), plan, epochs=2, tune=False)
+    report.save(os.path.join(out, "timed.json"))
+    result["timed"] = {"report": report.to_dict(), "checksum": checksum(model)}
+
+    os.environ["ACCELKIT_COMM_TIMING"] = "0"
+    model = mlp(16, 256, 256, 4, seed=rank)
+    report = fit(
+        model,
+        separable(shuffle=True),
+        plan,
+        epochs=2,
+        tune=False,
+        ddp={"gradient_as_bucket_view": False},
+    )
+    del os.environ["ACCELKIT_COMM_TIMING"]
+    result["plain"] = {
+        "losses": report.losses,
+        "notes": report.notes,
+        "communication_share": report.communication_share,
+        "checksum": checksum(model),
+    }
+
+    bf16 = accelkit.plan_for("H100 SXM", 2, environ=dict(os.environ))
+    for name, tolerance in (("tuned", levers.BF16_GRADIENT_RTOL), ("strict", 1e-9)):
+        levers.BF16_GRADIENT_RTOL = tolerance
+        model = mlp(16, 256, 256, 4, seed=rank)
+        report = fit(model, separable(n=4096, shuffle=True), bf16, tune=True, compile=False)
+        result[name] = {
+            "tuning": report.tuning,
+            "ddp": report.facts.get("ddp"),
+            "checksums": gathered(checksum(model)),
+        }
+
+    model = mlp(seed=rank)
+    report = fit(
+        model,
+        separable(n=2048, shuffle=True),
+        plan,
+        tune=True,
+        compile=False,
+        ddp={"bucket_cap_mb": 1, "static_graph": True},
+    )
+    result["given"] = {"tuning": report.tuning, "ddp": report.facts.get("ddp")}
+
+    wrapped = torch.nn.parallel.DistributedDataParallel(mlp(seed=0))
+    wrapped.register_comm_hook(None, allreduce_hook)
+    report = fit(wrapped, separable(), plan, tune=False)
+    result["hooked"] = {"notes": report.notes, "ddp": report.facts.get("ddp")}
+
+    torch.distributed.destroy_process_group()
+    with open(os.path.join(out, f"rank{rank}.json"), "w", encoding="utf-8") as handle:
+        json.dump(result, handle, default=str)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
