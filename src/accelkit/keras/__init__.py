@@ -17,8 +17,13 @@ def float32_head(model: Any) -> Any:
     A model whose outputs are float32 already is returned as it is.
 
     Example:
-        >>> accelkit.auto_configure(framework="tensorflow")
-        >>> model = accelkit.keras.float32_head(build_model())
+        >>> import accelkit
+        >>> import keras
+        >>> plan = accelkit.auto_configure(framework="tensorflow", verbose=False)
+        >>> inputs = keras.Input((4,))
+        >>> model = accelkit.keras.float32_head(keras.Model(inputs, keras.layers.Dense(2)(inputs)))
+        >>> model.output.dtype
+        'float32'
     """
     from accelkit.keras import head
 
@@ -35,9 +40,12 @@ def strategy(plan: Any = None) -> Any:
         plan: a TensorFlow plan; default: the last `auto_configure()` plan.
 
     Example:
-        >>> plan = accelkit.auto_configure(framework="tensorflow")
+        >>> import accelkit
+        >>> import keras
+        >>> plan = accelkit.auto_configure(framework="tensorflow", verbose=False)
         >>> with accelkit.keras.strategy(plan).scope():
-        ...     model = build_and_compile_model()
+        ...     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        ...     model.compile(optimizer="adam", loss="mse")
     """
     from accelkit.keras import strategies
 

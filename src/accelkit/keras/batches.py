@@ -15,6 +15,7 @@ def sizes(data: Any, tokens_per_sample: int | None = None) -> tuple[int | None, 
     (batch, tokens) first input, else 0.
 
     Example:
+        >>> import numpy as np
         >>> sizes((np.zeros((8, 128), "int32"), np.zeros(8)))
         (8, 1024)
     """

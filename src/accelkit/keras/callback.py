@@ -82,9 +82,18 @@ class ProfileCallback(keras.callbacks.Callback):
             before the fit, e.g. ``callback.facts["loader"] = {"type": "PyDataset", ...}``.
 
     Example:
-        >>> callback = accelkit.keras.ProfileCallback()
-        >>> model.fit(dataset, epochs=3, callbacks=[callback])
-        >>> print(callback.report)
+        >>> import accelkit
+        >>> import keras
+        >>> import numpy as np
+        >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        >>> model.compile(optimizer="adam", loss="mse")
+        >>> callback = accelkit.keras.ProfileCallback(window=4)
+        >>> history = model.fit(np.zeros((256, 4)), np.zeros((256, 2)), epochs=2, verbose=0,
+        ...                     callbacks=[callback])
+        >>> callback.report.steps
+        16
+        >>> print(callback.report)  # doctest: +SKIP
+        accelkit run: tensorflow, sequential on cpu, precision fp32 (matmuls fp32), 16 steps ...
     """
 
     def __init__(

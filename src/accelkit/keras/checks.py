@@ -65,10 +65,12 @@ def float_ids(model: Any) -> list[dict[str, Any]]:
         "input_shape", "cast_by", "cast_dtype"}]``, one per lookup and model input.
 
     Example:
-        >>> ids = keras.Input(shape=(200,))   # float32
-        >>> x = TokenAndPositionEmbedding(200, 20000, 32)(ids)
-        >>> float_ids(keras.Model(ids, x))[0]["cast_by"]
-        'token_and_position_embedding'
+        >>> import keras
+        >>> ids = keras.Input(shape=(2,))   # token ids declared float32
+        >>> x = keras.layers.Lambda(lambda t: t, name="identity")(ids)   # casts to its dtype
+        >>> model = keras.Model(ids, keras.layers.Embedding(20000, 32, name="tokens")(x))
+        >>> float_ids(model)[0]["cast_by"]
+        'identity'
     """
     try:
         return _id_paths.float_id_paths(model)
@@ -81,9 +83,12 @@ def float16_outputs(model: Any) -> list[str]:
     """The names of the layers producing outputs in float16 or bfloat16 (no float32 head).
 
     Example:
+        >>> import keras
         >>> keras.mixed_precision.set_global_policy("mixed_float16")
-        >>> float16_outputs(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]))
-        ['dense']
+        >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="out")])
+        >>> float16_outputs(model)
+        ['out']
+        >>> keras.mixed_precision.set_global_policy("float32")
     """
     try:
         outputs = model.outputs or ()
@@ -121,6 +126,11 @@ def ids_exceed_float16(batch_inputs: Any, model: Any) -> dict[str, Any] | None:
         ``[max_id, what it becomes]``; None when no input qualifies.
 
     Example:
+        >>> import keras
+        >>> ids = keras.Input(shape=(2,))   # token ids declared float32
+        >>> x = keras.layers.Lambda(lambda t: t, name="identity")(ids)   # casts to its dtype
+        >>> model = keras.Model(ids, keras.layers.Embedding(20000, 32, name="tokens")(x))
+        >>> import numpy as np
         >>> ids_exceed_float16(np.array([[12345.0, 7.0]]), model)["example"]
         [12345, 12344.0]
     """
@@ -136,7 +146,13 @@ def mixed_precision_facts(model: Any) -> dict[str, Any]:
     (`float_ids`) and ``float16_outputs`` (`float16_outputs`).
 
     Example:
-        >>> callback.facts.update(mixed_precision_facts(model))
+        >>> import keras
+        >>> ids = keras.Input(shape=(2,))   # token ids declared float32
+        >>> x = keras.layers.Lambda(lambda t: t, name="identity")(ids)   # casts to its dtype
+        >>> model = keras.Model(ids, keras.layers.Embedding(20000, 32, name="tokens")(x))
+        >>> facts = mixed_precision_facts(model)     # e.g. callback.facts.update(facts)
+        >>> [f["embedding"] for f in facts["float_id_inputs"]], facts["float16_outputs"]
+        (['tokens'], [])
     """
     return {"float_id_inputs": float_ids(model), "float16_outputs": float16_outputs(model)}
 
@@ -157,7 +173,12 @@ def check_before_training(
         allow_float_ids: train anyway (the user knows the ids stay small).
 
     Example:
-        >>> callback.facts["float_id_inputs"] = check_before_training(model)
+        >>> import keras
+        >>> ids = keras.Input(shape=(2,))   # token ids declared float32
+        >>> x = keras.layers.Lambda(lambda t: t, name="identity")(ids)   # casts to its dtype
+        >>> model = keras.Model(ids, keras.layers.Embedding(20000, 32, name="tokens")(x))
+        >>> [f["cast_dtype"] for f in check_before_training(model)]  # float32 now: no error
+        ['float32']
     """
     findings = float_ids(model)
     unsafe = [f for f in findings if _rounds_now(f)]
@@ -181,7 +202,13 @@ def check_first_batch(
     data arrives. ``allow_float_ids=True`` logs a warning instead.
 
     Example:
-        >>> callback.facts["ids_over_float16"] = check_first_batch(x, model)
+        >>> import keras
+        >>> ids = keras.Input(shape=(2,))   # token ids declared float32
+        >>> x = keras.layers.Lambda(lambda t: t, name="identity")(ids)   # casts to its dtype
+        >>> model = keras.Model(ids, keras.layers.Embedding(20000, 32, name="tokens")(x))
+        >>> import numpy as np
+        >>> check_first_batch(np.array([[12345.0, 7.0]]), model)["changed"]
+        1
     """
     found = ids_exceed_float16(batch_inputs, model)
     if found and found["changed"] and float_formats.is_half(found["cast_dtype"]):

@@ -56,9 +56,10 @@ class EpochClock(StepClock):
     Example:
         >>> clock = EpochClock(None, warmup=0, window=2)
         >>> for _ in range(4):
+        ...     clock.fetched(0.001)   # seconds waiting for the batch
         ...     clock.step_done(samples=32)
         >>> sorted(clock.epoch_logs(flops_per_step=None, peak_tflops=None))
-        ['accelkit_samples_per_second']
+        ['accelkit_input_wait_share', 'accelkit_samples_per_second']
     """
 
     def __init__(

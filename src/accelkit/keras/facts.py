@@ -35,6 +35,7 @@ def model_facts(model: Any) -> dict[str, Any]:
     """Matmul layer dimensions, parameter sizes and layers off the global dtype policy.
 
     Example:
+        >>> import keras
         >>> inputs = keras.Input((512,))
         >>> model_facts(keras.Model(inputs, keras.layers.Dense(1001, name="head")(inputs)))[
         ...     "layers"]
@@ -166,6 +167,7 @@ def input_facts(x: Any) -> dict[str, Any]:
     a `keras.utils.PyDataset` (workers), or arrays.
 
     Example:
+        >>> import tensorflow as tf
         >>> input_facts(tf.data.Dataset.range(8).batch(2).prefetch(2))["prefetch"]
         True
     """

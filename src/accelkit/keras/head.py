@@ -24,7 +24,15 @@ def float32_head(model: Any) -> Any:
     output, and a subclassed model in a small wrapper that casts.
 
     Example:
+        >>> import accelkit
+        >>> import keras
+        >>> keras.mixed_precision.set_global_policy("mixed_float16")
+        >>> inputs = keras.Input((4,))
+        >>> model = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+        >>> model.output.dtype
+        'float16'
         >>> model = accelkit.keras.float32_head(model)
+        >>> keras.mixed_precision.set_global_policy("float32")
         >>> model.output.dtype
         'float32'
     """
@@ -85,7 +93,12 @@ def precision_ran(model: Any, plan: Plan) -> Precision | None:
     the plan says (a model built under another policy keeps it); None when unknown.
 
     Example:
-        >>> precision_ran(model_built_under_mixed_float16, fp32_plan)
+        >>> import accelkit
+        >>> import keras
+        >>> keras.mixed_precision.set_global_policy("mixed_float16")
+        >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        >>> keras.mixed_precision.set_global_policy("float32")
+        >>> precision_ran(model, accelkit.plan_for(None, framework="tensorflow"))   # fp32 plan
         <Precision.FP16: 'fp16'>
     """
     try:

@@ -50,9 +50,12 @@ def strategy(plan: Plan | None = None) -> Any:
             default strategy when there is none.
 
     Example:
-        >>> plan = accelkit.auto_configure(framework="tensorflow")
+        >>> import accelkit
+        >>> import keras
+        >>> plan = accelkit.auto_configure(framework="tensorflow", verbose=False)
         >>> with accelkit.keras.strategy(plan).scope():
-        ...     model = build_and_compile_model()
+        ...     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        ...     model.compile(optimizer="adam", loss="mse")
     """
     plan = plan if plan is not None else current_plan("tensorflow")
     if plan is None or plan.framework is not Framework.TENSORFLOW:

@@ -33,6 +33,8 @@ def steps_per_execution(model: Any) -> int:
     the current value in `_steps_per_execution`, read on every call.
 
     Example:
+        >>> import keras
+        >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
         >>> model.compile(optimizer="adam", loss="mse", steps_per_execution=4)
         >>> steps_per_execution(model)
         4
@@ -58,11 +60,26 @@ class StepCounter:
         notes: where to say what could not be measured, by report field.
 
     Example:
-        >>> counter = StepCounter(model, clock, tf, tokens_per_sample=None,
-        ...                       first_batch=lambda data, samples: None, notes={})
-        >>> counter.wrap()          # on_train_begin
-        >>> counter.epoch_begin(params["steps"])
-        >>> counter.restore()       # on_train_end
+        >>> import keras
+        >>> import numpy as np
+        >>> import tensorflow as tf
+        >>> from accelkit.keras.epoch_logs import EpochClock
+        >>> clock = EpochClock(None, warmup=0, window=2)
+        >>> class Counting(keras.callbacks.Callback):   # as ProfileCallback uses it
+        ...     def on_train_begin(self, logs=None):
+        ...         self.counter = StepCounter(self.model, clock, tf, tokens_per_sample=None,
+        ...                                    first_batch=lambda data, samples: None, notes={})
+        ...         self.counter.wrap()
+        ...     def on_epoch_begin(self, epoch, logs=None):
+        ...         self.counter.epoch_begin(self.params["steps"])
+        ...     def on_train_end(self, logs=None):
+        ...         self.counter.restore()
+        >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        >>> model.compile(optimizer="adam", loss="mse")
+        >>> history = model.fit(np.zeros((64, 4)), np.zeros((64, 2)), epochs=2, verbose=0,
+        ...                     callbacks=[Counting()])
+        >>> clock.steps
+        4
     """
 
     def __init__(

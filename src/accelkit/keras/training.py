@@ -87,13 +87,19 @@ def fit(
             ``ACCELKIT_DIST_TIMEOUT`` seconds, or this worker's port is taken.
 
     Example:
-        >>> plan = accelkit.auto_configure(framework="tensorflow")
+        >>> import accelkit
+        >>> import keras
+        >>> import numpy as np
+        >>> plan = accelkit.auto_configure(framework="tensorflow", verbose=False)
         >>> def build():
-        ...     model = make_model()
-        ...     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+        ...     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+        ...     model.compile(optimizer="adam",
+        ...                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         ...     return model
-        >>> report = accelkit.keras.fit(build, dataset, epochs=3)   # on every GPU
-        >>> report.history["loss"], report.world_size
+        >>> x, y = np.random.rand(256, 4), np.random.randint(0, 3, 256)
+        >>> report = accelkit.keras.fit(build, x, y, epochs=3, verbose=0)   # on every GPU
+        >>> len(report.history["loss"])                 # as model.fit's History
+        3
     """
     plan = (
         plan or current_plan("tensorflow") or auto_configure(framework="tensorflow", verbose=False)
