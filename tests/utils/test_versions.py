@@ -109,7 +109,9 @@ def test_require_refuses_a_framework_older_than_the_floor_with_the_upgrade_comma
     assert "pip install -U 'accelkit[tensorflow]'" in message
 
 
-@pytest.mark.parametrize("version", ["3.15.1", "3.5.0.dev2024+local", "unknown", None])
+@pytest.mark.parametrize(
+    "version", ["3.15.1", f"{FLOORS['keras'].release}.0.dev2025+local", "unknown", None]
+)
 def test_require_returns_a_framework_that_is_recent_enough_or_of_unknown_version(
     monkeypatch, version
 ) -> None:

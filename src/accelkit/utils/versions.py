@@ -40,7 +40,7 @@ class Floor:
 FLOORS: dict[str, Floor] = {
     "torch": Floor("2.3", "torch.amp.GradScaler(device)"),
     "tensorflow": Floor("2.16", "Keras 3 as TensorFlow's `keras`"),
-    "keras": Floor("3.5", "the TensorFlow trainer's _maybe_symbolic_build; keras.tree (3.1)"),
+    "keras": Floor("3.10", "the layer that casts token ids, named in the float-id check"),
 }
 
 
