@@ -23,7 +23,6 @@ from accelkit.profiling.run_report import RunReport
 from accelkit.profiling.tuning import Trial, TuneResult
 from accelkit.report.assemble import with_advice
 from accelkit.report.render import render_projections, render_run
-from accelkit.report.text import INDENT
 
 from ..report.helpers import saved_report
 from ..report.test_assemble import _input_bound
@@ -48,9 +47,10 @@ def _stdout(argv: list[str], width: int) -> str:
 
 
 def fits(text: str, width: int) -> bool:
-    """No line wider than `width`, but one word too long for any line, alone on its own."""
+    """No line wider than `width`, but one word too long for the line it wraps into (its
+    indent, at most 10 columns, taken), alone on its own line."""
     return all(
-        len(line) <= width or (len(line.split()) == 1 and len(line.strip()) > width - len(INDENT))
+        len(line) <= width or (len(line.split()) == 1 and len(line.strip()) > width - 10)
         for line in text.splitlines()
     )
 

@@ -22,6 +22,7 @@ MIN_WIDTH = 40  # narrower is read as this
 TEXT_WIDTH = 100  # prose wraps at this at most, however wide the terminal
 MIN_TEXT = 30  # the wrapped column beside the others gets at least this, else goes under
 INDENT = "    "  # the wrapped column under its row
+_KEEP = "\N{NO-BREAK SPACE}"  # textwrap breaks at ASCII whitespace only
 
 
 def terminal_width(width: int | None = None) -> int:
@@ -55,9 +56,10 @@ def table(
     """Left-aligned columns that fit `width`, the last column (a reason, a source, a
     value in words) wrapped.
 
-    The last column stands beside the others when that leaves it `MIN_TEXT` columns
-    and its longest word; else it goes under each row, indented. Where even the other
-    columns are wider than `width`, each row's cells are wrapped as one line.
+    Three layouts, the first that fits: the last column beside the others, when that
+    leaves it its longest word and `MIN_TEXT` columns (or all it needs, if less); the
+    last column under each row, indented, when it is prose and the other columns fit;
+    else one record per row: its first cell, then ``header: value`` for the others.
 
     Example:
         >>> print(table(("key", "reason"), [("a", "why a is set")], width=40))
@@ -70,9 +72,12 @@ def table(
     lead_width = sum(lead) + 2 * len(lead)  # each column and the gap after it
     room = min(width - lead_width, TEXT_WIDTH)
     longest = max((len(word) for r in rows for word in r[-1].split()), default=0)
-    if room >= max(MIN_TEXT, longest):
+    whole = max([len(headers[-1]), *(len(r[-1]) for r in rows)])  # the column unwrapped
+    if room >= max(min(MIN_TEXT, whole), longest):
         return _beside(headers, rows, lead, room)
-    return _under(headers, rows, lead, width)
+    if whole > MIN_TEXT and lead_width - 2 <= width:
+        return _under(headers, rows, lead, width)
+    return _records(headers, rows, width, prose=whole > MIN_TEXT)
 
 
 def _beside(
@@ -91,20 +96,30 @@ def _beside(
 def _under(
     headers: Sequence[str], rows: Sequence[Sequence[str]], lead: list[int], width: int
 ) -> str:
-    fits = sum(lead) + 2 * (len(lead) - 1) <= width
-
-    def head(cells: Sequence[str]) -> list[str]:
-        if fits:
-            return [_cells(cells, lead)]
-        return _wrap("  ".join(c for c in cells if c), width, rest="  ")
-
     text_width = min(width, TEXT_WIDTH)
-    lines = [*head(headers[:-1]), INDENT + headers[-1]]
-    if fits:
-        lines.append(_cells(["-" * w for w in lead], lead))
+    rule = ["-" * w for w in lead]
+    lines = [_cells(headers[:-1], lead), INDENT + headers[-1], _cells(rule, lead)]
     for row in rows:
-        lines += head(row[:-1])
+        lines.append(_cells(row[:-1], lead))
         lines += _wrap(row[-1], text_width, INDENT, INDENT)
+    return "\n".join(lines)
+
+
+def _records(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int, prose: bool) -> str:
+    """Each row as its first cell, then ``header: value`` pairs (a pair is not split
+    over two lines where it fits on one), then the last column as a paragraph if it is
+    `prose`, else as one more pair."""
+    fits = width - len(INDENT)
+    paired = len(headers) - 1 if prose else len(headers)
+    lines: list[str] = []
+    for row in rows:
+        lines += _wrap(row[0], width, rest="  ") or ["-"]
+        pairs = [f"{h}: {c}" for h, c in zip(headers[1:paired], row[1:paired], strict=True) if c]
+        whole = "  ".join(p.replace(" ", _KEEP) if len(p) <= fits else p for p in pairs)
+        lines += [line.replace(_KEEP, " ") for line in _wrap(whole, width, INDENT, INDENT)]
+        if prose and row[-1]:
+            text = f"{headers[-1]}: {row[-1]}"
+            lines += _wrap(text, min(width, TEXT_WIDTH), INDENT, INDENT + "  ")
     return "\n".join(lines)
 
 
