@@ -24,8 +24,21 @@ def fit(model: Any, *args: Any, **kwargs: Any) -> RunReport:
             arguments do not fit that framework's fit (the message names them).
 
     Example:
-        >>> report = accelkit.fit(model, loader, optimizer, loss_fn, epochs=3)   # PyTorch
-        >>> history = accelkit.fit(model, x, y, epochs=3)                        # Keras
+        >>> import accelkit
+        >>> import torch
+        >>> model = torch.nn.Linear(4, 2)
+        >>> loader = [(torch.randn(8, 4), torch.randint(0, 2, (8,)))] * 4
+        >>> optimizer, loss_fn = torch.optim.SGD(model.parameters()), torch.nn.CrossEntropyLoss()
+        >>> report = accelkit.fit(model, loader, optimizer, loss_fn, epochs=3, progress=False)
+        >>> report.framework
+        'torch'
+        >>> import keras
+        >>> import numpy as np
+        >>> model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        >>> model.compile(optimizer="adam", loss="mse")
+        >>> history = accelkit.fit(model, np.zeros((64, 4)), np.zeros((64, 2)), epochs=3, verbose=0)
+        >>> history.framework, len(history.history["loss"])
+        ('tensorflow', 3)
     """
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(model, torch.nn.Module):

@@ -32,9 +32,18 @@ class TrainerSteps:
         flops: the counted FLOPs of one step (None until counted, or when not).
 
     Example:
-        >>> steps = TrainerSteps(meter, fallback_samples=8, count_flops=True)
+        >>> import torch
+        >>> from accelkit.torch.meter import Meter
+        >>> model, meter = torch.nn.Linear(4, 2), Meter(warmup=0, window=1)
+        >>> steps = TrainerSteps(meter, fallback_samples=8, count_flops=False)
         >>> steps.attach(model)
-        >>> steps.begin(); trainer_step(); steps.end(model)
+        >>> with meter:
+        ...     for _ in range(3):   # the Trainer's optimizer steps: model(**inputs), backward
+        ...         steps.begin()
+        ...         model(input=torch.zeros(8, 4)).sum().backward()
+        ...         steps.end(model)
+        >>> steps.samples, meter.report().steps
+        (24, 3)
     """
 
     def __init__(self, meter: Any, *, fallback_samples: int, count_flops: bool) -> None:

@@ -23,10 +23,12 @@ def training_arguments(plan: Plan) -> dict[str, Any]:
     input wait it measured (`report.advice`).
 
     Example:
-        >>> args = TrainingArguments(**training_arguments(accelkit.plan_for("A100-SXM4-80GB")),
-        ...                          output_dir="out")
-        >>> args.bf16
-        True
+        >>> import accelkit
+        >>> training_arguments(accelkit.plan_for("A100-SXM4-80GB"))
+        {'bf16': True, 'fp16': False, 'tf32': True, 'torch_compile': False, 'dataloader_pin_memory': True}
+        >>> from transformers import TrainingArguments
+        >>> plan = accelkit.auto_configure(verbose=False)       # this machine's plan
+        >>> args = TrainingArguments(**training_arguments(plan), output_dir="out")
     """
     gpu = plan.device_type == "cuda"
     return {

@@ -77,9 +77,21 @@ class AccelkitCallback(transformers.TrainerCallback):
         sample_gpu, calibrate: as `Meter`.
 
     Example:
+        >>> import tempfile
+        >>> import torch
+        >>> from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+        >>> config = GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=16,
+        ...                     bos_token_id=0, eos_token_id=0)
+        >>> model = GPT2LMHeadModel(config)
+        >>> data = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 100, (32, 16))]
+        >>> args = TrainingArguments(output_dir=tempfile.mkdtemp(), max_steps=4,
+        ...                          per_device_train_batch_size=8, report_to=[])
         >>> callback = AccelkitCallback()
-        >>> Trainer(model, args, train_dataset=data, callbacks=[callback]).train()
-        >>> callback.report.mfu
+        >>> output = Trainer(model, args, train_dataset=data, callbacks=[callback]).train()
+        ... # doctest: +ELLIPSIS
+        {'train_runtime': ..., 'accelkit/samples_per_second': ...}
+        >>> callback.report.steps
+        4
     """
 
     def __init__(

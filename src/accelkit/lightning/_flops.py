@@ -19,8 +19,18 @@ def count_training_step(trainer: Any, pl_module: Any, batch: Any) -> FlopCount:
     an error leaves `total` None and says why in `notes`.
 
     Example:
-        >>> count_training_step(trainer, module, batch).total
-        4224
+        >>> import torch
+        >>> class Module(torch.nn.Module):   # a LightningModule's training_step
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.net = torch.nn.Linear(16, 4)
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         return torch.nn.functional.cross_entropy(self.net(x), y)
+        >>> batch = (torch.randn(8, 16), torch.zeros(8).long())
+        >>> count_training_step(None, Module(), batch).total   # no Trainer: no autocast
+        2048
+        >>> # 2·8·16·4 forward + the same for the weight gradient
     """
     plugin = getattr(trainer, "precision_plugin", None)
     autocast = getattr(plugin, "train_step_context", None)

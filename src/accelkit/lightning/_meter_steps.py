@@ -23,9 +23,16 @@ class OpenStep:
         input_wait_s: seconds between steps since `take_wait` last read it.
 
     Example:
+        >>> import torch
+        >>> from accelkit.torch.meter import Meter
+        >>> meter = Meter(warmup=0, window=1)
         >>> steps = OpenStep(meter)
-        >>> steps.begin(batch)      # on_train_batch_start
-        >>> steps.end()             # on_train_batch_end
+        >>> with meter:
+        ...     for batch in [torch.zeros(8, 4)] * 3:
+        ...         steps.begin(batch)      # on_train_batch_start
+        ...         steps.end()             # on_train_batch_end
+        >>> meter.report().steps
+        3
     """
 
     def __init__(self, meter: Any) -> None:

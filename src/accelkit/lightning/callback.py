@@ -44,9 +44,26 @@ class AccelkitCallback(_pl.Callback):
         single_device: the same run on one device, for `report.scaling_efficiency`.
 
     Example:
+        >>> import lightning
+        >>> import torch
+        >>> import accelkit.lightning
+        >>> class Classifier(lightning.LightningModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.net = torch.nn.Linear(16, 4)
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         return torch.nn.functional.cross_entropy(self.net(x), y)
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=0.1)
+        >>> data = torch.utils.data.TensorDataset(torch.randn(256, 16), torch.randint(0, 4, (256,)))
         >>> callback = accelkit.lightning.AccelkitCallback()
-        >>> lightning.Trainer(callbacks=[callback], logger=CSVLogger("logs")).fit(model, loader)
-        >>> callback.report.samples_per_second, callback.report.advice
+        >>> trainer = lightning.Trainer(callbacks=[callback], max_epochs=1, logger=False,
+        ...                             enable_checkpointing=False, enable_progress_bar=False,
+        ...                             enable_model_summary=False)
+        >>> trainer.fit(Classifier(), torch.utils.data.DataLoader(data, batch_size=32))
+        >>> callback.report.steps
+        8
     """
 
     def __init__(

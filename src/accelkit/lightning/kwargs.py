@@ -33,6 +33,7 @@ def trainer_kwargs(plan: Plan) -> dict[str, Any]:
         ``launch`` setting how to start the run so that it does.
 
     Example:
+        >>> import accelkit
         >>> trainer_kwargs(accelkit.plan_for("Tesla T4"))
         {'precision': '16-mixed', 'accelerator': 'gpu', 'devices': 1, 'strategy': 'auto'}
     """

@@ -177,12 +177,15 @@ class StepClock:
         window: steps between synchronisations.
 
     Example:
+        >>> import time
         >>> clock = StepClock(sync=None, warmup=1, window=10)
-        >>> for batch in batches:
-        ...     clock.fetched(wait_s)        # optional: measured input wait
-        ...     train_step(batch)
+        >>> for batch in [[0] * 32] * 20:
+        ...     clock.fetched(0.001)         # optional: measured input wait
+        ...     time.sleep(0.001)            # the training step
         ...     clock.step_done(samples=len(batch))
         >>> summary = clock.finish()
+        >>> summary.steady_steps, summary.steady_samples
+        (19, 608)
     """
 
     def __init__(

@@ -120,6 +120,8 @@ def count_train_step_flops(
         one replica's, for this batch: multiply by the replicas for the step.
 
     Example:
+        >>> import keras
+        >>> import numpy as np
         >>> model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(10)])
         >>> model.compile(optimizer="adam", loss="mse")
         >>> count_train_step_flops(model, np.zeros((32, 784)), np.zeros((32, 10))).total

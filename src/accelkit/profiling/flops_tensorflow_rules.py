@@ -178,6 +178,7 @@ def corrected_flops(graph: Any, op: Any) -> int | None:
     not fully defined (TensorFlow's rule then fails too, and the counter reports the op).
 
     Example:
+        >>> import tensorflow as tf
         >>> matmul = tf.function(lambda a, b: tf.linalg.matmul(a, b, adjoint_a=True))
         >>> graph = matmul.get_concrete_function(
         ...     tf.TensorSpec((8, 16, 64)), tf.TensorSpec((8, 16, 32))).graph

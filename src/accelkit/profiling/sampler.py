@@ -54,9 +54,12 @@ class NvmlSampler:
         nvml: the pynvml module (injectable for tests); imported when None.
 
     Example:
+        >>> import time
+        >>> start = time.perf_counter()
         >>> with NvmlSampler([0]) as sampler:
-        ...     train()
-        >>> sampler.summary(start, end).gpu_utilization
+        ...     time.sleep(0.3)              # training
+        >>> sampler.summary(start, time.perf_counter()).gpu_utilization  # doctest: +SKIP
+        97.5
     """
 
     def __init__(self, devices: Sequence[int], interval: float = 0.1, nvml: Any = None) -> None:
