@@ -90,9 +90,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     outcomes: dict[str, int] = {}
     for outcome in ("passed", "failed", "skipped", "error"):
         for report in terminalreporter.stats.get(outcome, ()):
-            if report.when == "call" or outcome in ("skipped", "error"):
-                if "reliability" in getattr(report, "keywords", {}):
-                    outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            counted = report.when == "call" or outcome in ("skipped", "error")
+            if counted and "reliability" in getattr(report, "keywords", {}):
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
     total = sum(outcomes.values())
     if total:
         detail = ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items()))

@@ -91,8 +91,13 @@ def test_an_untied_head_is_recognised_by_its_size_and_keras_layers_too() -> None
 
 
 def test_other_dimensions_keep_the_multiple_of_8() -> None:
-    layers = gpt2_layers(vocab=50304) + [
-        {"name": "classifier", "type": "Linear", "dims": {"in_features": 768, "out_features": 1001}}
+    layers = [
+        *gpt2_layers(vocab=50304),
+        {
+            "name": "classifier",
+            "type": "Linear",
+            "dims": {"in_features": 768, "out_features": 1001},
+        },
     ]
     found = verdict(layers)
     assert "vocabulary" not in found.evidence

@@ -200,7 +200,7 @@ def test_a_function_must_return_a_compiled_model(builder, error, message) -> Non
 
 def test_a_model_built_outside_a_multi_worker_plan_warns_and_trains_as_built() -> None:
     x, y = classification_data(256)
-    with pytest.warns(UserWarning) as caught:
+    with pytest.warns(UserWarning, match="built outside") as caught:
         report = accelkit.keras.fit(
             build(), x, y, batch_size=32, epochs=1, verbose=0, plan=MULTI_WORKER_PLAN
         )

@@ -80,7 +80,7 @@ def test_accumulation_reduces_only_on_optimizer_steps_and_replicas_stay_equal(tr
         assert result["accumulated"]["steps"] == 16
     # The models started from different seeds on each rank; after training, both
     # the plain and the accumulated model are bit for bit the same on both ranks.
-    plain, accumulated = zip(*ranks[0]["checksums"])
+    plain, accumulated = zip(*ranks[0]["checksums"], strict=True)
     assert len(set(plain)) == 1 and len(set(accumulated)) == 1
     assert ranks[0]["checksums"] == ranks[1]["checksums"]
 

@@ -6,5 +6,5 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def clean_state(fresh_process):
-    yield
+def clean_state(fresh_process: None) -> None:
+    """Every test here starts from, and leaves, a fresh process state."""

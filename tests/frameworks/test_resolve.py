@@ -239,7 +239,10 @@ def test_an_explicit_framework_is_taken_as_asked() -> None:
             "import os\nimport keras",
             DEFAULT,
             "tensorflow",
-            "the script imports keras (train.py line 2), which runs on tensorflow (Keras's default)",
+            (
+                "the script imports keras (train.py line 2), which runs on tensorflow"
+                " (Keras's default)"
+            ),
         ),
         ({}, "import keras", ("torch", "KERAS_BACKEND=torch"), "torch", "runs on torch"),
         (
@@ -469,7 +472,7 @@ def runs(tmp_path_factory):
         )
     home = tmp_path_factory.mktemp("keras_home")  # no user keras.json decides here
     started = {}
-    for name, (args, stdin, extra) in RUNS.items():
+    for name, (args, _stdin, extra) in RUNS.items():
         started[name] = subprocess.Popen(
             [sys.executable, *args],
             stdin=subprocess.PIPE,

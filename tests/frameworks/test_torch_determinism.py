@@ -36,7 +36,7 @@ def benchmark(result: accelkit.Plan):
 
 
 @pytest.mark.parametrize(
-    "ask, named",
+    ("ask", "named"),
     [
         (lambda: torch.use_deterministic_algorithms(True), "use_deterministic_algorithms"),
         (lambda: setattr(torch.backends.cudnn, "deterministic", True), "cudnn.deterministic"),

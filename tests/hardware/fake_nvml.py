@@ -188,7 +188,7 @@ class FakeNvml:
     def nvmlDeviceGetEccMode(self, handle: tuple) -> list[int]:
         ecc = self._gpu(handle).ecc
         if ecc is None:
-            raise self.NVMLError_NotSupported()
+            raise self.NVMLError_NotSupported
         return [int(ecc), int(ecc)]
 
     def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: tuple) -> int:
@@ -203,9 +203,9 @@ class FakeNvml:
     def nvmlDeviceGetNvLinkState(self, handle: tuple, link: int) -> int:
         links = self._gpu(handle).nvlinks
         if not links:
-            raise self.NVMLError_NotSupported()
+            raise self.NVMLError_NotSupported
         if link >= len(links):
-            raise self.NVMLError_InvalidArgument()
+            raise self.NVMLError_InvalidArgument
         return int(links[link] is not None)
 
     def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: tuple, link: int) -> int:
@@ -216,7 +216,7 @@ class FakeNvml:
 
     def nvmlDeviceGetMigMode(self, handle: tuple) -> list[int]:
         if self._gpu(handle).mig is None:
-            raise self.NVMLError_NotSupported()
+            raise self.NVMLError_NotSupported
         mode = int(self.mig_enabled)
         return [mode, mode]
 
@@ -225,7 +225,7 @@ class FakeNvml:
 
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: tuple, slot: int) -> tuple:
         if slot >= len(self._gpu(handle).mig):
-            raise self.NVMLError_NotFound()
+            raise self.NVMLError_NotFound
         return ("mig", handle[1], slot)
 
     # pairs

@@ -72,8 +72,8 @@ def test_rtx4090_box_without_p2p_or_nvlink() -> None:
     assert info.gpus[0].memory_bandwidth_gbps == pytest.approx(1008, rel=0.01)
     assert len(info.links) == 6
     assert all(link.p2p is False and link.nvlink is False for link in info.links)
-    assert {(l.a, l.b): l.common_ancestor for l in info.links}[(0, 1)] == "node"
-    assert {(l.a, l.b): l.common_ancestor for l in info.links}[(1, 2)] == "system"
+    assert {(link.a, link.b): link.common_ancestor for link in info.links}[(0, 1)] == "node"
+    assert {(link.a, link.b): link.common_ancestor for link in info.links}[(1, 2)] == "system"
     assert info.all_peers_reachable is False and not info.all_nvlink
 
 

@@ -90,8 +90,8 @@ def _compress(hosts: list[str]) -> str:
         return prefix, len(digits)
 
     entries = []
-    for (prefix, width), run in itertools.groupby(hosts, key=key):
-        run = list(run)
+    for (prefix, width), group in itertools.groupby(hosts, key=key):
+        run = list(group)
         if not width:
             entries += run
             continue

@@ -146,7 +146,7 @@ def test_accelkit_fit_dispatches_on_the_model() -> None:
     x, y = classification_data()
     report = accelkit.fit(mlp(), x, y=y, batch_size=64, epochs=1, verbose=0, plan=CPU_PLAN)
     assert report.framework == "tensorflow"
-    with pytest.raises(TypeError, match="torch.nn.Module or a keras.Model"):
+    with pytest.raises(TypeError, match=r"torch\.nn\.Module or a keras\.Model"):
         accelkit.fit(object(), x)
 
 
@@ -154,7 +154,7 @@ def test_accelkit_fit_takes_the_frameworks_positional_arguments() -> None:
     x, y = classification_data()
     report = accelkit.fit(mlp(), x, y, 64, 2, verbose=0, plan=CPU_PLAN)  # x, y, batch_size, epochs
     assert report.epoch == [0, 1] and report.params["epochs"] == 2
-    with pytest.raises(TypeError, match="accelkit.keras.fit.*multiple values for argument 'y'"):
+    with pytest.raises(TypeError, match=r"accelkit\.keras\.fit.*multiple values for argument 'y'"):
         accelkit.fit(mlp(), x, y, y=y, plan=CPU_PLAN)
 
 

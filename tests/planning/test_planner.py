@@ -131,14 +131,14 @@ def test_t4_reason_names_the_gpu_and_why() -> None:
 
 
 def test_bf16_request_on_t4_raises_with_the_numbers() -> None:
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(ValueError, match="Tesla T4") as error:
         plan(make_hardware("Tesla T4", (7, 5)), Request(precision="bf16"))
     message = str(error.value)
     assert "bf16" in message and "8.0" in message and "Tesla T4" in message and "7.5" in message
 
 
 def test_tf32_request_on_volta_raises() -> None:
-    with pytest.raises(ValueError, match="compute capability >= 8.0"):
+    with pytest.raises(ValueError, match=r"compute capability >= 8\.0"):
         plan(make_hardware("Tesla V100-SXM2-32GB", (7, 0)), Request(precision="tf32"))
 
 
@@ -317,7 +317,7 @@ def test_never_sets_nvlink_multicast(framework: str, generation: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "field, value, valid",
+    ("field", "value", "valid"),
     [
         ("precision", "float16", "'bf16'"),
         ("framework", "jax", "'tensorflow'"),
@@ -325,7 +325,7 @@ def test_never_sets_nvlink_multicast(framework: str, generation: str) -> None:
     ],
 )
 def test_bad_request_values_name_the_valid_ones(field: str, value: str, valid: str) -> None:
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(ValueError, match=value) as error:
         Request(**{field: value})
     assert value in str(error.value) and valid in str(error.value)
 

@@ -43,7 +43,7 @@ def test_cpu_half_precision_uses_a_smaller_default_size():
 
 @pytest.mark.parametrize("bad", ["float32", "int8", "BF16", ""])
 def test_a_bad_dtype_raises_naming_the_valid_ones(bad):
-    with pytest.raises(ValueError) as raised:
+    with pytest.raises(ValueError, match="is not valid; choose one of") as raised:
         matmul_tflops(bad)
     for valid in DTYPES:
         assert repr(valid) in str(raised.value)

@@ -311,7 +311,7 @@ def test_counting_leaves_weights_statistics_and_optimizer_untouched():
     count = count_train_step_flops(model, np.ones((16, 6), "float32"), np.ones((16, 2), "float32"))
 
     assert count.total == 3 * 2 * 16 * 8 * 2 + 2 * 2 * 16 * 6 * 8
-    assert all(np.array_equal(b, v.numpy()) for b, v in zip(before, model.variables))
+    assert all(np.array_equal(b, v.numpy()) for b, v in zip(before, model.variables, strict=True))
     assert int(model.optimizer.iterations.numpy()) == 0
 
 

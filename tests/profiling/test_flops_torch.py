@@ -145,7 +145,7 @@ def test_model_state_is_restored():
     assert torch.equal(model[1].running_var, running_var)
     assert torch.equal(model[1].num_batches_tracked, tracked)
     assert [m.training for m in model] == [True, True, True, False]
-    assert all(torch.equal(p, w) for p, w in zip(model.parameters(), weights))
+    assert all(torch.equal(p, w) for p, w in zip(model.parameters(), weights, strict=True))
     assert torch.equal(torch.get_rng_state(), rng)  # dropout's draws are undone
 
 

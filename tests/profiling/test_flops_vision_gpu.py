@@ -67,7 +67,7 @@ def convnext_tiny_macs() -> tuple[int, int]:
     stem = _conv(3, 96, 4, SIDE // 4)
     side, macs = SIDE // 4, stem
     widths, depths = (96, 192, 384, 768), (3, 3, 9, 3)
-    for stage, (width, depth) in enumerate(zip(widths, depths)):
+    for stage, (width, depth) in enumerate(zip(widths, depths, strict=True)):
         if stage:
             side //= 2
             macs += _conv(widths[stage - 1], width, 2, side)

@@ -3,6 +3,7 @@ long the run, neighbours averaged, the first and last rows kept as they came."""
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
@@ -39,7 +40,7 @@ def test_bounded_averages_neighbours_and_keeps_the_peak_of_a_peak_column():
     assert columns["gap"] == [None] * len(columns["t"])
     # the middle points cover equal groups of rows: their means are evenly spaced
     middle = columns["t"][1:-2]
-    steps = {b - a for a, b in zip(middle, middle[1:])}
+    steps = {b - a for a, b in itertools.pairwise(middle)}
     assert len(steps) == 1
 
 

@@ -66,7 +66,7 @@ def test_call_passes_dicts_as_keywords_tuples_as_positions_else_one_argument():
         LOSS,
         {"loss": LOSS, "logits": torch.zeros(2, 3)},
         transformers.modeling_outputs.CausalLMOutput(loss=LOSS, logits=torch.zeros(2, 3)),
-        collections.namedtuple("Out", "logits loss")(torch.zeros(2, 3), LOSS),  # .loss
+        collections.namedtuple("Out", "logits loss")(torch.zeros(2, 3), LOSS),  # noqa: PYI024 .loss
         (LOSS, torch.zeros(2, 3)),  # transformers' return_dict=False
         [torch.zeros(2, 3), LOSS],  # nanoGPT's (logits, loss)
     ],
@@ -97,7 +97,7 @@ def test_the_loss_is_read_from_every_accepted_output(output):
     ],
 )
 def test_an_output_without_a_loss_is_refused_naming_it_and_what_is_accepted(output, received, hint):
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(ValueError, match="with loss_fn=None") as error:
         torch_batches.loss_of(output)
     message = str(error.value)
     assert received in message and hint in message

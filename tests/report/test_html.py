@@ -70,26 +70,26 @@ def _report(**figures) -> RunReport:
         "sm_clock_mhz": [1980.0] * 6,
     }
     assert len(series["time_s"]) == windows
-    base = dict(
-        framework="torch",
-        model="mlp",
-        device="cuda:0",
-        precision="bf16",
-        matmul_dtype="bf16",
-        steps=53,
-        warmup_steps=3,
-        samples_per_second=600.0,
-        flops_per_step=1e12,
-        achieved_tflops=9.5,
-        peak_tflops=989.0,
-        peak_source="NVIDIA H100 SXM datasheet",
-        mfu=9.5 / 989.0,
-        calibrated_tflops=700.0,
-        calibration_method="bf16 matmul",
-        mfu_calibrated=9.5 / 700.0,
-        input_wait_share=0.12,
-        gpu_utilization=70.0,
-        plan={
+    base = {
+        "framework": "torch",
+        "model": "mlp",
+        "device": "cuda:0",
+        "precision": "bf16",
+        "matmul_dtype": "bf16",
+        "steps": 53,
+        "warmup_steps": 3,
+        "samples_per_second": 600.0,
+        "flops_per_step": 1e12,
+        "achieved_tflops": 9.5,
+        "peak_tflops": 989.0,
+        "peak_source": "NVIDIA H100 SXM datasheet",
+        "mfu": 9.5 / 989.0,
+        "calibrated_tflops": 700.0,
+        "calibration_method": "bf16 matmul",
+        "mfu_calibrated": 9.5 / 700.0,
+        "input_wait_share": 0.12,
+        "gpu_utilization": 70.0,
+        "plan": {
             "precision": "bf16",
             "distribution": "single",
             "settings": [
@@ -101,7 +101,7 @@ def _report(**figures) -> RunReport:
                 }
             ],
         },
-        advice=[
+        "advice": [
             {
                 "severity": "high",
                 "title": "input wait 12% <of step>",
@@ -109,8 +109,8 @@ def _report(**figures) -> RunReport:
                 "action": "num_workers=8",
             }
         ],
-        series=series,
-    )
+        "series": series,
+    }
     return RunReport(**{**base, **figures})
 
 

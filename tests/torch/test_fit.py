@@ -192,7 +192,7 @@ def test_keyboard_interrupt_leaves_a_partial_report() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs, message",
+    ("kwargs", "message"),
     [
         ({"epochs": 0}, "epochs"),
         ({"steps": 0}, "steps"),

@@ -212,7 +212,7 @@ def test_tuple_batches_with_dict_inputs_and_a_loss_fn():
 def test_a_transformers_model_without_labels_and_no_loss_fn_is_refused():
     """Issue 9: a TypeError from inside the loop (None divided by 1)."""
     batches = lm_batches(n=2, labels="none")
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(ValueError, match="CausalLMOutputWithCrossAttentions") as error:
         fit(gpt2(), batches)
     message = str(error.value)
     assert "CausalLMOutputWithCrossAttentions" in message and "loss=None" in message
