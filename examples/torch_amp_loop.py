@@ -95,7 +95,8 @@ def main() -> None:
     scaler = plan.grad_scaler()  # enabled for fp16 plans only
 
     for epoch in range(args.epochs):
-        start, seen, total_loss = time.perf_counter(), 0, 0.0
+        start, seen = time.perf_counter(), 0
+        total_loss = torch.zeros((), device=device)  # summed on the device: no sync per step
         for batch in loader:
             x, y = (t.to(device, non_blocking=True) for t in batch)
             with plan.autocast():  # bf16/fp16 autocast, or nothing for fp32/tf32 plans
@@ -107,11 +108,12 @@ def main() -> None:
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()
-            total_loss += loss.item() * len(y)
+            total_loss += loss.detach().float() * len(y)
             seen += len(y)
+        epoch_loss = total_loss.item() / seen  # waits for the epoch's last step
         seconds = time.perf_counter() - start
         print(
-            f"epoch {epoch + 1}/{args.epochs}: loss {total_loss / seen:.4f}, "
+            f"epoch {epoch + 1}/{args.epochs}: loss {epoch_loss:.4f}, "
             f"{seen / seconds:,.0f} samples/s, held-out accuracy "
             f"{accuracy(model, eval_loader, device, plan):.1%}"
         )

@@ -116,9 +116,12 @@ def main() -> None:
                 scaler.step(optimizer)
                 scaler.update()
                 optimizer.zero_grad(set_to_none=True)
+                if step % window == 0 or step == steps:
+                    # .item() waits for the GPU: once a window, and inside the step, so
+                    # the wait counts as step time, not as time waiting for input.
+                    value = loss.item()
+                    meter.record_loss(value)
             if step % window == 0 or step == steps:
-                value = loss.item()  # a sync: only once per window
-                meter.record_loss(value)
                 print(f"step {step}: loss {value:.3f} (perplexity {math.exp(value):,.0f})")
             if step == steps:
                 break
