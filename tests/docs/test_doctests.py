@@ -87,8 +87,8 @@ def _import(module: str) -> types.ModuleType:
 @pytest.fixture
 def _process_state() -> Iterator[None]:
     """Put back what an example may change: the environment, the current plan, the
-    accelkit logger, and the framework flags a plan sets (torch's TF32 and cuDNN
-    switches, the Keras policy)."""
+    accelkit logger, the framework flags a plan sets (torch's TF32 and cuDNN
+    switches, the Keras policy), a process group left behind."""
     from accelkit import configure
 
     environ = dict(os.environ)
@@ -96,9 +96,12 @@ def _process_state() -> Iterator[None]:
     logger = logging.getLogger("accelkit")
     level, handlers, filters = logger.level, list(logger.handlers), list(logger.filters)
     flags = _framework_flags()
+    grouped = _process_group()
     try:
         yield
     finally:
+        if _process_group() and not grouped:  # an example that failed before destroying it
+            sys.modules["torch"].distributed.destroy_process_group()
         os.environ.clear()
         os.environ.update(environ)
         configure.set_current_plan(plan)
@@ -106,6 +109,11 @@ def _process_state() -> Iterator[None]:
         logger.handlers[:] = handlers
         logger.filters[:] = filters
         _restore_framework_flags(flags)
+
+
+def _process_group() -> bool:
+    distributed = getattr(sys.modules.get("torch"), "distributed", None)
+    return bool(distributed and distributed.is_available() and distributed.is_initialized())
 
 
 def _framework_flags() -> dict[str, object]:

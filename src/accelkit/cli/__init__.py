@@ -37,7 +37,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         with 2 too, through SystemExit).
 
     Example:
-        >>> main(["plan", "--gpu", "T4", "--json"])
+        >>> main(["plan", "--gpu", "T4", "--json"])  # doctest: +ELLIPSIS
+        {
+          "framework": "torch",
+          "precision": "fp16",
+        ...
         0
     """
     args = build_parser().parse_args(argv)

@@ -24,7 +24,17 @@ def add_command(
     with `examples`, one command line each.
 
     Example:
-        >>> add_command(commands, "specs", "the GPU datasheet table", ["accelkit specs"])
+        >>> import argparse
+        >>> commands = argparse.ArgumentParser(prog="accelkit").add_subparsers()
+        >>> specs = add_command(commands, "specs", "the GPU datasheet table", ["accelkit specs"])
+        >>> print(specs.format_help())  # doctest: +ELLIPSIS
+        usage: accelkit specs [-h]
+        <BLANKLINE>
+        The GPU datasheet table.
+        ...
+        examples:
+          accelkit specs
+        <BLANKLINE>
     """
     return commands.add_parser(
         name,

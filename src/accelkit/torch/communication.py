@@ -84,8 +84,19 @@ class GradientTimer:
         host_s: seconds spent in the timing bookkeeping itself.
 
     Example:
+        >>> import tempfile
+        >>> import torch
+        >>> import torch.distributed as dist
+        >>> store = f"file://{tempfile.mkdtemp()}/store"   # a one-process group, for the example
+        >>> dist.init_process_group("gloo", init_method=store, rank=0, world_size=1)
+        >>> ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
         >>> timer = GradientTimer(torch.device("cpu"))
         >>> TimedHook(timer).register(ddp)
+        >>> ddp(torch.randn(8, 4)).sum().backward()   # one backward: one all-reduce per bucket
+        >>> timer.read()
+        >>> timer.totals(warmup_steps=0)["reductions"]
+        1
+        >>> dist.destroy_process_group()
     """
 
     def __init__(self, device: Any) -> None:
@@ -257,7 +268,14 @@ class TimedHook:
         compression: ``"none"`` or ``"bf16"``.
 
     Example:
-        >>> TimedHook(GradientTimer(device)).register(ddp)
+        >>> import tempfile
+        >>> import torch
+        >>> import torch.distributed as dist
+        >>> store = f"file://{tempfile.mkdtemp()}/store"   # a one-process group, for the example
+        >>> dist.init_process_group("gloo", init_method=store, rank=0, world_size=1)
+        >>> ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+        >>> TimedHook(GradientTimer(torch.device("cpu"))).register(ddp)
+        >>> dist.destroy_process_group()
     """
 
     def __init__(self, timer: GradientTimer | None, compression: str = NONE) -> None:
@@ -361,8 +379,26 @@ def timed(ddp: Any, meter: Any, compression: str = NONE) -> GradientTimer | None
         compression: ``"none"`` (DDP's own all-reduce) or ``"bf16"``.
 
     Example:
-        >>> meter = accelkit.torch.Meter(ddp_model)
-        >>> accelkit.torch.communication.timed(ddp_model, meter)
+        >>> import accelkit
+        >>> import tempfile
+        >>> import torch
+        >>> import torch.distributed as dist
+        >>> store = f"file://{tempfile.mkdtemp()}/store"   # a one-process group, for the example
+        >>> dist.init_process_group("gloo", init_method=store, rank=0, world_size=1)
+        >>> ddp_model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+        >>> optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
+        >>> meter = accelkit.torch.Meter(ddp_model, warmup=1, window=2)
+        >>> timer = accelkit.torch.communication.timed(ddp_model, meter)
+        >>> with meter:
+        ...     for _ in range(5):
+        ...         x = torch.randn(8, 4)
+        ...         with meter.step(x):
+        ...             ddp_model(x).sum().backward()
+        ...             optimizer.step()
+        ...             optimizer.zero_grad()
+        >>> meter.report().communication_s > 0
+        True
+        >>> dist.destroy_process_group()
     """
     timer = GradientTimer(next(ddp.parameters()).device)
     try:

@@ -115,8 +115,17 @@ class Wrapping:
         hooked: whether the last wrapper has the hook (bf16 gradients need it).
 
     Example:
-        >>> wrapping = Wrapping(plan, {})
-        >>> ddp = wrapping.wrap(model, device)
+        >>> import accelkit
+        >>> import tempfile
+        >>> import torch
+        >>> import torch.distributed as dist
+        >>> store = f"file://{tempfile.mkdtemp()}/store"   # a one-process group, for the example
+        >>> dist.init_process_group("gloo", init_method=store, rank=0, world_size=1)
+        >>> wrapping = Wrapping(accelkit.plan_for(None), {"bucket_cap_mb": 50})
+        >>> ddp = wrapping.wrap(torch.nn.Linear(4, 2), torch.device("cpu"))
+        >>> wrapping.settings()["bucket_cap_mb"], wrapping.hooked
+        (50, True)
+        >>> dist.destroy_process_group()
     """
 
     def __init__(self, plan: Plan, options: Mapping[str, Any]) -> None:
@@ -216,8 +225,21 @@ class Levers:
         plan: the plan in force (bf16 gradients only under a bf16 plan).
 
     Example:
+        >>> import accelkit
+        >>> import tempfile
+        >>> import torch
+        >>> import torch.distributed as dist
+        >>> store = f"file://{tempfile.mkdtemp()}/store"   # a one-process group, for the example
+        >>> dist.init_process_group("gloo", init_method=store, rank=0, world_size=1)
+        >>> module, plan, device = torch.nn.Linear(4, 2), accelkit.plan_for(None), torch.device("cpu")
+        >>> wrapping = Wrapping(plan, {"bucket_cap_mb": 50})
+        >>> ddp = wrapping.wrap(module, device)
         >>> for lever in Levers(wrapping, module, device, plan).candidates():
-        ...     step = lever.apply(best)
+        ...     print(lever.name, "-", lever.skip or "tried")   # tune: step = lever.apply(best)
+        bf16-grads - the plan trains in fp32, so gradients are all-reduced as computed (bf16 only under a bf16 plan)
+        buckets-100MB - bucket_cap_mb was set by the script
+        static-graph - tried
+        >>> dist.destroy_process_group()
     """
 
     def __init__(self, wrapping: Wrapping, module: Any, device: Any, plan: Plan) -> None:

@@ -44,11 +44,28 @@ class Tuner:
             optimizer and before ``torch.compile``; None without DDP.
 
     Example:
-        >>> tuner = Tuner(step, module=model, optimizer=opt, device=device, mode=True,
-        ...               compile_fixed=None, planned_steps=1000, accumulation_steps=1)
-        >>> step = tuner.run(batches, train_one, lambda: False)  # train_one(batch, step) -> loss
-        >>> tuner.result.chosen.name
-        'compile+fused'
+        >>> import accelkit
+        >>> import torch
+        >>> from accelkit.torch.prepare import prepare
+        >>> from accelkit.torch.step import make_step
+        >>> model, plan = torch.nn.Linear(16, 4), accelkit.plan_for(None)
+        >>> run = prepare(model, [], plan, device="cpu", channels_last=None, group=None)
+        >>> opt = torch.optim.AdamW(model.parameters())
+        >>> step = make_step(run, plan, torch.nn.CrossEntropyLoss(), opt, compile=False,
+        ...                  max_grad_norm=None)
+        >>> def train_one(batch, step):   # the loop's step: returns the loss
+        ...     loss = step.forward_loss(batch)
+        ...     loss.backward()
+        ...     step.optimizer_step()
+        ...     return loss
+        >>> batches = iter([(torch.randn(32, 16), torch.randint(0, 4, (32,)))] * 40)
+        >>> tuner = Tuner(step, module=model, optimizer=opt, device=run.device, mode=True,
+        ...               compile_fixed=False, planned_steps=1000, accumulation_steps=1)
+        >>> step = tuner.run(batches, train_one, lambda: False)
+        >>> [trial.name for trial in tuner.result.trials]
+        ['eager', 'eager+fused', 'compile']
+        >>> tuner.result.chosen.name  # doctest: +SKIP
+        'eager+fused'
     """
 
     def __init__(
