@@ -5,9 +5,12 @@
 #   bash benchmarks/h200_session.sh resnet50 "$OUT"  # the same, ResNet-50
 #   bash benchmarks/h200_session.sh models "$OUT" MODEL...  # models people train: fit, tune, Lightning
 #   bash benchmarks/h200_session.sh tests "$OUT"     # the PyTorch tests, GPU-marked ones included
+#   bash benchmarks/h200_session.sh lightning "$OUT" MODEL...  # Lightning with and without AccelkitCallback
+#   bash benchmarks/h200_session.sh examples "$OUT"  # examples/*.py --smoke, on the GPU
 set -uo pipefail
-phase=${1:?usage: h200_session.sh core|gpt2|resnet50|models|tests OUT_DIR [MODEL...]}
-out=${2:?usage: h200_session.sh core|gpt2|resnet50|models|tests OUT_DIR [MODEL...]}
+usage="usage: h200_session.sh core|gpt2|resnet50|models|tests|lightning|examples OUT_DIR [MODEL...]"
+phase=${1:?$usage}
+out=${2:?$usage}
 shift 2
 export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1
 py=python3
@@ -38,6 +41,24 @@ models)
         (cd benchmarks && $py models_people_train.py --model "$model" "${batch[@]}" \
             --steps 20 --repeats 3 --out "$out/models_$model.json") > "$out/models_$model.txt" 2>&1
     done
+    ;;
+lightning)
+    for model in "$@"; do
+        (cd benchmarks && $py models_people_train.py --model "$model" --steps 20 --repeats 5 \
+            --variants lightning_bf16 lightning_accelkit fit \
+            --out "$out/lightning_$model.json") > "$out/lightning_$model.txt" 2>&1
+    done
+    ;;
+examples)
+    for example in examples/torch_*.py examples/lightning_*.py examples/hf_*.py; do
+        name=$(basename "$example" .py)
+        [ "$name" = torch_ddp ] && continue  # a torchrun script: its own command below
+        $py "$example" --smoke > "$out/example_$name.txt" 2>&1
+        echo "$name exit $?" >> "$out/examples.txt"
+    done
+    torchrun --nproc-per-node 1 --standalone examples/torch_ddp.py --smoke \
+        > "$out/example_torch_ddp.txt" 2>&1
+    echo "torch_ddp exit $?" >> "$out/examples.txt"
     ;;
 tests)
     $py -m pytest tests/torch tests/profiling tests/advisor tests/report -q -p no:cacheprovider \

@@ -12,6 +12,10 @@ Variants (each in its own process, all on the same synthetic batch):
 - `auto_configure`: the same loop with only ``accelkit.auto_configure()`` added;
 - `readme_autocast`: the README's snippet (``plan.autocast()`` and ``plan.grad_scaler()``);
 - `lightning_bf16`: Lightning ``Trainer(precision="bf16-mixed")``;
+- `lightning_accelkit`: the same Trainer with `accelkit.lightning.AccelkitCallback`
+  (its overhead is 1 - ``x Lightning``); ``MFU rep`` is the MFU accelkit reported
+  for the run (the callback's report here, the fit's report for `fit`), beside the
+  MFU this script computes from its own timing (``MFU``);
 - `fit`: ``accelkit.torch.fit`` with its defaults (``tune="auto"``: a benchmark run
   is too short for "auto" to tune);
 - `fit_tune`: ``accelkit.torch.fit(tune=True)``; its steady steps are those after the
@@ -36,7 +40,15 @@ from typing import Any
 
 import gpu_compare  # same folder: timing, memory, child-process and JSON helpers
 
-VARIANTS = ("plain_fp32", "auto_configure", "readme_autocast", "lightning_bf16", "fit", "fit_tune")
+VARIANTS = (
+    "plain_fp32",
+    "auto_configure",
+    "readme_autocast",
+    "lightning_bf16",
+    "lightning_accelkit",
+    "fit",
+    "fit_tune",
+)
 MODELS = ("hf-gpt2", "timm-vit", "resnet50", "gpt2")
 
 
@@ -180,9 +192,11 @@ def run_fit(args: argparse.Namespace, *, tune: bool) -> dict[str, Any]:
     return result
 
 
-def run_lightning(args: argparse.Namespace) -> dict[str, Any]:
+def run_lightning(args: argparse.Namespace, *, measured: bool = False) -> dict[str, Any]:
     import lightning as L  # noqa: N812 - Lightning's convention
     import torch
+
+    import accelkit.lightning
 
     from accelkit.bench.torch_models import SyntheticBatches
 
@@ -214,6 +228,11 @@ def run_lightning(args: argparse.Namespace) -> dict[str, Any]:
             marks.append(time.perf_counter())
 
     total = args.warmup + args.steps * args.repeats
+    callback = (
+        accelkit.lightning.AccelkitCallback(warmup=args.warmup, window=max(args.steps // 2, 1))
+        if measured
+        else None
+    )
     trainer = L.Trainer(
         accelerator="gpu" if device.type == "cuda" else "cpu",
         devices=1,
@@ -223,14 +242,21 @@ def run_lightning(args: argparse.Namespace) -> dict[str, Any]:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[Timer()],
+        callbacks=[Timer()] + ([callback] if callback is not None else []),
     )
     trainer.fit(Module(), train_dataloaders=SyntheticBatches(batch, total))
     times = [(b - a) / args.steps for a, b in zip(marks, marks[1:])]
-    return {
+    result = {
         "step_s": times[: args.repeats],
         "peak_memory_bytes": gpu_compare._peak_memory(torch, device),
     }
+    if callback is not None and callback.report is not None:
+        result.update(
+            mfu_callback=callback.report.mfu,
+            callback_step_s=callback.report.step_time_s,
+            callback_flops_per_step=callback.report.flops_per_step,
+        )
+    return result
 
 
 def _sync(torch: Any, device: Any) -> None:
@@ -244,6 +270,7 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
         "auto_configure": lambda: run_loop(args, configure=True, autocast=False),
         "readme_autocast": lambda: run_loop(args, configure=True, autocast=True),
         "lightning_bf16": lambda: run_lightning(args),
+        "lightning_accelkit": lambda: run_lightning(args, measured=True),
         "fit": lambda: run_fit(args, tune=False),
         "fit_tune": lambda: run_fit(args, tune=True),
     }
@@ -324,6 +351,10 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
             "vs_fit": medians["fit"] / step if "fit" in medians else None,
             "peak_memory_gb": (result.get("peak_memory_bytes") or 0) / 1e9 or None,
         }
+        if reported := [m for m in result.get("mfu_reported") or [] if m is not None]:
+            row["mfu_reported"] = statistics.median(reported)
+        if result.get("mfu_callback") is not None:
+            row["mfu_reported"] = result["mfu_callback"]
         for key in ("tune_seconds", "tune_overhead_s"):
             if key in result:
                 row[key] = result[key]
@@ -354,7 +385,7 @@ def show(result: dict[str, Any]) -> None:
     )
     print(
         f"{'variant':<17}{'step ms':>9}{'spread':>17}{'samples/s':>11}{'tokens/s':>11}"
-        f"{'MFU':>7}{'x Lightning':>12}{'x fit':>7}{'mem GB':>8}  tuning"
+        f"{'MFU':>7}{'MFU rep':>8}{'x Lightning':>12}{'x fit':>7}{'mem GB':>8}  tuning"
     )
 
     def fmt(value: Any, spec: str) -> str:
@@ -374,7 +405,8 @@ def show(result: dict[str, Any]) -> None:
         print(
             f"{row['variant']:<17}{row['step_ms_median']:>9.2f}{spread:>17}"
             f"{row['samples_per_s']:>11,.1f}{fmt(row['tokens_per_s'], ',.0f'):>11}"
-            f"{fmt(row['mfu_datasheet'], '.1%'):>7}{fmt(row['vs_lightning'], '.3f'):>12}"
+            f"{fmt(row['mfu_datasheet'], '.1%'):>7}{fmt(row.get('mfu_reported'), '.1%'):>8}"
+            f"{fmt(row['vs_lightning'], '.3f'):>12}"
             f"{fmt(row['vs_fit'], '.2f'):>7}{fmt(row['peak_memory_gb'], '.1f'):>8}  {tuning}"
         )
 
