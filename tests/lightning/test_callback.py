@@ -94,6 +94,17 @@ def test_fit_logs_window_figures_and_reports(tmp_path) -> None:
     assert not any(r.get(metrics.MFU) for r in rows)  # a CPU has no datasheet peak
     assert any(r.get("train_loss") for r in rows)  # the user's own logging still works
 
+    # Each epoch's mean loss, read once an epoch: the mean of what training_step logged.
+    logged = [
+        [float(r["train_loss"]) for r in rows if r.get("train_loss") and int(r["epoch"]) == epoch]
+        for epoch in (0, 1)
+    ]
+    assert [len(losses) for losses in logged] == [8, 8]
+    assert report.losses == pytest.approx([sum(losses) / 8 for losses in logged], rel=1e-5)
+    assert report.losses[1] < report.losses[0]
+    assert report.facts["loader"]["type"] == "DataLoader"
+    assert report.facts["loader"]["batch_size"] == 32
+
 
 def test_users_error_passes_through_and_the_sampler_stops(tmp_path) -> None:
     before = len(_sampler_threads())

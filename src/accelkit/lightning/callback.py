@@ -25,12 +25,13 @@ from accelkit.lightning._meter_steps import OpenStep
 from accelkit.planning import Plan
 from accelkit.profiling import mfu
 from accelkit.profiling.run_report import RunReport
+from accelkit.torch.facts import loader_facts
 from accelkit.torch.meter import Meter
 
-_pl = lightning_pytorch()
+_Callback: Any = lightning_pytorch().Callback  # a base class read off a module: Any to mypy
 
 
-class AccelkitCallback(_pl.Callback):
+class AccelkitCallback(_Callback):
     """Measures a Lightning fit; `callback.report` holds the `RunReport` once it ends.
 
     Args:
@@ -109,8 +110,13 @@ class AccelkitCallback(_pl.Callback):
             if self.meter.device_label != "cpu"
             else None
         )
+        loader = getattr(trainer, "train_dataloader", None)
+        if loader is not None:
+            self.meter.facts["loader"] = loader_facts(loader)
         self._steps = OpenStep(self.meter)
         self._trainer, self._epochs, self.report = trainer, 0, None
+        self._loss_sum: Any = None  # this epoch's losses, summed on the device
+        self._loss_steps = 0
         self._window_at = (0, time.perf_counter())  # (step, time) of the last boundary
         self.meter.start()
 
@@ -128,13 +134,22 @@ class AccelkitCallback(_pl.Callback):
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         self._steps.end()
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if getattr(loss, "ndim", None) == 0:  # summed where it lies: no sync per step
+            loss = loss.detach().float()
+            self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
+            self._loss_steps += 1
 
     @override
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         self._epochs += 1
+        if self._loss_steps and self.meter is not None:  # one read per epoch, as the fit's
+            self.meter.record_loss(float(self._loss_sum) / self._loss_steps)
+        self._loss_sum, self._loss_steps = None, 0
 
     @override
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        assert self.meter is not None  # made in on_train_start
         self._steps.end()
         self.meter.epochs = self._epochs
         self.report = self.meter.close()
@@ -152,6 +167,7 @@ class AccelkitCallback(_pl.Callback):
             self.report = self.meter.close()
 
     def _count_flops(self, trainer: Any, pl_module: Any, batch: Any) -> None:
+        assert self.meter is not None  # made in on_train_start
         count = count_training_step(trainer, pl_module, batch)
         if count.total is None:
             self.meter.note("flops_per_step", "; ".join(count.notes))
@@ -160,6 +176,7 @@ class AccelkitCallback(_pl.Callback):
         self._flops = count.total
 
     def _log_window(self, step_s: float, step: int) -> None:
+        assert self.meter is not None  # the meter calls this
         last_step, since = self._window_at
         self._window_at = (step, time.perf_counter())
         wait = self._steps.take_wait()
