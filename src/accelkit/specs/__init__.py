@@ -47,9 +47,13 @@ _GIB = 2**30
 
 
 class _GpuLike(Protocol):
-    name: str
-    memory_bytes: int | None
-    power_limit_w: float | None
+    # Read-only: a frozen GpuInfo matches.
+    @property
+    def name(self) -> str: ...
+    @property
+    def memory_bytes(self) -> int | None: ...
+    @property
+    def power_limit_w(self) -> float | None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,10 +153,11 @@ def lookup(
 ) -> GpuSpec | None:
     """The datasheet row for the GPU called `name`, or None when unknown or ambiguous.
 
-    Matching is exact on the normalised name (no substrings, no prefixes). Only when
-    several rows share that name are `memory_bytes` (total memory as NVML reports it)
-    and `power_limit_w` used: each one given must fall in the row's range. A single
-    row is returned whatever they say, since a user may cap a known GPU's power limit.
+    Matching is exact on the normalised name (no substrings, no prefixes). When
+    several rows share that name, the row whose key it is wins; otherwise
+    `memory_bytes` (total memory as NVML reports it) and `power_limit_w` choose: each
+    one given must fall in the row's range. A single row is returned whatever they
+    say, since a user may cap a known GPU's power limit.
 
     Example:
         >>> lookup("NVIDIA A100-SXM4-80GB").key
@@ -167,6 +172,8 @@ def lookup(
     if len(name) > 80:  # a name pasted by mistake is not echoed back whole
         name = name[:77] + "..."
     rows = _candidates(name)
+    if len(rows) > 1:  # a row's own key names it alone ("gh200" is also the 144 GB's alias)
+        rows = [r for r in rows if normalize(r.spec.key) == normalize(name)] or rows
     if len(rows) > 1:
         # Every given property must fit: a 94 GB part at 700 W is not an H100 NVL.
         if memory_bytes is not None:
