@@ -9,6 +9,7 @@ import types
 import pytest
 
 from accelkit.profiling.clock import StepClock
+from accelkit.profiling import sampler as sampler_module
 from accelkit.profiling.sampler import NvmlSampler
 
 
@@ -104,6 +105,32 @@ def test_sampler_summarises_utilisation_memory_power_clock() -> None:
     assert nvml.shutdown and not nvml_threads()
 
 
+def test_long_runs_keep_totals_not_samples(monkeypatch) -> None:
+    class Varying(FakeNvml):
+        """Utilisation 0, 1, 2... per read, so the mean tells which reads were summed."""
+
+        def nvmlDeviceGetUtilizationRates(self, handle):
+            self.reads += 1
+            return types.SimpleNamespace(gpu=self.reads - 1)
+
+    monkeypatch.setattr(sampler_module, "RECENT_S", 0.02)
+    nvml = Varying()
+    start = time.perf_counter()
+    with NvmlSampler([0], interval=0.001, nvml=nvml) as sampler:
+        sampler.keep_totals_from(start)
+        time.sleep(0.3)
+    summary = sampler.summary(start)
+    # every read summed, in constant memory: the raw samples cover the last 20 ms only
+    assert summary.samples == nvml.reads > 40
+    assert summary.gpu_utilization == pytest.approx((nvml.reads - 1) / 2)
+    assert summary.memory_used_bytes == 10**9
+    assert len(sampler.samples) < nvml.reads / 2
+    assert sampler.samples[0].time >= sampler.samples[-1].time - 0.02
+    # a window (another start) reads the recent raw samples
+    recent = sampler.summary(sampler.samples[0].time)
+    assert recent.samples == len(sampler.samples)
+
+
 def test_sampler_stops_when_the_body_raises() -> None:
     with pytest.raises(KeyError), NvmlSampler([0], interval=0.005, nvml=FakeNvml()):
         raise KeyError("the user's error")
@@ -124,4 +151,4 @@ def test_sampler_without_nvml_notes_why() -> None:
 
     with NvmlSampler([0], nvml=Missing()) as sampler:
         pass
-    assert sampler.samples == [] and "libnvidia-ml" in sampler.notes[0]
+    assert not sampler.samples and "libnvidia-ml" in sampler.notes[0]

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import keras
 import numpy as np
 
-import keras
 from accelkit.configure import current_plan
 from accelkit.hardware import detect, environment
 from accelkit.keras import batches, checks, head, strategies
@@ -292,6 +292,8 @@ class ProfileCallback(keras.callbacks.Callback):
             logs = logs[0]
         if logs:
             np.asarray(next(iter(logs.values())))
+        if self.clock.warmup_end is not None:  # from here on the sampler keeps totals
+            self._sampler.keep_totals_from(self.clock.warmup_end)
 
     # -- report ------------------------------------------------------------------------
 

@@ -8,20 +8,34 @@ thread is gone when the run ends, however it ends.
 Besides the samples, it keeps one bounded series over the run (`BoundedSeries`: at
 most 512 points, neighbours averaged, memory by its maximum): per tick, the mean
 utilisation, power and SM clock of the devices and their largest memory use.
+
+Memory stays bounded however long the run: once the meter says where the steady
+state starts (`keep_totals_from`, when its warm-up ends), the samples from then on
+are summed as they come, and only the last `RECENT_S` seconds of raw samples are
+kept, for the figures of recent windows. Until then (the warm-up: seconds) every
+sample is kept.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import dataclasses
 import statistics
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from accelkit.profiling.clock import BoundedSeries
 
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 SERIES_COLUMNS = ("time", "gpu_utilization", "gpu_memory_used_bytes", "power_w", "sm_clock_mhz")
+# Raw samples kept once totals run: the window figures (a Lightning or HF logging
+# window) look back seconds to minutes; ten minutes is 6,000 ticks a device.
+RECENT_S = 600.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +59,40 @@ class SamplerSummary:
     series: dict[str, list[float | None]] = dataclasses.field(default_factory=dict)
 
 
+@dataclasses.dataclass
+class _Totals:
+    """Sums of samples, for means over any number of them in constant memory."""
+
+    samples: int = 0
+    utilization: tuple[float, int] = (0.0, 0)  # (sum, count) of the known values
+    power_w: tuple[float, int] = (0.0, 0)
+    sm_clock_mhz: tuple[float, int] = (0.0, 0)
+    memory_used_bytes: int | None = None  # the largest
+
+    @classmethod
+    def of(cls, samples: Iterable[Sample]) -> _Totals:
+        totals = cls()
+        for sample in samples:
+            totals.add(sample)
+        return totals
+
+    def add(self, sample: Sample) -> None:
+        self.samples += 1
+        self.utilization = _plus(self.utilization, sample.utilization)
+        self.power_w = _plus(self.power_w, sample.power_w)
+        self.sm_clock_mhz = _plus(self.sm_clock_mhz, sample.sm_clock_mhz)
+        if sample.memory_used_bytes is not None:
+            self.memory_used_bytes = max(self.memory_used_bytes or 0, sample.memory_used_bytes)
+
+
+def _plus(total: tuple[float, int], value: float | None) -> tuple[float, int]:
+    return total if value is None else (total[0] + value, total[1] + 1)
+
+
+def _mean(total: tuple[float, int]) -> float | None:
+    return total[0] / total[1] if total[1] else None
+
+
 class NvmlSampler:
     """Samples NVML devices in a daemon thread.
 
@@ -65,14 +113,17 @@ class NvmlSampler:
     def __init__(self, devices: Sequence[int], interval: float = 0.1, nvml: Any = None) -> None:
         self.devices = list(devices)
         self.interval = interval
-        self.samples: list[Sample] = []
+        self.samples: collections.deque[Sample] = collections.deque()
         self.notes: list[str] = []
+        self._totals_from: float | None = None
+        self._totals = _Totals()
+        self._lock = threading.Lock()  # samples and totals: the thread writes, summary reads
         self.series = BoundedSeries(SERIES_COLUMNS, peak=("gpu_memory_used_bytes",))
         self._nvml = nvml
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> NvmlSampler:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
@@ -100,10 +151,8 @@ class NvmlSampler:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
-            try:
+            with contextlib.suppress(Exception):  # nothing to do about a failed shutdown
                 self._nvml.nvmlShutdown()
-            except Exception:  # noqa: BLE001, S110 - nothing to do about a failed shutdown
-                pass
 
     @property
     def running(self) -> bool:
@@ -115,14 +164,37 @@ class NvmlSampler:
                 now = time.perf_counter()
                 tick = [
                     self._read(now, index, handle)
-                    for index, handle in zip(self.devices, self._handles)
+                    for index, handle in zip(self.devices, self._handles, strict=True)
                 ]
-                self.samples.extend(tick)
+                self._keep(now, tick)
                 self.series.add(_row(now, tick))
             except Exception as error:  # noqa: BLE001 - a sampler must not kill the run
                 self.notes.append(f"NVML sampling stopped: {error}")
                 return
             self._stop.wait(self.interval)
+
+    def keep_totals_from(self, start: float) -> None:
+        """Sum the samples taken from `start` (a perf_counter time) on as they come, and
+        from then on keep only the last `RECENT_S` seconds of raw samples: `summary(start)`
+        stays exact and memory bounded however long the run. The first call decides;
+        later ones are ignored (a meter calls this at each steady window boundary)."""
+        with self._lock:
+            if self._totals_from is not None:
+                return
+            self._totals_from = start
+            self._totals = _Totals.of(s for s in self.samples if s.time >= start)
+
+    def _keep(self, now: float, tick: list[Sample]) -> None:
+        with self._lock:
+            self.samples.extend(tick)
+            since = self._totals_from
+            if since is None:
+                return
+            for sample in tick:
+                if sample.time >= since:
+                    self._totals.add(sample)
+            while self.samples[0].time < now - RECENT_S:
+                self.samples.popleft()
 
     def _read(self, now: float, index: int, handle: Any) -> Sample:
         nvml = self._nvml
@@ -136,29 +208,30 @@ class NvmlSampler:
         )
 
     def summary(self, start: float | None = None, end: float | None = None) -> SamplerSummary:
-        """Figures over samples taken between `start` and `end` (perf_counter times)."""
-        chosen = [
-            s
-            for s in self.samples
-            if (start is None or s.time >= start) and (end is None or s.time <= end)
-        ]
-
-        def mean(values: list[float]) -> float | None:
-            return statistics.fmean(values) if values else None
-
-        memory = [s.memory_used_bytes for s in chosen if s.memory_used_bytes is not None]
+        """Figures over samples taken between `start` and `end` (perf_counter times): from
+        the running totals when `start` is where they start and `end` is None (the whole
+        steady state), else from the raw samples kept (the recent ones, once totals run)."""
+        with self._lock:
+            if end is None and start is not None and start == self._totals_from:
+                totals = dataclasses.replace(self._totals)
+            else:
+                totals = _Totals.of(
+                    s
+                    for s in self.samples
+                    if (start is None or s.time >= start) and (end is None or s.time <= end)
+                )
         columns = self.series.columns()
         keep = [
             i
             for i, t in enumerate(columns.get("time", ()))
-            if (start is None or t >= start) and (end is None or t <= end)
+            if t is not None and (start is None or t >= start) and (end is None or t <= end)
         ]
         return SamplerSummary(
-            samples=len(chosen),
-            gpu_utilization=mean([s.utilization for s in chosen if s.utilization is not None]),
-            memory_used_bytes=max(memory) if memory else None,
-            power_w=mean([s.power_w for s in chosen if s.power_w is not None]),
-            sm_clock_mhz=mean([s.sm_clock_mhz for s in chosen if s.sm_clock_mhz is not None]),
+            samples=totals.samples,
+            gpu_utilization=_mean(totals.utilization),
+            memory_used_bytes=totals.memory_used_bytes,
+            power_w=_mean(totals.power_w),
+            sm_clock_mhz=_mean(totals.sm_clock_mhz),
             series={name: [values[i] for i in keep] for name, values in columns.items()}
             if keep
             else {},

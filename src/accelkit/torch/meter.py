@@ -191,7 +191,7 @@ class Meter:
         if self._cuda:
             self._torch.cuda.reset_peak_memory_stats(self._device)
         if self._scaler is not None:
-            self._read_scale(0)
+            self._read_scale(self._scaler, 0)
         self._sampler.start()
 
     def close(self) -> RunReport:
@@ -308,14 +308,16 @@ class Meter:
 
     def _window_end(self, step_s: float, step: int) -> None:
         """At a synchronised window boundary: read what would cost a sync elsewhere."""
+        if (steady := self.clock.warmup_end) is not None:  # the sampler keeps totals from it
+            self._sampler.keep_totals_from(steady)
         if self._scaler is not None:
-            self._read_scale(step)
+            self._read_scale(self._scaler, step)
         if self.on_window is not None:
             self.on_window(step_s, step)
 
-    def _read_scale(self, step: int) -> None:
+    def _read_scale(self, scaler: Any, step: int) -> None:
         try:
-            self._scales.append([step, float(self._scaler.get_scale())])
+            self._scales.append([step, float(scaler.get_scale())])
         except Exception:  # noqa: BLE001 - a fact for the advisor, never a failure
             self._scaler = None
 
