@@ -15,6 +15,20 @@ torchrun it is the single-GPU counterpart (one run, no comparison).
         --single-device benchmarks/results/h200x1_gpt2.report.json
     # CPU check (gloo): torchrun --nproc-per-node 2 benchmarks/scaling.py --model gpt --steps 4
 
+The DDP levers (`accelkit.torch.levers`), one configuration per run:
+
+    --levers off      plain DDP: DistributedDataParallel's defaults (no bucket views); the
+                      all-reduce is timed (ACCELKIT_COMM_TIMING=0 in the environment
+                      takes the hook away, to measure its cost)
+    --levers on       accelkit.torch.fit's defaults: gradients as bucket views (the default)
+    --tune            and tune measuring bf16 gradients (bf16 plans), 100 MB buckets and a
+                      static graph, keeping what is clearly faster (add about 40 steps)
+    --bf16-grads, --bucket-cap-mb N, --static-graph: fix one lever (not tuned)
+
+Each rank's wait for the all-reduce (ms per step and share) is in the table and the
+JSON; `--json` prints the result as one line on stdout (benchmarks/scaling_suite.py
+runs every configuration that way).
+
 accelkit sets only the NCCL variables its plan lists (never NCCL_NVLS_ENABLE);
 the NCCL_* variables in force are recorded in the JSON.
 """
@@ -45,6 +59,17 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         "--calibrate", action="store_true", help="also MFU against a measured matmul rate"
     )
     parser.add_argument(
+        "--levers",
+        choices=("off", "on"),
+        default="on",
+        help="off: plain DDP; on: accelkit's defaults (see above)",
+    )
+    parser.add_argument("--tune", action="store_true", help="tune the DDP options (see above)")
+    parser.add_argument("--bf16-grads", action="store_true", help="all-reduce in bf16 (fixed)")
+    parser.add_argument("--bucket-cap-mb", type=float, help="DDP's bucket size (fixed)")
+    parser.add_argument("--static-graph", action="store_true", help="DDP static_graph (fixed)")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
+    parser.add_argument(
         "--single-device",
         metavar="REPORT.json|SAMPLES_PER_S",
         help="the single-GPU reference (default: measured on rank 0 first)",
@@ -71,6 +96,18 @@ def _tokens_per_sample(report: Any) -> float | None:
     return None
 
 
+def ddp_options(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
+    """The ``fit(ddp=...)`` options and the tune flag of this configuration."""
+    options: dict[str, Any] = {} if args.levers == "on" else {"gradient_as_bucket_view": False}
+    if args.bf16_grads:
+        options["compression"] = "bf16"
+    if args.bucket_cap_mb is not None:
+        options["bucket_cap_mb"] = args.bucket_cap_mb
+    if args.static_graph:
+        options["static_graph"] = True
+    return options, args.tune
+
+
 def summary(report: Any, args: argparse.Namespace) -> dict[str, Any]:
     """The figures of the table, as plain data."""
     per_sample = _tokens_per_sample(report)
@@ -95,6 +132,11 @@ def summary(report: Any, args: argparse.Namespace) -> dict[str, Any]:
         "batch_size_per_device": report.batch_size,
         "precision": report.precision,
         "compile": args.compile,
+        "levers": args.levers,
+        "ddp": report.facts.get("ddp"),
+        "communication": report.facts.get("communication"),
+        "tuning": report.tuning,
+        "comm_timing": os.environ.get("ACCELKIT_COMM_TIMING", "on"),
         "device": report.device,
         "world_size": report.world_size,
         "ranks": ranks,
@@ -132,6 +174,7 @@ def table(result: dict[str, Any]) -> str:
             _num(r.get("tokens_per_second"), "{:,.0f}"),
             _num(r.get("step_time_s") and r["step_time_s"] * 1e3, "{:.2f}"),
             _num(r.get("input_wait_share") and r["input_wait_share"] * 100, "{:.1f}%"),
+            _wait(r),
             _num(r.get("mfu") and r["mfu"] * 100, "{:.1f}%"),
         )
         for r in result["ranks"]
@@ -143,6 +186,7 @@ def table(result: dict[str, Any]) -> str:
             "",
             _num(whole["samples_per_second"]),
             _num(whole["tokens_per_second"], "{:,.0f}"),
+            "",
             "",
             "",
             _num(whole["mfu"] and whole["mfu"] * 100, "{:.1f}%"),
@@ -157,22 +201,52 @@ def table(result: dict[str, Any]) -> str:
             "",
             "",
             "",
+            "",
         )
     )
     efficiency = result["scaling_efficiency"]
     head = (
         f"{result['model']}: {result['world_size']} device(s), batch "
         f"{_num(result['batch_size_per_device'], '{:g}')} per device, precision "
-        f"{result['precision']}; per-rank figures, then the whole run"
+        f"{result['precision']}, {'compiled' if result['compile'] else 'eager'}, levers "
+        f"{result['levers']} (DDP {_options(result['ddp'])}); per-rank figures, then the "
+        "whole run"
     )
-    body = render(("rank", "device", "samples/s", "tokens/s", "step ms", "input wait", "MFU"), rows)
+    body = render(
+        (
+            "rank",
+            "device",
+            "samples/s",
+            "tokens/s",
+            "step ms",
+            "input wait",
+            "all-reduce wait",
+            "MFU",
+        ),
+        rows,
+    )
     tail = (
         f"scaling efficiency {_num(efficiency and efficiency * 100)}% "
         f"(slowest rank {result['slowest_rank']})"
         if efficiency is not None
         else f"scaling efficiency -: {result['notes'].get('scaling_efficiency', 'not measured')}"
     )
-    return f"{head}\n{body}\n{tail}"
+    kept = result["tuning"] and result["tuning"].get("chosen")
+    return f"{head}\n{body}\n{tail}" + (f"; tune kept {kept}" if kept else "")
+
+
+def _wait(rank: dict[str, Any]) -> str:
+    """A rank's wait for the all-reduce: ms per step and share of the step."""
+    wait = rank.get("communication_s")
+    if wait is None:
+        return "-"
+    return f"{wait * 1e3:.2f} ms ({rank['communication_share'] * 100:.1f}%)"
+
+
+def _options(ddp: dict[str, Any] | None) -> str:
+    if not ddp:
+        return "-"
+    return ", ".join(f"{k}={v}" for k, v in ddp.items())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     from accelkit import bench
 
     single = _single(args.single_device)
+    options, tune = ddp_options(args)
     report = bench.run(
         args.model,
         "torch",
@@ -191,20 +266,27 @@ def main(argv: list[str] | None = None) -> int:
         warmup=args.warmup,
         compare_single=single is None,
         single_device=single,
+        tune=tune,
+        ddp=options,
     )
     if os.environ.get("RANK", "0") not in ("", "0"):
         return 0
     result = summary(report, args)
-    print(table(result))
-    for advice in report.advice:
-        if advice["id"] == "scaling":
-            print(f"advice: {advice['title']}\n  gain: {advice['expected_gain']}")
+    result["advice"] = [a for a in report.advice if a["id"] == "scaling"]
+    print(table(result), file=sys.stderr if args.json else sys.stdout)
+    for advice in result["advice"]:
+        print(
+            f"advice: {advice['title']}\n  gain: {advice['expected_gain']}",
+            file=sys.stderr if args.json else sys.stdout,
+        )
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
         report.save(out.with_suffix(".report.json"))
         print(f"wrote {out} and {out.with_suffix('.report.json')}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(result, default=str))
     return 0
 
 

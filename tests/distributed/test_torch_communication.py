@@ -113,3 +113,33 @@ def test_a_model_the_script_hooked_keeps_its_hook_untimed(ranks) -> None:
     hooked = results[0]["hooked"]
     assert "has a communication hook already" in hooked["notes"]["communication_share"]
     assert hooked["ddp"] == {"wrapped_by": "the script"}
+
+
+def test_the_scaling_benchmark_runs_one_lever_configuration_and_prints_json(tmp_path) -> None:
+    done = torchrun(
+        str(ROOT / "benchmarks" / "scaling.py"),
+        "--model",
+        "mlp",
+        "--batch-size",
+        "16",
+        "--steps",
+        "8",
+        "--warmup",
+        "2",
+        "--levers",
+        "off",
+        "--bf16-grads",
+        "--json",
+        "--out",
+        str(tmp_path / "run.json"),
+    )
+    assert done.returncode == 0, done.explain()
+    result = json.loads(done.stdout.strip().splitlines()[-1])  # one line: rank 0's
+    assert result == json.loads((tmp_path / "run.json").read_text())
+    assert result["levers"] == "off" and result["world_size"] == 2
+    assert result["ddp"]["gradient_as_bucket_view"] is False
+    assert result["ddp"]["compression"] == "bf16"
+    sent = result["communication"]
+    assert sent["sent_bytes"] * 2 == sent["gradient_bytes"]  # bf16 halves the bytes
+    assert all(r["communication_s"] is not None for r in result["ranks"])
+    assert "all-reduce wait" in done.stderr  # the table goes to stderr with --json

@@ -27,6 +27,8 @@ def run(
     progress: bool = True,
     compare_single: bool = False,
     single_device: Any = None,
+    tune: bool | str = "auto",
+    ddp: Any = None,
 ) -> RunReport:
     """Configure, then train a built-in model on synthetic data and return the report.
 
@@ -47,6 +49,9 @@ def run(
             device already: nothing to compare, a note says so.
         single_device: the single-device reference instead (a `RunReport`, the path
             of a saved one, or samples/s); see `accelkit.torch.fit`.
+        tune, ddp: passed to `accelkit.torch.fit` for the run on every rank (the
+            single-device reference trains untuned, without DDP): ``tune=True`` measures
+            the DDP options on this model (`compile` stays as asked), `ddp` fixes them.
 
     Example:
         >>> import accelkit
@@ -74,6 +79,8 @@ def run(
             calibrate=calibrate,
             warmup=warmup,
             progress=progress,
+            tune=tune,
+            ddp=ddp,
         )
         single = world.single_device_rate(single_device)
         group = distributed.world()
@@ -137,6 +144,8 @@ class _TorchBench:
     calibrate: bool
     warmup: int
     progress: bool
+    tune: bool | str
+    ddp: Any
     device: Any  # this rank's GPU (set by auto_configure under torchrun), or the CPU
 
     @classmethod
@@ -174,6 +183,10 @@ class _TorchBench:
             progress=self.progress,
             distributed=distributed,
             single_device=single,
+            # tune=True/False keeps the plan's compile choice: it measures the DDP options
+            compile=None if self.tune == "auto" else bool(self.plan.compile),
+            tune=self.tune if distributed or self.tune == "auto" else False,
+            ddp=self.ddp if distributed else None,
         )
         if "analytic_flops_per_step" in facts and report.flops_per_step:
             analytic = facts["analytic_flops_per_step"]

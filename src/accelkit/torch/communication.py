@@ -24,12 +24,11 @@ The method (`TimedHook`, a DDP communication hook, and `GradientTimer`):
   least one all-reduce was launched and not complete (the union of [ready, done]),
   queueing behind an earlier bucket included.
 
-The cost: per bucket, two event records, two ``perf_counter`` reads and one closure
-(the default hook's own ``then`` callback is reused); `GradientTimer.host_s` adds
-up the time spent in this bookkeeping, reported per step as
-``facts["communication"]["hook_host_us"]`` (docs/distributed.md has the figures).
-A failure in the timing itself stops the timing, with a note; the all-reduce goes on.
-``ACCELKIT_COMM_TIMING=0`` registers no hook at all.
+The cost: per bucket two marks, four ``perf_counter`` reads and one closure (the
+default hook's own ``then`` callback is reused); `GradientTimer.host_s` adds it up
+(``facts["communication"]["hook_host_us"]`` per step; docs/distributed.md has the
+figures). A failure in the timing stops the timing, with a note; the all-reduce goes
+on. ``ACCELKIT_COMM_TIMING=0`` registers no hook at all.
 """
 
 from __future__ import annotations
@@ -56,9 +55,7 @@ METHOD_HOST = (
     "DDP communication hook: host clock at each bucket's launch and at its "
     "completion callback (gloo)"
 )
-# Backward passes kept unread at most (20 windows of the default 50 steps; a
-# run without window boundaries drops the oldest instead of growing a list of
-# events without end).
+# Backward passes kept unread at most (20 default windows); past it the oldest go.
 _MAX_PENDING = 1000
 
 
@@ -267,15 +264,7 @@ class TimedHook:
         timer: where the marks go; None runs the all-reduce untimed.
         compression: ``"none"`` or ``"bf16"``.
 
-    Example:
-        >>> import tempfile
-        >>> import torch
-        >>> import torch.distributed as dist
-        >>> store = f"file://{tempfile.mkdtemp()}/store"   # a one-process group, for the example
-        >>> dist.init_process_group("gloo", init_method=store, rank=0, world_size=1)
-        >>> ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
-        >>> TimedHook(GradientTimer(torch.device("cpu"))).register(ddp)
-        >>> dist.destroy_process_group()
+    Example: `GradientTimer`'s registers one.
     """
 
     def __init__(self, timer: GradientTimer | None, compression: str = NONE) -> None:

@@ -204,7 +204,7 @@ class Lever:
         name: what the trial's name gets (``"bf16-grads"``).
         skip: why it is not tried (None: tried).
         apply: ``apply(best) -> Step``: the candidate step, built from the best so far.
-        undo: puts the best so far back (after a failure or a loss).
+        undo: puts the best so far back (after a failure or a loss); idempotent.
         verify: after the timed steps: why the candidate computes something else, or None.
     """
 
@@ -231,14 +231,15 @@ class Levers:
         >>> import torch.distributed as dist
         >>> store = f"file://{tempfile.mkdtemp()}/store"   # a one-process group, for the example
         >>> dist.init_process_group("gloo", init_method=store, rank=0, world_size=1)
-        >>> module, plan, device = torch.nn.Linear(4, 2), accelkit.plan_for(None), torch.device("cpu")
+        >>> module, plan = torch.nn.Linear(4, 2), accelkit.plan_for(None)
+        >>> device = torch.device("cpu")
         >>> wrapping = Wrapping(plan, {"bucket_cap_mb": 50})
         >>> ddp = wrapping.wrap(module, device)
-        >>> for lever in Levers(wrapping, module, device, plan).candidates():
-        ...     print(lever.name, "-", lever.skip or "tried")   # tune: step = lever.apply(best)
-        bf16-grads - the plan trains in fp32, so gradients are all-reduced as computed (bf16 only under a bf16 plan)
-        buckets-100MB - bucket_cap_mb was set by the script
-        static-graph - tried
+        >>> found = list(Levers(wrapping, module, device, plan).candidates())
+        >>> [(lever.name, lever.skip is None) for lever in found]  # tried: skip is None
+        [('bf16-grads', False), ('buckets-100MB', False), ('static-graph', True)]
+        >>> found[1].skip   # tune: step = lever.apply(best) for the others
+        'bucket_cap_mb was set by the script'
         >>> dist.destroy_process_group()
     """
 

@@ -16,6 +16,7 @@ from typing import Any
 from accelkit.planning import Plan
 from accelkit.planning.keys import Key
 from accelkit.torch import distributed as parallel
+from accelkit.torch import levers
 from accelkit.utils.imports import require
 
 
@@ -34,6 +35,8 @@ class Prepared:
             follow it), else None.
         group: this process's place in the process group, or None when it trains alone.
         sampling: what was done to the loader for the process group, or None.
+        wrapping: how the model was put in DDP (`accelkit.torch.levers.Wrapping`: its
+            options, the all-reduce timing), or None without a process group.
         changes: what was done in place to the user's module (moved to a device,
             converted to channels-last), for the report; `restore` undoes the layout.
     """
@@ -46,6 +49,7 @@ class Prepared:
     group: parallel.World | None = None
     sampling: str | None = None
     changes: tuple[str, ...] = ()
+    wrapping: Any = None
 
 
 def prepare(
@@ -56,7 +60,7 @@ def prepare(
     device: Any,
     channels_last: bool | None,
     group: parallel.World | None,
-    wrapping: Any = None,
+    ddp: Mapping[str, Any] | None = None,
 ) -> Prepared:
     """Place `model` (and wrap it for `group`), shard `loader`, and set training mode.
 
@@ -68,8 +72,8 @@ def prepare(
         device: where to train; None: the GPU of this rank, or the CPU.
         channels_last: convert conv models to channels-last; None: the plan's choice.
         group: the process group to train in, or None to train this process alone.
-        wrapping: how to wrap the model in DDP (`accelkit.torch.levers.Wrapping`: the
-            options, the timing hook); None: DDP's defaults.
+        ddp: the script's DDP options (`accelkit.torch.levers.check_options`), for the
+            wrapper built under `group`.
 
     Example:
         >>> import accelkit
@@ -98,9 +102,10 @@ def prepare(
             changes.append(
                 "converted to channels-last memory format in place (undone if the fit raises)"
             )
-    sampling = None
+    sampling = wrapping = None
     if group is not None:
-        model = wrapping.wrap(model, device) if wrapping else parallel.wrap(model, device)
+        wrapping = levers.Wrapping(plan, ddp or {})
+        model = wrapping.wrap(model, device)
         loader, sampling = parallel.shard(loader, group)
     else:
         model = module  # distributed=False: the module alone, even if the script wrapped it
@@ -114,6 +119,7 @@ def prepare(
         group=group,
         sampling=sampling,
         changes=tuple(changes),
+        wrapping=wrapping,
     )
 
 

@@ -122,7 +122,8 @@ def make_step(
             through=through,
         )
 
-    return through(run.model, compiled)
+    step = through(run.model, compiled)
+    return dataclasses.replace(step, ddp=run.wrapping.settings()) if run.wrapping else step
 
 
 def _forward_loss(

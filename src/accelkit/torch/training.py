@@ -9,7 +9,6 @@ a `Meter`.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -124,11 +123,9 @@ def fit(
             deterministic algorithms; True always; False never. ``report.tuning`` says
             what was measured and kept. Under DDP it also tries bf16 gradients, larger
             buckets and a static graph (`accelkit.torch.levers`).
-        ddp: `DistributedDataParallel` options for the wrapper accelkit builds under a
-            process group (``{"bucket_cap_mb": 100, "static_graph": True}``), and
-            ``"compression": "bf16"`` for a bf16 gradient all-reduce; given ones are
-            kept, not tuned. Each step's wait for the all-reduce is measured
-            (``report.communication_share``, per rank in ``report.ranks``).
+        ddp: options of the `DistributedDataParallel` accelkit builds (``{"bucket_cap_mb":
+            100}``; ``"compression": "bf16"``: a bf16 all-reduce), kept, not tuned. The
+            wait for the all-reduce is measured (``report.communication_share``, per rank).
 
     The model is changed in place where the plan says (moved to the device, converted
     to channels-last); ``report.facts["model_changes"]`` lists what was done, and the
@@ -175,20 +172,12 @@ def fit(
     rank_zero = group.is_zero if group is not None else (not distributed or parallel.is_rank_zero())
     progress = progress and rank_zero
     alone = parallel.why_alone(plan, group, distributed, chatty=progress)
-    wrapping = levers.Wrapping(plan, options) if group is not None else None
     run = prepare(
-        model,
-        loader,
-        plan,
-        device=device,
-        channels_last=channels_last,
-        group=group,
-        wrapping=wrapping,
+        model, loader, plan, device=device, channels_last=channels_last, group=group, ddp=options
     )
     try:
         report = _train(
             run,
-            wrapping,
             plan,
             loss_fn,
             optimizer,
@@ -233,7 +222,6 @@ def _plan_to_follow(given: Plan | None) -> tuple[Plan, str]:
 
 def _train(
     run: Prepared,
-    wrapping: levers.Wrapping | None,
     plan: Plan,
     loss_fn: Callable[..., Any] | None,
     optimizer: Any,
@@ -254,10 +242,7 @@ def _train(
     group = run.group
     epochs = schedule.epochs
     step = make_step(run, plan, loss_fn, optimizer, compile=compile, max_grad_norm=max_grad_norm)
-    ddp = levers.Levers(wrapping, run.module, run.device, plan) if wrapping else None
-    if wrapping is not None:
-        step = dataclasses.replace(step, ddp=wrapping.settings())
-    tuner = _tuner(tune, step, run, optimizer, plan, compile, schedule, ddp)
+    tuner = _tuner(tune, step, run, optimizer, plan, compile, schedule)
     meter = Meter(
         run.module,
         plan=plan,
@@ -274,10 +259,9 @@ def _train(
         single_device=single,
     )
     meter.facts.update(_loader_facts(run.loader), compiled=step.compiled)
-    if group is not None:
+    if run.wrapping is not None:
         meter.facts.update(distributed=True, sampler=run.sampling)
-    if wrapping is not None:
-        wrapping.measure(meter)
+        run.wrapping.measure(meter)
     if run.changes:
         meter.facts["model_changes"] = list(run.changes)
     with meter:
@@ -291,7 +275,7 @@ def _train(
             tuner=tuner,
         )
         meter.facts["compiled"] = kept.compiled
-        if wrapping is not None:
+        if kept.ddp:
             meter.facts["ddp"] = dict(kept.ddp)
         if tuner is not None and tuner.result is not None:
             meter.tuning = tuner.result.to_dict()
@@ -379,7 +363,6 @@ def _tuner(
     plan: Plan,
     compile: bool | None,
     schedule: Schedule,
-    ddp: levers.Levers | None = None,
 ) -> Tuner | None:
     """The tuner for this fit, or None for ``tune=False``."""
     if not check_mode(mode):
@@ -402,7 +385,7 @@ def _tuner(
         planned_steps=min(planned) if planned else None,
         accumulation_steps=schedule.accumulation_steps,
         decide=decide,
-        levers=ddp,
+        levers=levers.Levers(run.wrapping, run.module, run.device, plan) if run.wrapping else None,
     )
 
 

@@ -74,6 +74,14 @@ def trial_steps(accumulation_steps: int, data_parallel: bool = False) -> int:
     return candidates * (WARMUP_UNITS + TIMED_UNITS) * accumulation_steps
 
 
+def clearly_faster(trial: Trial, best: Trial) -> bool:
+    """`trial`'s median beats `best`'s by `MARGIN` and its fastest step too."""
+    if trial.step_seconds is None or best.step_seconds is None:
+        return False
+    fastest = best.spread[0] if best.spread else best.step_seconds
+    return trial.step_seconds < min(best.step_seconds * (1 - MARGIN), fastest)
+
+
 def check_mode(tune: Any) -> Any:
     """`tune` itself, or ValueError naming the valid values.
 

@@ -185,9 +185,8 @@ class Tuner:
         return self._ended
 
     def _name(self, step: Step, optimizer: str) -> str:
-        name = "compile" if step.compiled else "eager"
-        name = name if optimizer == "default" else f"{name}+{optimizer}"
-        return name + levers.label(step.ddp)
+        extra = "" if optimizer == "default" else f"+{optimizer}"
+        return ("compile" if step.compiled else "eager") + extra + levers.label(step.ddp)
 
     def _lever(self, lever: Any, best: Step, optimizer: str) -> Step:
         """Try one DDP lever on top of `best` (every rank alike); the step to go on with."""
@@ -200,14 +199,11 @@ class Tuner:
             self._trials.append(Trial(lever.name, {}, status="failed", why=guards.why(error)))
             return best
         trial = self._measure(step, self._name(step, optimizer), undo=lever.undo)
-        undone = trial.status == "failed"  # _measure undid a candidate that raised
-        why = lever.verify() if trial.status == "measured" else None
-        if why:
+        if trial.status == "measured" and (why := lever.verify()):
             trial.status, trial.why = "failed", why
         if self._judge(trial, self._best_trial()):
             return step
-        if not undone:
-            lever.undo()
+        lever.undo()  # idempotent: _measure may have undone a candidate that raised
         return best
 
     def _before(self) -> str:
@@ -254,7 +250,7 @@ class Tuner:
         verdict holds on every rank (one `decide` per candidate on each)."""
         if trial.status != "measured":
             local = trial.status
-        elif _clearly_faster(trial, best):
+        elif trials.clearly_faster(trial, best):
             local = "chosen"
         else:
             local = "slower"
@@ -280,12 +276,9 @@ class Tuner:
     ) -> Trial:
         """Train `step` for a candidate's units. `undo` puts the baseline's settings back
         after a failure (None: this is the baseline, whose errors are the user's)."""
-        optimizer = name.split("+")[1] if "+" in name else "default"
-        settings = {
-            "compile": step.compiled,
-            "optimizer": optimizer if optimizer in ("fused", "foreach") else "default",
-            **levers.trial_settings(step.ddp),
-        }
+        optimizer = next((o for o in ("fused", "foreach") if f"+{o}" in name), "default")
+        ddp = levers.trial_settings(step.ddp)
+        settings = {"compile": step.compiled, "optimizer": optimizer, **ddp}
         trial = Trial(name=name, settings=settings)
         self._trials.append(trial)
         if self._ended:
@@ -405,11 +398,3 @@ class Tuner:
     def _sync(self) -> None:
         if self._device.type == "cuda":
             self._torch.cuda.synchronize(self._device)
-
-
-def _clearly_faster(trial: Trial, best: Trial) -> bool:
-    """`trial`'s median beats `best`'s by `trials.MARGIN` and its fastest step too."""
-    if trial.step_seconds is None or best.step_seconds is None:
-        return False
-    fastest = best.spread[0] if best.spread else best.step_seconds
-    return trial.step_seconds < min(best.step_seconds * (1 - trials.MARGIN), fastest)
