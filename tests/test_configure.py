@@ -148,3 +148,23 @@ def test_import_is_fast_and_imports_no_framework() -> None:
     elapsed, loaded = done.stdout.split()
     assert loaded == "-"
     assert float(elapsed) < 1.0
+
+
+def test_trainer_packages_load_on_first_use() -> None:
+    pytest.importorskip("lightning")
+    pytest.importorskip("transformers")
+    code = textwrap.dedent("""
+        import accelkit
+        for package in (accelkit.lightning, accelkit.hf):
+            print(package.AccelkitCallback.__module__)
+    """)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["accelkit.lightning.callback", "accelkit.hf.callback"]

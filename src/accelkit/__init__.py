@@ -9,6 +9,8 @@
 ``ACCELKIT_LOG_LEVEL``, rank 0 only under a launcher).
 """
 
+from typing import Any
+
 from accelkit._version import __version__
 from accelkit.configure import apply, auto_configure, current_plan, plan_for
 from accelkit.dispatch import fit
@@ -45,8 +47,13 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):  # PEP 562: submodules on first use
-    if name in ("torch", "keras", "advisor", "bench"):
+# The packages that import a framework or a trainer: loaded on first use, so that
+# `import accelkit` imports none of them.
+_LAZY = ("torch", "keras", "lightning", "hf", "advisor", "bench")
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: submodules on first use
+    if name in _LAZY:
         import importlib
 
         return importlib.import_module(f"accelkit.{name}")

@@ -4,14 +4,19 @@ A page's blocks run in order in one namespace, as a reader pastes them, in a fre
 Python process per page (tests/docs/run_blocks.py, in a scratch directory), so the
 settings a snippet applies do not leak into the test process. A block preceded by
 ``<!-- skip: reason -->`` is skipped with that reason (one that needs a GPU or a
-launcher). ```bash and other blocks are not run.
+launcher). A page that imports a framework not installed here (the framework-free
+run on the oldest Python) is skipped with that reason. ```bash and other blocks are
+not run.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import functools
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +30,18 @@ _RUNNER = Path(__file__).with_name("run_blocks.py")
 _ALL = [block for page in pages() for block in blocks(page)]
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=2)
 _pages: dict[str, concurrent.futures.Future[tuple[dict[str, dict], str]]] = {}
+# What a page's code needs: imported modules, and accelkit's framework packages.
+_IMPORT = re.compile(r"^\s*(?:import|from)\s+([A-Za-z_]\w*)", re.MULTILINE)
+_ACCELKIT_PACKAGE = re.compile(r"\baccelkit\.(torch|keras|lightning|hf)\b")
+_NEEDS = {"torch": "torch", "keras": "keras", "lightning": "lightning", "hf": "transformers"}
+
+
+@functools.cache
+def _missing(page: str) -> tuple[str, ...]:
+    """The modules the page's blocks need that are not installed."""
+    code = "\n".join(b.source for b in _ALL if b.page == page)
+    needed = set(_IMPORT.findall(code)) | {_NEEDS[p] for p in _ACCELKIT_PACKAGE.findall(code)}
+    return tuple(sorted(m for m in needed if importlib.util.find_spec(m) is None))
 
 
 def _run_page(page: str, scratch: Path) -> tuple[dict[str, dict], str]:
@@ -70,7 +87,12 @@ def _pages_selected(session: pytest.Session) -> list[str]:
     selected: list[str] = []
     for item in session.items:
         block = getattr(item, "callspec", None) and item.callspec.params.get("block")
-        if isinstance(block, Block) and not block.skip and block.page not in selected:
+        if (
+            isinstance(block, Block)
+            and not block.skip
+            and not _missing(block.page)
+            and block.page not in selected
+        ):
             selected.append(block.page)
     return selected
 
@@ -93,6 +115,8 @@ def _page_results(page: str, request: pytest.FixtureRequest) -> tuple[dict[str, 
 def test_code_block(block: Block, request: pytest.FixtureRequest) -> None:
     if block.skip:
         pytest.skip(block.skip)
+    if missing := _missing(block.page):
+        pytest.skip(f"the page needs {', '.join(missing)}, not installed here")
     results, output = _page_results(block.page, request)
     result = results.get(block.id)
     if result is None:
