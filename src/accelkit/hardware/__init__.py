@@ -44,7 +44,7 @@ def detect(*, environ: Mapping[str, str] | None = None) -> HardwareInfo:
     """
     try:
         return _detect(os.environ if environ is None else environ)
-    except Exception as err:  # detection is advisory; it must never stop a training run
+    except Exception as err:  # noqa: BLE001 - detection is advisory; it never stops a run
         return HardwareInfo(
             source="none",
             notes=(f"hardware detection failed unexpectedly: {type(err).__name__}: {err}",),

@@ -120,8 +120,9 @@ def all_have_tensor_cores(gpus: Iterable[Any]) -> bool:
 
     Example:
         >>> from accelkit.hardware.info import GpuInfo
-        >>> all_have_tensor_cores([GpuInfo(0, "NVIDIA GeForce RTX 2080", compute_capability=(7, 5)),
-        ...                        GpuInfo(1, "NVIDIA GeForce GTX 1660", compute_capability=(7, 5))])
+        >>> gpus = [GpuInfo(0, "NVIDIA GeForce RTX 2080", compute_capability=(7, 5)),
+        ...         GpuInfo(1, "NVIDIA GeForce GTX 1660", compute_capability=(7, 5))]
+        >>> all_have_tensor_cores(gpus)
         False
     """
     found = [gpu for gpu in gpus if gpu.compute_capability]
@@ -248,7 +249,7 @@ class TorchTF32:
         """
         backends = self._torch.backends
         candidates = (self._matmul, getattr(getattr(backends, "mkldnn", None), "matmul", None))
-        flags = [flag for flag in candidates if hasattr(flag, "fp32_precision")]
+        flags: list[Any] = [flag for flag in candidates if hasattr(flag, "fp32_precision")]
         if flags:
             saved = [flag.fp32_precision for flag in flags]
             for flag in flags:
@@ -256,7 +257,7 @@ class TorchTF32:
             try:
                 yield
             finally:
-                for flag, value in zip(flags, saved):
+                for flag, value in zip(flags, saved, strict=True):
                     flag.fp32_precision = value
             return
         previous = self._torch.get_float32_matmul_precision()

@@ -11,6 +11,8 @@ the NVLink links and the pairs, and `accelkit.hardware.nvml_calls` guards the ca
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -45,18 +47,16 @@ def read_gpus(nvml_module: Any = None) -> HardwareInfo:
         return HardwareInfo(notes=(f"NVML not available: {_import_reason(err)}",))
     try:
         nvml.nvmlInit()
-    except Exception as err:  # an NVMLError, or a broken installation: both mean no GPU info
+    except Exception as err:  # noqa: BLE001 - an NVMLError or a broken install: no GPU info
         return HardwareInfo(notes=(f"NVML not available: {describe_error(nvml, err)}",))
     try:
         return _NvmlReader(nvml).read()
-    except Exception as err:  # a bug or an NVML surprise must not cost the caller the run
+    except Exception as err:  # noqa: BLE001 - a bug or an NVML surprise must not cost the run
         note = f"NVML reading failed: {describe_error(nvml, err)}"
         return HardwareInfo(source="nvml", notes=(note,))
     finally:
-        try:
+        with contextlib.suppress(Exception):  # nothing left to do with NVML; the reading stands
             nvml.nvmlShutdown()
-        except Exception:  # nothing left to do with NVML; the reading stands
-            pass
 
 
 def _import_pynvml() -> Any:
@@ -112,7 +112,9 @@ class _NvmlReader:
         handles = []
         for index in range(count or 0):
             handle = call(
-                str(index), "device handle", lambda i=index: nvml.nvmlDeviceGetHandleByIndex(i)
+                str(index),
+                "device handle",
+                functools.partial(nvml.nvmlDeviceGetHandleByIndex, index),
             )
             if handle is not None:  # a lost GPU is left out; its note says so
                 handles.append((index, handle))
@@ -126,10 +128,11 @@ class _NvmlReader:
         def read(what: str, fn: Callable[[], _T]) -> _T | None:
             return self._calls.call(str(index), what, fn)
 
-        capability = read(
-            "compute capability",
-            lambda: tuple(int(v) for v in nvml.nvmlDeviceGetCudaComputeCapability(handle)),
-        )
+        def major_minor() -> ComputeCapability:
+            major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+            return int(major), int(minor)
+
+        capability = read("compute capability", major_minor)
         power_mw = read("power limit", lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle))
         memory = read("memory size", lambda: int(nvml.nvmlDeviceGetMemoryInfo(handle).total))
         name = read("name", lambda: text(nvml.nvmlDeviceGetName(handle)))
@@ -171,7 +174,7 @@ class _NvmlReader:
             from_nvml = capabilities.NVML_ARCHITECTURES.get(
                 int(self._nvml.nvmlDeviceGetArchitecture(handle))
             )
-        except Exception:  # only a cross-check; the compute capability is the source of truth
+        except Exception:  # noqa: BLE001 - a cross-check; the compute capability is the truth
             from_nvml = None
         if from_capability and from_nvml and from_capability != from_nvml:
             self._calls.note(
@@ -183,7 +186,7 @@ class _NvmlReader:
     def _ecc(self, index: int, handle: Any) -> bool | None:
         try:
             current, _pending = self._nvml.nvmlDeviceGetEccMode(handle)
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - classified by is_error, recorded otherwise
             if self._calls.is_error(err, "NVML_ERROR_NOT_SUPPORTED"):
                 return False  # GeForce and most workstation cards have no ECC to enable
             self._calls.record(str(index), "ECC mode", err)
@@ -195,7 +198,7 @@ class _NvmlReader:
         nvml, calls, where = self._nvml, self._calls, str(index)
         try:
             current, _pending = nvml.nvmlDeviceGetMigMode(handle)
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - classified by is_error, recorded otherwise
             if not calls.is_error(err, "NVML_ERROR_NOT_SUPPORTED"):  # most GPUs have no MIG
                 calls.record(where, "MIG mode", err)
             return None, []
@@ -209,12 +212,16 @@ class _NvmlReader:
         for slot in range(slots or 0):
             try:
                 mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
-            except Exception as err:
+            except Exception as err:  # noqa: BLE001 - classified by is_error, recorded otherwise
                 if not calls.is_error(err, "NVML_ERROR_NOT_FOUND", "NVML_ERROR_INVALID_ARGUMENT"):
                     calls.record(where, "MIG devices", err)
                 continue  # an empty slot: fewer instances than the maximum
-            name = calls.call(where, "MIG device name", lambda m=mig: nvml.nvmlDeviceGetName(m))
-            uuid = calls.call(where, "MIG device UUID", lambda m=mig: nvml.nvmlDeviceGetUUID(m))
+            name = calls.call(
+                where, "MIG device name", functools.partial(nvml.nvmlDeviceGetName, mig)
+            )
+            uuid = calls.call(
+                where, "MIG device UUID", functools.partial(nvml.nvmlDeviceGetUUID, mig)
+            )
             names.append(text(name) if name is not None else "MIG device")
             uuids.append(text(uuid) if uuid is not None else "")
         return names, uuids

@@ -22,7 +22,7 @@ def describe_error(nvml: Any, err: BaseException) -> str:
     """
     try:
         text = str(err)
-    except Exception:  # pynvml's __str__ asks the library, which may be the thing missing
+    except Exception:  # noqa: BLE001 - pynvml's __str__ asks the library, which may be missing
         text = f"NVML error {getattr(err, 'value', '?')}"
     code = getattr(err, "value", None)
     if code is not None and code == getattr(nvml, "NVML_ERROR_LIBRARY_NOT_FOUND", object()):
@@ -84,7 +84,7 @@ class NvmlCalls:
         """
         try:
             return read()
-        except Exception as err:  # NVMLError, or AttributeError from an older pynvml
+        except Exception as err:  # noqa: BLE001 - NVMLError, or AttributeError (older pynvml)
             self.record(where, what, err)
             return None
 

@@ -53,7 +53,7 @@ def read_nvlinks(calls: NvmlCalls, index: int, handle: Any) -> list[NvLinkTarget
     for link in range(int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))):
         try:
             active = nvml.nvmlDeviceGetNvLinkState(handle, link)
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - classified by is_error, recorded otherwise
             if calls.is_error(err, "NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_INVALID_ARGUMENT"):
                 break
             calls.record(str(index), "NVLink state", err)
@@ -68,12 +68,12 @@ def _nvlink_target(nvml: Any, handle: Any, link: int) -> NvLinkTarget:
     switch = getattr(nvml, "NVML_NVLINK_DEVICE_TYPE_SWITCH", _NVLINK_DEVICE_TYPE_SWITCH)
     try:
         is_switch = nvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link) == switch
-    except Exception:  # older drivers: a GPU's bus id still identifies a direct link
+    except Exception:  # noqa: BLE001 - older drivers: a GPU's bus id still names a direct link
         is_switch = None
     try:
         remote = nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link)
         bus_id = normalise_bus_id(remote.busId)
-    except Exception:
+    except Exception:  # noqa: BLE001 - unknown remote: the link counts, its peer is None
         bus_id = None
     return bus_id, is_switch
 
