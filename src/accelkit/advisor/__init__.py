@@ -11,8 +11,9 @@ verdicts for the hardware it ran on; for another GPU, pass that GPU's plan:
     >>> report = {"framework": "torch", "device": "cpu", "step_time_s": 0.05}  # or a RunReport
     >>> plan = accelkit.plan_for("A100-SXM4-80GB", precision="fp32")
     >>> for advice in accelkit.advisor.advise(plan.hardware, plan, report):
-    ...     print(advice.severity, advice.title)
-    warning matmuls run in fp32 on NVIDIA A100 SXM4 80GB, whose tensor cores run bf16 mixed precision
+    ...     print(advice.severity, advice.title)  # doctest: +NORMALIZE_WHITESPACE
+    warning matmuls run in fp32 on NVIDIA A100 SXM4 80GB, whose tensor cores run bf16
+    mixed precision
 
 `accelkit.advisor.project(report, gpu=...)` (`accelkit.advisor.projection`)
 estimates step and epoch time on other GPUs at the same MFU.

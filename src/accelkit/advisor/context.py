@@ -49,7 +49,7 @@ reads it).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from accelkit import specs
@@ -193,7 +193,7 @@ class Context:
 
 
 def _measured_on(hardware: HardwareInfo, m: Mapping[str, Any]) -> bool:
-    measured = (m.get("hardware") or {}).get("gpus") or ()
+    measured: Sequence[Any] = (m.get("hardware") or {}).get("gpus") or ()
     on_gpu = bool(measured) and str(m.get("device", "cpu")) != "cpu"
     if not hardware.gpus:
         return not on_gpu

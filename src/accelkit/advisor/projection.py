@@ -122,7 +122,12 @@ def project(
         6.41
     """
     data = report.to_dict() if hasattr(report, "to_dict") else dict(report)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+    # Callers without a type checker pass anything; True is an int to Python, not a count.
+    if (
+        isinstance(count, bool)
+        or not isinstance(count, int)  # type: ignore[redundant-expr]
+        or count < 1
+    ):
         raise ValueError(f"count={count!r} is not valid; use a whole number >= 1")
     if mfu is not None and not 0 < mfu <= 1:  # NaN fails this too
         raise ValueError(f"mfu={mfu!r} must be in (0, 1]")
@@ -256,7 +261,8 @@ def ranked(projections: Sequence[Projection]) -> list[tuple[Projection, int, int
     """
     by_time = sorted(projections, key=lambda p: p.epoch_time_s)
     priced = sorted(
-        (p for p in projections if p.cost_per_epoch is not None), key=lambda p: p.cost_per_epoch
+        (p for p in projections if p.cost_per_epoch is not None),
+        key=lambda p: p.cost_per_epoch or 0.0,  # priced ones only: never None
     )
     cost_rank = {id(p): i for i, p in enumerate(priced, 1)}
     return [(p, i, cost_rank.get(id(p))) for i, p in enumerate(by_time, 1)]

@@ -14,6 +14,7 @@ same model, the same run, median step times.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -117,10 +118,13 @@ def trial(ctx: Context, option: Option) -> Compared | None:
     def alone(t: Trial) -> bool:
         return bool(base.settings) and others(t.settings) == others(base.settings)
 
+    def seconds(t: Trial) -> float:
+        return t.step_seconds or math.inf  # timed ones only: never the default
+
     timed = [t for t in found if t.step_seconds]
     best = (
-        min((t for t in timed if alone(t)), key=lambda t: t.step_seconds, default=None)
-        or min(timed, key=lambda t: t.step_seconds, default=None)
+        min((t for t in timed if alone(t)), key=seconds, default=None)
+        or min(timed, key=seconds, default=None)
         or found[0]
     )
     fields = {f.name: getattr(best, f.name) for f in dataclasses.fields(Trial)}

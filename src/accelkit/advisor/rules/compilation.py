@@ -87,7 +87,7 @@ def torch_compile(ctx: Context) -> Advice | None:
     if tuning.chose(ctx, tuning.COMPILE):
         return None
     trial = tuning.trial(ctx, tuning.COMPILE)
-    if trial is not None and trial.step_seconds:
+    if trial is not None and trial.step_seconds and trial.baseline_seconds:
         return _measured(ctx, trial, fit)
     if trial is not None and trial.status == "failed":
         return _failed(ctx, trial)
@@ -106,6 +106,7 @@ def _evidence(ctx: Context, fit: bool) -> dict[str, Any]:
 
 def _measured(ctx: Context, trial: tuning.Compared, fit: bool) -> Advice:
     evidence = {**_evidence(ctx, fit), **trial.evidence()}
+    assert trial.baseline_seconds and trial.step_seconds  # the caller checked: both timed
     ratio = trial.speedup or 0.0
     base_ms, cand_ms = trial.baseline_seconds * 1e3, trial.step_seconds * 1e3
     if ratio <= 1.0:
@@ -164,7 +165,7 @@ def _failed(ctx: Context, trial: tuning.Compared) -> Advice:
     )
 
 
-def _estimated(ctx: Context, fit: bool, trial: tuning.Compared | None) -> Advice:
+def _estimated(ctx: Context, fit: bool, trial: tuning.Compared | None) -> Advice | None:
     evidence = _evidence(ctx, fit)
     if trial is not None:
         evidence.update(trial.evidence())

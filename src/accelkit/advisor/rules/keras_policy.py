@@ -15,6 +15,8 @@ what to do on that hardware, with that plan's policy.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from accelkit.advisor.context import DEFAULT_MFU, Context
 from accelkit.advisor.rules.needs import needs
 from accelkit.advisor.types import Advice, Severity, amdahl
@@ -46,9 +48,10 @@ def keras_policy(ctx: Context) -> Advice | None:
     off = ctx.fact("keras_layers_off_policy") or []
     if not policy or not policy.startswith("mixed") or not off:
         return None
-    what_if = ctx.plan is not None and not ctx.measured_here
-    target = capabilities.keras_policy(ctx.plan.precision) if what_if else policy
-    if what_if and not capabilities.is_mixed(ctx.plan.precision):
+    planned = None if ctx.measured_here else ctx.plan  # a what-if: the plan's policy counts
+    what_if = planned is not None
+    target = capabilities.keras_policy(planned.precision) if planned is not None else policy
+    if planned is not None and not capabilities.is_mixed(planned.precision):
         return None  # float32 there: the layers computing in float32 is what the plan wants
     names = [
         f"{layer.get('name')} ({layer.get('type')}, {layer.get('compute_dtype')})" for layer in off
@@ -92,17 +95,24 @@ def _action(ctx: Context, policy: str, what_if: bool) -> str:
     )
 
 
-def _gain(ctx: Context, policy: str) -> dict[str, object]:
+class _Gain(TypedDict, total=False):
+    speedup: float
+    expected_gain: str
+
+
+def _gain(ctx: Context, policy: str) -> _Gain:
     spec = ctx.spec
     target = capabilities.precision_of_policy(policy)
     now = "tf32" if spec is not None and spec.peak("tf32") else "fp32"
-    if spec is None or not spec.peak(now) or not spec.peak(target):
+    peak_now = spec.peak(now) if spec is not None else None
+    peak_target = spec.peak(target) if spec is not None else None
+    if spec is None or not peak_now or not peak_target:
         return {
             "expected_gain": "not estimated: no datasheet peaks for this device "
             "(the layers run at the float32 rate instead of the "
             f"{target} one)"
         }
-    ratio = spec.peak(target) / spec.peak(now)
+    ratio = peak_target / peak_now
     mfu = ctx.mfu if ctx.mfu is not None else DEFAULT_MFU
     speedup = min(amdahl(min(mfu, 1.0), ratio), ratio)
     return {
@@ -111,7 +121,7 @@ def _gain(ctx: Context, policy: str) -> dict[str, object]:
             f"about {speedup:.2f}x if all matmuls were off-policy: "
             f"1 / ((1 - MFU) + MFU / R), MFU {mfu:.1%}"
             f"{'' if ctx.mfu is not None else ' (assumed)'}, R = "
-            f"{spec.peak(target):g} / {spec.peak(now):g} ({spec.name} "
+            f"{peak_target:g} / {peak_now:g} ({spec.name} "
             f"{target} / {now}, datasheet)"
         ),
     }

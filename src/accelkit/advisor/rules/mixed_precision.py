@@ -28,9 +28,8 @@ _NO_GAIN = "no speed-up: a correctness fix"
 @needs(
     ("fact:float_id_inputs", "fact:ids_over_float16"),
     optional=("fact:keras_policy", "figure:precision", "plan", "measured_here"),
-    evidence={
-        k: None
-        for k in (
+    evidence=dict.fromkeys(
+        (
             "layer",
             "lookup",
             "input",
@@ -47,7 +46,7 @@ _NO_GAIN = "no speed-up: a correctness fix"
             "max_id",
             "example",
         )
-    }
+    )
     | {"first_batch_*": "fact:ids_over_float16"},
 )
 def float_ids(ctx: Context) -> list[Advice] | None:
@@ -71,7 +70,7 @@ def float_ids(ctx: Context) -> list[Advice] | None:
         vocabulary = item.get("input_dim")
         limit = float_formats.exact_limit(dtype) if dtype else None
         seen = batch if batch.get("input") == item.get("input") else {}
-        if limit is None or (vocabulary and vocabulary - 1 <= limit and not seen):
+        if dtype is None or limit is None or (vocabulary and vocabulary - 1 <= limit and not seen):
             continue
         advice.append(_float_ids_advice(ctx, item, dtype, now, seen))
     covered = {item.get("input") for item in found}
@@ -85,10 +84,9 @@ def float_ids(ctx: Context) -> list[Advice] | None:
 @needs(
     "fact:float16_outputs",
     optional=("fact:keras_policy", "plan", "measured_here"),
-    evidence={
-        k: None
-        for k in ("outputs", "policy", "output_dtype", "relative_precision", "largest_value")
-    },
+    evidence=dict.fromkeys(
+        ("outputs", "policy", "output_dtype", "relative_precision", "largest_value")
+    ),
 )
 def float16_outputs(ctx: Context) -> Advice | None:
     """Fires (critical) when a Keras model's outputs are 16-bit under a mixed policy (on
@@ -131,7 +129,7 @@ def float16_outputs(ctx: Context) -> Advice | None:
 
 @needs(
     "fact:half_integer_inputs",
-    evidence={k: None for k in ("input", "dtype", "shape", "max", "exact_up_to", "examples")},
+    evidence=dict.fromkeys(("input", "dtype", "shape", "max", "exact_up_to", "examples")),
 )
 def half_ids(ctx: Context) -> list[Advice] | None:
     """Fires (critical) for each PyTorch batch tensor that arrived in float16/bfloat16

@@ -67,7 +67,7 @@ def fused_optimizer(ctx: Context) -> Advice | None:
         else f"{tensors} parameter tensors in multi-tensor kernels, one op at a time"
     )
     title = f"{name} runs its {kind} implementation on {ctx.gpu.name}: {per}; {target} is available"
-    if measured is not None:
+    if trial is not None and measured is not None:
         title += f" and ran {measured:.2f}x faster in tune's '{trial.name}' trial"
     return Advice(
         id="fused_optimizer",
@@ -107,7 +107,7 @@ def _action(name: str, target: str, opt: dict[str, Any], param_bytes: Any) -> st
 def _gain(
     trial: tuning.Compared | None, measured: float | None, tensors: Any, kind: str, target: str
 ) -> str:
-    if measured is not None and trial is not None:
+    if measured is not None and trial is not None and trial.baseline_seconds and trial.step_seconds:
         return (
             f"measured {measured:.2f}x: {trial.baseline_seconds * 1e3:.2f} ms / "
             f"{trial.step_seconds * 1e3:.2f} ms '{trial.name}', median steps of the same "

@@ -45,7 +45,7 @@ def precision(ctx: Context) -> Advice | None:
         'precision'
     """
     cc = ctx.compute_capability
-    if not capabilities.has_tensor_cores(cc, ctx.gpu.name if ctx.gpu else None):
+    if cc is None or not capabilities.has_tensor_cores(cc, ctx.gpu.name if ctx.gpu else None):
         return None
     dtype = ctx.matmul_dtype
     if dtype in ("fp32", "tf32"):
@@ -66,8 +66,9 @@ def _faster_dtype(ctx: Context, cc: tuple[int, int], dtype: str) -> Advice:
     }
     spec = ctx.spec
     gain, speedup = None, None
-    if spec is not None and spec.peak(dtype) and spec.peak(target):
-        now, then = spec.peak(dtype), spec.peak(target)
+    now = spec.peak(dtype) if spec is not None else None
+    then = spec.peak(target) if spec is not None else None
+    if spec is not None and now and then:
         ratio = then / now
         evidence[f"peak_{dtype}_tflops"] = now
         evidence[f"peak_{target}_tflops"] = then

@@ -68,7 +68,7 @@ def nonfinite_loss(ctx: Context) -> Advice | None:
 @needs(
     "fact:loss_scale",
     optional=("figure:precision", "plan", "compute_capability"),
-    evidence={k: None for k in ("initial_scale", "lowest_scale", "last_scale", "samples")},
+    evidence=dict.fromkeys(("initial_scale", "lowest_scale", "last_scale", "samples")),
 )
 def loss_scale(ctx: Context) -> Advice | None:
     """Fires when the fp16 loss scale collapsed below 1 (critical) or fell 1024-fold (warning).
