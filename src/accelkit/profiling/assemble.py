@@ -206,6 +206,6 @@ def _series(clock: ClockSummary, sampler: SamplerSummary | None) -> dict[str, li
     times = gpu.pop("time", None)
     if times:
         zero = clock.started if clock.started is not None else times[0]
-        series["gpu_time_s"] = [t - zero for t in times]
+        series["gpu_time_s"] = [None if t is None or zero is None else t - zero for t in times]
         series.update((name, list(values)) for name, values in gpu.items())
     return series

@@ -99,11 +99,14 @@ class BoundedSeries:
     def _merge(a: list[Any], b: list[Any] | None = None) -> list[Any]:
         if b is None:
             return a
-        maxima = [x if y is None else y if x is None else max(x, y) for x, y in zip(a[3], b[3])]
+        maxima = [
+            x if y is None else y if x is None else max(x, y)
+            for x, y in zip(a[3], b[3], strict=True)
+        ]
         return [
             a[0] + b[0],
-            [x + y for x, y in zip(a[1], b[1])],
-            [x + y for x, y in zip(a[2], b[2])],
+            [x + y for x, y in zip(a[1], b[1], strict=True)],
+            [x + y for x, y in zip(a[2], b[2], strict=True)],
             maxima,
         ]
 

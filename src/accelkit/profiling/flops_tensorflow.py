@@ -149,9 +149,8 @@ def _count(model: Any, x: Any, y: Any, sample_weight: Any) -> FlopCount:
         return _failed(
             "TensorFlow is not installed; install it with: pip install 'accelkit[tensorflow]'"
         )
-    import tensorflow as tf
-
     import keras
+    import tensorflow as tf
 
     if keras.backend.backend() != "tensorflow":
         return _failed(
@@ -165,6 +164,7 @@ def _count(model: Any, x: Any, y: Any, sample_weight: Any) -> FlopCount:
 
     notes: list[str] = []
     signature, rebuild = _signature(tf, (x, y, sample_weight))
+    traced: tuple[Any, int] | None = None  # (graph, replicas) of the training step
     forward_only = not getattr(model, "compiled", False)
     if forward_only:
         notes.append(
@@ -180,15 +180,16 @@ def _count(model: Any, x: Any, y: Any, sample_weight: Any) -> FlopCount:
                 "(forward, compute_loss, gradients of the trainable variables)"
             )
         try:
-            graph, replicas = _trace(tf, _train_step(tf, model), signature, rebuild)
+            traced = _trace(tf, _train_step(tf, model), signature, rebuild)
         except Exception as error:  # noqa: BLE001 - e.g. a loss that needs y when y is None
             notes.append(
                 f"the training step could not be traced ({_describe(error)}): "
                 "forward counted, total unknown"
             )
             forward_only = True
-    if forward_only:
-        graph, replicas = _trace(tf, _forward(model), signature, rebuild)
+    if traced is None:  # not compiled, or the training step failed to trace
+        traced = _trace(tf, _forward(model), signature, rebuild)
+    graph, replicas = traced
     if replicas > 1:
         notes.append(
             f"traced under the distribution strategy, once per replica: "
@@ -210,7 +211,7 @@ def _signature(tf: Any, data: Any) -> tuple[list[Any], Callable[[list[Any]], Any
 
     def rebuild(tensors: list[Any]) -> Any:
         filled = list(leaves)
-        for i, tensor in zip(arrays, tensors):
+        for i, tensor in zip(arrays, tensors, strict=True):
             filled[i] = tensor
         return tf.nest.pack_sequence_as(data, filled)
 
@@ -243,7 +244,7 @@ def _forward(model: Any) -> Callable[..., Any]:
 
 def _trace(
     tf: Any, step: Callable[..., Any], signature: list[Any], rebuild: Callable[[list[Any]], Any]
-) -> Any:
+) -> tuple[Any, int]:
     """The graph of `step` traced with the batch's static shapes (nothing runs), and the
     number of copies of it the graph holds: inside a strategy's scope (`fit` calls its
     callbacks there) distributed variables can only be differentiated in a replica

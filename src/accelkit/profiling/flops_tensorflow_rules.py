@@ -20,6 +20,7 @@ strides instead of the forward convolution's work.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -56,11 +57,12 @@ def einsum_flops(equation: str, input_shapes: list[list[int]], output_shape: lis
     specs = inputs.split(",")
     sizes: dict[str, int] = {}
     ellipsis: list[int] = []
-    for spec, shape in zip(specs, input_shapes):
+    # The graph's shapes as TensorFlow gives them: a rule counts what it can, never raises.
+    for spec, shape in zip(specs, input_shapes, strict=False):
         before, dots, after = spec.partition("...")
         labels = [*before, *after]
         dims = [*shape[: len(before)], *shape[len(shape) - len(after) :]] if dots else list(shape)
-        for label, dim in zip(labels, dims):
+        for label, dim in zip(labels, dims, strict=False):
             sizes[label] = max(sizes.get(label, 1), int(dim))
         if dots:
             middle = [int(d) for d in shape[len(before) : len(shape) - len(after)]]
@@ -74,7 +76,7 @@ def einsum_flops(equation: str, input_shapes: list[list[int]], output_shape: lis
 def _broadcast(left: list[int], right: list[int]) -> list[int]:
     size = max(len(left), len(right))
     left, right = [1] * (size - len(left)) + left, [1] * (size - len(right)) + right
-    return [max(a, b) for a, b in zip(left, right)]
+    return [max(a, b) for a, b in zip(left, right, strict=True)]
 
 
 def _einsum_rule(graph: Any, node: Any) -> Any:
@@ -163,10 +165,8 @@ def register_flop_rules() -> None:
     from tensorflow.python.profiler.internal import flops_registry  # noqa: F401
 
     for op_type, rule in _MISSING_RULES.items():
-        try:
+        with contextlib.suppress(KeyError):  # registered already
             ops.RegisterStatistics(op_type, "flops")(rule)
-        except KeyError:  # registered already
-            pass
     _registered = True
 
 

@@ -115,9 +115,8 @@ def count_train_step_flops(
         256
     """
     try:
-        from torch.utils.flop_counter import FlopCounterMode
-
         import torch
+        from torch.utils.flop_counter import FlopCounterMode
     except ImportError as error:
         return _failed(f"{error}; FlopCounterMode needs `pip install 'torch>=2.1'`")
 

@@ -278,7 +278,7 @@ def attention_mask(batch: Any, ids: Any) -> Any:
     """
     if ids is None or not isinstance(batch, Mapping):
         return None
-    mask = batch.get(ATTENTION_MASK)
+    mask: Any = batch.get(ATTENTION_MASK)
     if is_tensor(mask) and tuple(mask.shape) == tuple(ids.shape):
         return mask
     return None

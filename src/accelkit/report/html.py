@@ -53,9 +53,11 @@ def render_html(report: RunReport) -> str:
     title = f"accelkit run: {r.model} on {r.device}"
     sections = [
         f"<h1>{esc(title)}</h1>",
-        f"<p>{esc(r.framework)}, precision {esc(r.precision)} (matmuls {esc(r.matmul_dtype)}), "
-        f"{r.steps} steps ({r.warmup_steps} warm-up); "
-        f"{esc(_hardware(r.hardware))}</p>",
+        (
+            f"<p>{esc(r.framework)}, precision {esc(r.precision)} (matmuls {esc(r.matmul_dtype)}), "
+            f"{r.steps} steps ({r.warmup_steps} warm-up); "
+            f"{esc(_hardware(r.hardware))}</p>"
+        ),
         "<h2>Throughput</h2>",
         _throughput(r),
         "<h2>Step time</h2>",
@@ -137,15 +139,19 @@ def breakdown(r: RunReport) -> dict[str, list[float | None]]:
     times, steps, waits = s.get("time_s", []), s.get("step_time_s", []), s.get("input_wait_s", [])
     gpu_t, gpu_u = s.get("gpu_time_s", []), s.get("gpu_utilization", [])
     out: dict[str, list[float | None]] = {"compute": [], "input wait": [], "idle": []}
-    for i, (end, step) in enumerate(zip(times, steps)):
-        if step is None:
+    # A saved report's columns may differ in length: draw what pairs up.
+    for i, (end, step) in enumerate(zip(times, steps, strict=False)):
+        if step is None or end is None:
             for values in out.values():
                 values.append(None)
             continue
         wait = min(step, (waits[i] if i < len(waits) else None) or 0.0)
-        start = times[i - 1] if i else (end - step)
+        before = times[i - 1] if i else None
+        start = before if before is not None else end - step
         window = [
-            u for t, u in zip(gpu_t, gpu_u) if u is not None and t is not None and start <= t <= end
+            u
+            for t, u in zip(gpu_t, gpu_u, strict=False)
+            if u is not None and t is not None and start <= t <= end
         ]
         busy = sum(window) / len(window) if window else r.gpu_utilization
         share = 1.0 if busy is None else max(0.0, min(1.0, busy / 100))

@@ -41,8 +41,10 @@ def _frame(
     esc = html.escape
     bottom, right = HEIGHT - _BOTTOM, WIDTH - _RIGHT
     parts = [
-        f'<svg id="{esc(chart_id)}" class="chart" xmlns="http://www.w3.org/2000/svg" '
-        f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{esc(title)}">',
+        (
+            f'<svg id="{esc(chart_id)}" class="chart" xmlns="http://www.w3.org/2000/svg" '
+            f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{esc(title)}">'
+        ),
         f'<line class="axis" x1="{_LEFT}" y1="{bottom}" x2="{right}" y2="{bottom}"/>',
         f'<line class="axis" x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{bottom}"/>',
         *(
@@ -55,10 +57,14 @@ def _frame(
         ),
         f'<text x="{_LEFT}" y="{bottom + 14}">{esc(_fmt(x_span[0]))}</text>',
         f'<text x="{right}" y="{bottom + 14}" text-anchor="end">{esc(_fmt(x_span[1]))}</text>',
-        f'<text x="{(_LEFT + right) / 2}" y="{HEIGHT - 4}" text-anchor="middle">'
-        f"{esc(x_label)}</text>",
-        f'<text x="12" y="{(_TOP + bottom) / 2}" text-anchor="middle" '
-        f'transform="rotate(-90 12 {(_TOP + bottom) / 2})">{esc(y_label)}</text>',
+        (
+            f'<text x="{(_LEFT + right) / 2}" y="{HEIGHT - 4}" text-anchor="middle">'
+            f"{esc(x_label)}</text>"
+        ),
+        (
+            f'<text x="12" y="{(_TOP + bottom) / 2}" text-anchor="middle" '
+            f'transform="rotate(-90 12 {(_TOP + bottom) / 2})">{esc(y_label)}</text>'
+        ),
     ]
     return "\n".join(parts + body + ["</svg>"])
 
@@ -96,7 +102,9 @@ def line_chart(
     for n, (name, ys) in enumerate(lines):
         color = COLORS[n % len(COLORS)]
         points = " ".join(
-            f"{px(a):.1f},{py(b):.1f}" for a, b in zip(x, ys) if a is not None and b is not None
+            f"{px(a):.1f},{py(b):.1f}"
+            for a, b in zip(x, ys, strict=False)
+            if a is not None and b is not None
         )
         body.append(
             f'<polyline class="series" data-name="{html.escape(name)}" '
