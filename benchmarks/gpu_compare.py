@@ -23,6 +23,7 @@ step from accelkit's counter (checked against 6N+12LTd for GPT-2).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -139,7 +140,7 @@ def run_accelkit(args: argparse.Namespace, compile: bool) -> dict[str, Any]:
 
 
 def run_lightning(args: argparse.Namespace) -> dict[str, Any]:
-    import lightning as L  # noqa: N812 - Lightning's convention
+    import lightning as L  # Lightning's convention
 
     torch, device, model, (batch, loss_fn), _ = _setup(args)
     model_name = args.model
@@ -188,7 +189,7 @@ def run_lightning(args: argparse.Namespace) -> dict[str, Any]:
     )
     trainer.fit(Module(), train_dataloaders=SyntheticBatches(batch, total))
     marks = timer.marks
-    times = [(b - a) / args.steps for a, b in zip(marks, marks[1:])]
+    times = [(b - a) / args.steps for a, b in itertools.pairwise(marks)]
     return {"step_s": times[: args.repeats], "peak_memory_bytes": _peak_memory(torch, device)}
 
 

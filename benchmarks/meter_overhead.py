@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         order = ("bare", "metered") if repeat % 2 == 0 else ("metered", "bare")
         for name in order:
             times[name].append((bare if name == "bare" else metered)(args.steps))
-    ratios = [m / b for b, m in zip(times["bare"], times["metered"])]
+    ratios = [m / b for b, m in zip(times["bare"], times["metered"], strict=True)]
     result = {
         "benchmark": "meter_overhead",
         "framework": args.framework,

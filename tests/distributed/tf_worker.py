@@ -20,9 +20,9 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf
-from tests.helpers.keras_models import classification_data, mlp  # ROOT: on tf_cluster's path
 
 import accelkit
+from tests.helpers.keras_models import classification_data, mlp  # ROOT: on tf_cluster's path
 
 BATCH = 64  # the global batch: split across the replicas by the strategy
 

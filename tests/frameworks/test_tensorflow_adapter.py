@@ -22,9 +22,8 @@ A100 = HardwareInfo(
 
 @pytest.fixture(autouse=True)
 def keras_state():
-    import tensorflow as tf
-
     import keras
+    import tensorflow as tf
 
     policy = keras.mixed_precision.global_policy().name
     tf32 = tf.config.experimental.tensor_float_32_execution_enabled()

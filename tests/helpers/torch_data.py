@@ -11,8 +11,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-import accelkit.torch
 import torch
+
+import accelkit.torch
 from accelkit.hardware.info import HardwareInfo
 from accelkit.planning import Request, plan
 from accelkit.profiling.run_report import RunReport

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import transformers
-
 import torch
+import transformers
 
 # Token ids inside the small vocabularies, so configs do not warn about GPT-2's 50256.
 _SPECIAL = {"bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}

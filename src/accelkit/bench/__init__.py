@@ -160,8 +160,9 @@ class _TorchBench:
     def run(self, single: float | None, *, distributed: bool = True) -> RunReport:
         """Train the model for `steps` on one synthetic batch and return the report;
         `single` is the single-device samples/s for the scaling efficiency."""
-        import accelkit.torch
         import torch
+
+        import accelkit.torch
         from accelkit.bench import torch_models
 
         torch.manual_seed(0)  # the same model on every rank and in every run

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import keras
 import numpy as np
 
-import keras
 from accelkit.keras import float32_head
 
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from torch.nn import functional as F
-
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 
 @dataclasses.dataclass(frozen=True)

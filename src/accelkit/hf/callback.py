@@ -109,7 +109,7 @@ class AccelkitCallback(transformers.TrainerCallback):
         self.meter: Meter | None = None
         self.report: RunReport | None = None
         self._steps: TrainerSteps | None = None
-        self._window: dict[str, float] = {}
+        self._window: dict[str, float | None] = {}
         self._mark = (0, 0, 0)  # steps, samples, tokens at the last window boundary
         self._peak: float | None = None
 
@@ -176,10 +176,11 @@ class AccelkitCallback(transformers.TrainerCallback):
             self._steps.end(model)
 
     def _window_end(self, step_s: float, step: int) -> None:
+        assert self._steps is not None  # made with the meter, which calls this
         steps, samples, tokens = self._mark
         count = max(step - steps, 1)
         seconds = step_s * count
-        flops = self.flops_per_step or (self._steps.flops if self._steps else None)
+        flops = self.flops_per_step or self._steps.flops
         tflops = flops / step_s / 1e12 if flops and step_s > 0 else None
         self._window = {
             "step_seconds": step_s,
@@ -219,5 +220,6 @@ class AccelkitCallback(transformers.TrainerCallback):
 
     def _close(self) -> None:
         if self.meter is not None and self.report is None:
+            assert self._steps is not None  # made with the meter
             self._steps.detach()
             self.report = self.meter.close()

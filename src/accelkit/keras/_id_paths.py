@@ -71,13 +71,15 @@ def _float_sources(node: Any) -> list[tuple[Any, list[tuple[Any, Any]]]]:
     """(model input tensor, [(op, its output) from that input to `node`]) for every
     floating model input whose values reach `node` unchanged by weights."""
     seen: set[int] = set()
-    found = []
+    found: list[tuple[Any, list[tuple[Any, Any]]]] = []
     for tensor in node.input_tensors:
         found.extend(_float_sources_of(tensor, [], seen))
     return found
 
 
-def _float_sources_of(tensor: Any, path: list[tuple[Any, Any]], seen: set[int]) -> list:
+def _float_sources_of(
+    tensor: Any, path: list[tuple[Any, Any]], seen: set[int]
+) -> list[tuple[Any, list[tuple[Any, Any]]]]:
     op, node = producer(tensor)
     if node is None:
         return []
@@ -88,7 +90,7 @@ def _float_sources_of(tensor: Any, path: list[tuple[Any, Any]], seen: set[int]) 
     if id(node) in seen or getattr(op, "weights", None):
         return []  # visited, or a layer with weights: its outputs are new values, not ids
     seen.add(id(node))
-    found = []
+    found: list[tuple[Any, list[tuple[Any, Any]]]] = []
     for parent in node.input_tensors:
         found.extend(_float_sources_of(parent, [(op, tensor), *path], seen))
     return found
@@ -98,7 +100,7 @@ def _first_cast(keras: Any, path: list[tuple[Any, Any]]) -> tuple[str, str] | No
     """(name, dtype) of the op that puts the ids into a float compute dtype: the first on
     the path that makes them 16-bit, else the first float32 autocasting layer (16-bit once
     rebuilt under a mixed policy); None when nothing on the path casts them."""
-    casts = []
+    casts: list[tuple[str, str]] = []
     for op, output in path:
         dtype = None
         if (
@@ -113,7 +115,9 @@ def _first_cast(keras: Any, path: list[tuple[Any, Any]]) -> tuple[str, str] | No
         if dtype is not None:
             casts.append((op.name, dtype))
     half = [cast for cast in casts if float_formats.is_half(cast[1])]
-    return (half or casts or [None])[0]
+    if half:
+        return half[0]
+    return casts[0] if casts else None
 
 
 def lookup_in(keras: Any, op: Any) -> Any:

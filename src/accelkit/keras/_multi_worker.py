@@ -22,9 +22,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-import tensorflow as tf
-
 import keras
+import tensorflow as tf
 
 NOTE = (
     "Keras 3 cannot fit under MultiWorkerMirroredStrategy (keras-team/keras#20585): "

@@ -234,7 +234,9 @@ def _ids_exceed(x: Any, model: Any) -> dict[str, Any] | None:
     worst: dict[str, Any] | None = None
     for name, value in _named_inputs(x, model):
         cast = casts.get(name)
-        array = None if cast is None else _array(np, value)
+        if cast is None:
+            continue
+        array = _array(np, value)
         if array is None or array.size == 0 or array.dtype.kind not in "iuf":
             continue
         if array.dtype.kind == "f" and not (
@@ -251,7 +253,7 @@ def _ids_exceed(x: Any, model: Any) -> dict[str, Any] | None:
         values, counts = np.unique(np.abs(array).astype(np.int64), return_counts=True)
         changed = sum(
             int(c)
-            for v, c in zip(values.tolist(), counts.tolist())
+            for v, c in zip(values.tolist(), counts.tolist(), strict=True)
             if float_formats.rounded(v, dtype) != v
         )
         worst = {

@@ -69,8 +69,9 @@ def _dtype_name(tensor: Any) -> str:
 
 def _float32_head_class() -> type:
     keras = _keras()
+    model_class: Any = keras.Model  # a base class read off a module: Any to mypy
 
-    class Float32Head(keras.Model):
+    class Float32Head(model_class):
         """Calls the wrapped model and casts its outputs to float32."""
 
         def __init__(self, inner: Any, **kwargs: Any) -> None:

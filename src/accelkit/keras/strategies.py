@@ -312,7 +312,7 @@ def gather_figures(strategy: Any, figures: dict[str, Any]) -> list[dict[str, Any
     gathered = strategy.gather(values, axis=0).numpy()
     ranks: dict[int, dict[str, Any]] = {}
     for row_values in gathered:
-        entry = {
+        entry: dict[str, Any] = {
             name: _from_number(value) for name, value in zip(_FIGURES, row_values, strict=True)
         }
         rank = int(entry["rank"])

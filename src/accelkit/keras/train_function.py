@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import keras
 import numpy as np
 
-import keras
 from accelkit.keras import batches
 from accelkit.profiling.clock import StepClock
 
@@ -136,8 +136,8 @@ class StepCounter:
             start = time.perf_counter()
             data = []
             try:
-                for _ in range(per_call):
-                    data.append(next(source))
+                for _ in range(per_call):  # what came before StopIteration is kept
+                    data.append(next(source))  # noqa: PERF401
             except stop:
                 if not data:
                     raise StopIteration from None

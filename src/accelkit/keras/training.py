@@ -9,9 +9,9 @@ import warnings
 from contextlib import nullcontext
 from typing import Any
 
+import keras
 import tensorflow as tf
 
-import keras
 from accelkit.configure import auto_configure, current_plan
 from accelkit.hardware.environment import dist_timeout
 from accelkit.keras import _multi_worker, checks, strategies
@@ -115,9 +115,7 @@ def fit(
         window=window,
         sample_gpu=sample_gpu,
         calibrate=calibrate,
-        single_device=renamed(
-            single_device, single_device_samples_per_second, SINGLE_DEVICE
-        ),
+        single_device=renamed(single_device, single_device_samples_per_second, SINGLE_DEVICE),
         allow_float_ids=allow_float_ids,
     )
     callback.facts["loader"] = input_facts(x)

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+
 from accelkit.profiling.flop_count import FlopCount
 from accelkit.profiling.flops_torch import count_train_step_flops
 

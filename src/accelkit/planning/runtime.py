@@ -94,8 +94,8 @@ def _tensorflow(hardware: HardwareInfo, request: Request) -> list[Setting]:
             Setting(
                 Key.KERAS_JIT_COMPILE,
                 True,
-                "requested compile=True: XLA fuses the train step (model.compile(jit_compile=True), "
-                "applied by accelkit.keras.fit)",
+                "requested compile=True: XLA fuses the train step "
+                "(model.compile(jit_compile=True), applied by accelkit.keras.fit)",
             )
         )
     return out

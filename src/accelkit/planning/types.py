@@ -12,6 +12,8 @@ from accelkit.hardware import capabilities
 from accelkit.planning.keys import REGISTRY, Key, Kind
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from accelkit.hardware.info import HardwareInfo
 
 
@@ -19,7 +21,7 @@ class _Choice(str, enum.Enum):
     """A string enum whose bad values raise a `ValueError` naming the valid ones."""
 
     @classmethod
-    def parse(cls, value: str | _Choice, *, name: str | None = None) -> Any:
+    def parse(cls, value: str | _Choice, *, name: str | None = None) -> Self:
         if isinstance(value, cls):
             return value
         text = str(value).strip().lower()
@@ -163,10 +165,23 @@ class Request:
     fixed_shapes: bool = True
     deterministic: bool = False
 
+    if TYPE_CHECKING:
+        # What the generated __init__ accepts: the choices' names as strings too, and
+        # True/False/None for distribute. __post_init__ turns them into the members.
+        def __init__(
+            self,
+            framework: Framework | str = Framework.TORCH,
+            precision: Precision | str = Precision.AUTO,
+            distribute: Distribution | str | bool | None = Distribution.AUTO,
+            compile: bool = False,
+            fixed_shapes: bool = True,
+            deterministic: bool = False,
+        ) -> None: ...
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "framework", Framework.parse(self.framework, name="framework"))
         object.__setattr__(self, "precision", Precision.parse(self.precision, name="precision"))
-        distribute = self.distribute
+        distribute: Distribution | str | bool | None = self.distribute
         if distribute is True:
             distribute = Distribution.AUTO
         elif distribute is False or distribute is None:
@@ -278,7 +293,7 @@ class Plan:
             "in float32 with none of its helper settings"
         )
         return dataclasses.replace(
-            self, precision=Precision.FP32, settings=kept, notes=self.notes + (note,)
+            self, precision=Precision.FP32, settings=kept, notes=(*self.notes, note)
         )
 
     # -- PyTorch helpers ---------------------------------------------------------

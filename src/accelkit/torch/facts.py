@@ -101,8 +101,10 @@ def optimizer_facts(optimizer: Any) -> dict[str, Any]:
     Example:
         >>> import torch
         >>> model = torch.nn.Linear(4, 4)
-        >>> optimizer_facts(torch.optim.AdamW(model.parameters(), foreach=False))
-        {'type': 'AdamW', 'implementation': 'for-loop', 'foreach_available': False, 'fused_available': True, 'set_by_user': True, 'parameter_tensors': 2, 'param_groups': 1}
+        >>> optimizer = torch.optim.AdamW(model.parameters(), foreach=False)
+        >>> optimizer_facts(optimizer)  # doctest: +NORMALIZE_WHITESPACE
+        {'type': 'AdamW', 'implementation': 'for-loop', 'foreach_available': False,
+         'fused_available': True, 'set_by_user': True, 'parameter_tensors': 2, 'param_groups': 1}
     """
     facts: dict[str, Any] = {"type": type(optimizer).__name__}
     try:
@@ -123,7 +125,7 @@ def optimizer_facts(optimizer: Any) -> dict[str, Any]:
         plain = all(type(p) in (torch.Tensor, torch.nn.Parameter) for p in params)
         differentiable = bool(defaults.get("differentiable"))
         facts.update(
-            implementation=max(tensors, key=tensors.get) if tensors else "for-loop",
+            implementation=max(tensors, key=tensors.__getitem__) if tensors else "for-loop",
             foreach_available="foreach" in defaults
             and not differentiable
             and plain
