@@ -78,7 +78,8 @@ def _match_mig(gpus: Sequence[GpuInfo], entry: str) -> GpuInfo | None:
     found = [
         (gpu, name, uuid)
         for gpu in gpus
-        for name, uuid in zip(gpu.mig_slices, gpu.mig_uuids)
+        # strict=False: a snapshot may list the slices' names without their UUIDs
+        for name, uuid in zip(gpu.mig_slices, gpu.mig_uuids, strict=False)
         if uuid and uuid.startswith(entry)
     ]
     if len(found) != 1:

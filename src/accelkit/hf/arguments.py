@@ -24,8 +24,10 @@ def training_arguments(plan: Plan) -> dict[str, Any]:
 
     Example:
         >>> import accelkit
-        >>> training_arguments(accelkit.plan_for("A100-SXM4-80GB"))
-        {'bf16': True, 'fp16': False, 'tf32': True, 'torch_compile': False, 'dataloader_pin_memory': True}
+        >>> a100 = accelkit.plan_for("A100-SXM4-80GB")
+        >>> training_arguments(a100)  # doctest: +NORMALIZE_WHITESPACE
+        {'bf16': True, 'fp16': False, 'tf32': True, 'torch_compile': False,
+         'dataloader_pin_memory': True}
         >>> from transformers import TrainingArguments
         >>> plan = accelkit.auto_configure(verbose=False)       # this machine's plan
         >>> args = TrainingArguments(**training_arguments(plan), output_dir="out")
