@@ -32,6 +32,7 @@ synchronised at both ends of each repeat. Ratios compare variants of one run.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -193,11 +194,10 @@ def run_fit(args: argparse.Namespace, *, tune: bool) -> dict[str, Any]:
 
 
 def run_lightning(args: argparse.Namespace, *, measured: bool = False) -> dict[str, Any]:
-    import lightning as L  # noqa: N812 - Lightning's convention
+    import lightning as L  # Lightning's convention
     import torch
 
     import accelkit.lightning
-
     from accelkit.bench.torch_models import SyntheticBatches
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -245,7 +245,7 @@ def run_lightning(args: argparse.Namespace, *, measured: bool = False) -> dict[s
         callbacks=[Timer()] + ([callback] if callback is not None else []),
     )
     trainer.fit(Module(), train_dataloaders=SyntheticBatches(batch, total))
-    times = [(b - a) / args.steps for a, b in zip(marks, marks[1:])]
+    times = [(b - a) / args.steps for a, b in itertools.pairwise(marks)]
     result = {
         "step_s": times[: args.repeats],
         "peak_memory_bytes": gpu_compare._peak_memory(torch, device),

@@ -22,11 +22,11 @@ import os
 import sys
 from pathlib import Path
 
+import torch
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 import accelkit
 import accelkit.torch
-import torch
 from accelkit.torch import levers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))

@@ -21,9 +21,10 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 import accelkit
 import accelkit.torch
-import torch
 
 # Outside pytest: the shared test data is imported from its folder.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))

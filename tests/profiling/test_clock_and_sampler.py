@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from accelkit.profiling.clock import StepClock
 from accelkit.profiling import sampler as sampler_module
+from accelkit.profiling.clock import StepClock
 from accelkit.profiling.sampler import NvmlSampler
 
 

@@ -69,7 +69,7 @@ def test_chromium_draws_the_charts(tmp_path: Path) -> None:
     assert image.size == (WIDTH, HEIGHT)
     colors = image.getcolors(maxcolors=WIDTH * HEIGHT)
     assert colors is not None
-    count = dict((rgb, n) for n, rgb in colors)
+    count = {rgb: n for n, rgb in colors}
     inked = WIDTH * HEIGHT - count.get((255, 255, 255), 0)
     assert inked > 0.05 * WIDTH * HEIGHT, f"only {inked} non-white pixels: a blank page"
     # The throughput line and the step-time bars are drawn in the first series colour.

@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("torch")
 
 import torch
+
 from accelkit import plan_for
 from accelkit.hardware import environment
 from accelkit.torch import communication, levers
