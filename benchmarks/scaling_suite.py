@@ -12,8 +12,9 @@ at 64 per GPU first); a configuration that would start past the budget is listed
 skipped, so a budget that runs out still leaves the most important rows. The "off" run
 of each model, batch and mode also trains on rank 0 alone, for the single-device
 reference; the other runs of that group are compared with it (same model, batch, mode).
-One more run per group, ``off, untimed`` (ACCELKIT_COMM_TIMING=0: DDP without any hook),
-for the eager ResNet-50 at 64 per GPU, gives the timing hook's cost against plain DDP.
+One more run, ``off, untimed`` (ACCELKIT_COMM_TIMING=0: DDP without any hook), for the
+eager ResNet-50 at 64 per GPU, and benchmarks/comm_hook_overhead.py after the eager
+groups (plain DDP, the hook, the timed hook in paired rounds) give the timing's cost.
 
 Writes OUT/<name>.json (benchmarks/scaling.py's result) for each run, OUT/suite.json
 with one row per configuration, and prints the rows as a Markdown table.
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import json
 import os
 import sys
@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_compare import run_child, write_json
 
 SCRIPT = str(Path(__file__).resolve().with_name("scaling.py"))
+OVERHEAD = str(Path(__file__).resolve().with_name("comm_hook_overhead.py"))
 GPU_GROUPS = [("resnet50", 64), ("gpt2", 16), ("resnet50", 256), ("gpt2", 32)]
 SMOKE_GROUPS = [("mlp", 32)]
 # Steps per run: the "on" runs add tune's trials (at most 4 candidates x 10 optimizer
@@ -56,37 +57,63 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 
 def configurations(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
-    """The runs in the order they are worth: mode, then group, then off, on (, untimed)."""
-    modes = [m for m in ("eager", "compiled") if args.only in (None, m)]
-    if args.smoke:
-        modes = ["eager"]
+    """The runs in the order they are worth: eager groups (off, on, and the untimed
+    control for the first), the hook's cost, then the compiled groups."""
+    modes = (
+        ["eager"] if args.smoke else [m for m in ("eager", "compiled") if args.only in (None, m)]
+    )
     groups = SMOKE_GROUPS if args.smoke else GPU_GROUPS
-    for mode, (model, batch) in itertools.product(modes, groups):
-        group = f"{model}_b{batch}_{mode}"
-        for levers in ("off", "on"):
-            yield {
-                "name": f"{group}_{levers}",
-                "group": group,
-                "model": model,
-                "batch": batch,
-                "mode": mode,
-                "levers": levers,
-                "timed": True,
-            }
-        if (model, batch, mode) in (("resnet50", 64, "eager"), ("mlp", 32, "eager")):
-            yield {
-                "name": f"{group}_off_untimed",
-                "group": group,
-                "model": model,
-                "batch": batch,
-                "mode": mode,
-                "levers": "off",
-                "timed": False,
-            }
+    for mode in modes:
+        for model, batch in groups:
+            group = f"{model}_b{batch}_{mode}"
+            runs = [("off", True), ("on", True)]
+            if mode == "eager" and (model, batch) == groups[0]:
+                runs.append(("off", False))
+            for levers, timed in runs:
+                yield {
+                    "name": f"{group}_{levers}" + ("" if timed else "_untimed"),
+                    "group": group,
+                    "model": model,
+                    "batch": batch,
+                    "mode": mode,
+                    "levers": levers,
+                    "timed": timed,
+                }
+        if mode == "eager":
+            yield _overhead(*groups[0])
+
+
+def _overhead(model: str, batch: int) -> dict[str, Any]:
+    return {
+        "name": f"hook_overhead_{model}_b{batch}",
+        "group": "overhead",
+        "model": model,
+        "batch": batch,
+        "mode": "eager",
+        "levers": "overhead",
+        "timed": True,
+    }
 
 
 def command(config: dict[str, Any], args: argparse.Namespace, single: float | None) -> list[str]:
     """``python -m torch.distributed.run ... benchmarks/scaling.py ...`` for one run."""
+    where = ["-m", "torch.distributed.run", "--nproc-per-node", str(args.gpus), "--standalone"]
+    out = str(Path(args.out) / f"{config['name']}.json")
+    if config["levers"] == "overhead":
+        rounds = ["--steps", "10" if args.smoke else "30"]
+        return [
+            *where,
+            OVERHEAD,
+            "--model",
+            config["model"],
+            "--batch-size",
+            str(config["batch"]),
+            *rounds,
+            "--repeats",
+            "3",
+            "--out",
+            out,
+        ]
     steps = STEPS[config["levers"]]
     if args.smoke:
         steps = {"off": 12, "on": 60}[config["levers"]]
@@ -141,6 +168,15 @@ def row(config: dict[str, Any], result: dict[str, Any], seconds: float) -> dict[
     if "error" in result:
         out["error"] = result["error"][-600:]
         return out
+    if config["levers"] == "overhead":
+        out.update(
+            median_step_ms={k: v * 1e3 for k, v in result["median_step_s"].items()},
+            ratio_to_plain=result.get("ratio_to_plain"),
+            timer_host_us_per_step=result.get("timer_host_us_per_step"),
+            bookkeeping_us_per_bucket=result.get("bookkeeping_us_per_bucket_alone"),
+            buckets=result.get("buckets"),
+        )
+        return out
     ranks = result.get("ranks") or []
     waits = [r["communication_s"] for r in ranks if r.get("communication_s") is not None]
     shares = [r["communication_share"] for r in ranks if r.get("communication_share") is not None]
@@ -175,6 +211,15 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     )
     lines = [head]
     for r in rows:
+        if r["levers"] == "overhead" and "median_step_ms" in r:
+            ms, ratio = r["median_step_ms"], r["ratio_to_plain"]
+            lines.append(
+                f"| {r['model']} | {r['batch']} | eager | the timing's cost | - | - | - | "
+                f"plain {ms['plain']:.2f} ms, hook x{ratio['hook']:.4f}, timed "
+                f"x{ratio['timed']:.4f} | - | {r['timer_host_us_per_step']:.1f} us/step "
+                "bookkeeping | - |"
+            )
+            continue
         if "error" in r or "skipped" in r:
             why = r.get("skipped") or "error: " + r["error"].splitlines()[-1][:80]
             lines.append(

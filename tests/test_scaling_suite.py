@@ -25,9 +25,11 @@ def test_the_targets_runs_come_first_eager_before_compiled() -> None:
         "resnet50_b64_eager_off_untimed",
     ]
     assert runs[3:5] == ["gpt2_b16_eager_off", "gpt2_b16_eager_on"]
-    assert runs.index("gpt2_b32_eager_on") < runs.index("resnet50_b64_compiled_off")
-    assert len(runs) == 17  # 4 groups x 2 modes x off/on, and the untimed control
-    assert all("eager" not in run for run in names("--only", "compiled"))
+    assert runs.index("gpt2_b32_eager_on") < runs.index("hook_overhead_resnet50_b64")
+    assert runs.index("hook_overhead_resnet50_b64") < runs.index("resnet50_b64_compiled_off")
+    # 4 groups x 2 modes x off/on, the untimed control and the hook's cost
+    assert len(runs) == 18
+    assert all("compiled" in run for run in names("--only", "compiled"))
 
 
 def test_each_run_is_its_own_torchrun_with_the_groups_single_device_figure() -> None:
@@ -64,3 +66,10 @@ def test_the_table_gives_each_configuration_or_why_not(timed) -> None:
     assert "| resnet50 | 64 | eager | off" in table and "| 76.5% | 34.15 |" in table
     assert ("2.0%-3.0%" if timed else "not timed") in table
     assert "budget of 480 s spent" in table
+
+
+def test_the_hooks_cost_runs_its_own_script() -> None:
+    args = scaling_suite._arguments(["--out", "/tmp/x"])
+    config = next(c for c in scaling_suite.configurations(args) if c["levers"] == "overhead")
+    line = " ".join(scaling_suite.command(config, args, single=None))
+    assert "comm_hook_overhead.py --model resnet50 --batch-size 64 --steps 30 --repeats 3" in line
