@@ -91,3 +91,24 @@ def test_a_data_parallel_report_without_the_figures_says_why() -> None:
     assert r.communication_share is None and "communication_share" not in r.notes  # one device
     world.aggregate(r, [dict(r.ranks[0], rank=0), dict(r.ranks[0], rank=1)])
     assert "not here" in r.notes["communication_share"]
+
+
+def test_the_text_and_html_reports_show_each_ranks_wait() -> None:
+    r = report()
+    r.series = {
+        "time_s": [1.0, 2.0],
+        "step": [10.0, 20.0],
+        "step_time_s": [0.04, 0.04],
+        "samples_per_second": [1600.0, 1600.0],
+        "input_wait_s": [0.001, 0.001],
+    }
+    world.aggregate(
+        r, [dict(r.ranks[0], rank=0), dict(r.ranks[0], rank=1, communication_share=0.2)]
+    )
+    text = str(r)
+    assert "all-reduce wait" in text and "rank 0 12.5%, rank 1 20.0%" in text
+    page = r.to_html()
+    assert "This rank waited for the gradient all-reduce 12.5% of each step" in page
+    untimed = report(communication=None)
+    world.aggregate(untimed, [dict(untimed.ranks[0], rank=0), dict(untimed.ranks[0], rank=1)])
+    assert "all-reduce wait  - (the gradient all-reduce is timed in" in str(untimed)

@@ -177,11 +177,17 @@ def _breakdown(r: RunReport) -> str:
             y_label="ms per step",
         )
     wait = "-" if r.input_wait_share is None else f"{r.input_wait_share:.1%}"
+    reduce = (
+        f" This rank waited for the gradient all-reduce {r.communication_share:.1%} of each "
+        "step, after its backward pass (every rank's: Figures, all-reduce wait)."
+        if r.communication_share is not None
+        else ""
+    )
     return _figure(
         "chart-step-breakdown",
         chart,
         f"Milliseconds per step of each window: compute (the GPU busy share of "
-        f"the rest, by NVML), input wait ({wait} of steady-state time) and idle.",
+        f"the rest, by NVML), input wait ({wait} of steady-state time) and idle.{reduce}",
         _why(r, "step_time_s", default="no steady-state window measured"),
     )
 
