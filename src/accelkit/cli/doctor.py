@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     result = auto_configure(
         framework=args.framework, dry_run=True, verbose=False, hardware=hardware
     )
-    document = {
+    document: dict[str, Any] = {
         "accelkit": __version__,
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -130,7 +130,7 @@ class ProfileCallback(keras.callbacks.Callback):
     # -- Keras hooks -----------------------------------------------------------------
 
     def on_train_begin(self, logs: Any = None) -> None:
-        self.plan = (
+        self.plan = self._plan = (  # _plan: the same, never None while fitting
             self.plan
             or current_plan("tensorflow")
             or make_plan(detect(), Request(framework="tensorflow"))
@@ -178,11 +178,11 @@ class ProfileCallback(keras.callbacks.Callback):
             from accelkit.hardware.capabilities import matmul_dtype
 
             hardware = (
-                self.plan.hardware
+                self._plan.hardware
                 if self._gpus
-                else environment.cpu_host(self.plan.hardware.launcher)
+                else environment.cpu_host(self._plan.hardware.launcher)
             )
-            precision = head.precision_ran(self.model, self.plan) or self.plan.precision
+            precision = head.precision_ran(self.model, self._plan) or self._plan.precision
             self._peak = mfu.peak(
                 hardware, matmul_dtype(precision, self._tf32_enabled()), devices=self._replicas()
             )
@@ -299,7 +299,7 @@ class ProfileCallback(keras.callbacks.Callback):
 
     def _build(self) -> RunReport:
         summary = self.clock.finish()
-        plan = self.plan
+        plan = self._plan
         hardware = plan.hardware if self._gpus else environment.cpu_host(plan.hardware.launcher)
         notes = dict(self._notes)
         if self._sampler.notes:
@@ -399,7 +399,7 @@ class ProfileCallback(keras.callbacks.Callback):
         from accelkit.profiling import calibrate
 
         measure = calibrate.matmul_tflops_tensorflow
-        return calibrate.for_run(measure, self.plan.precision, self._tf32_enabled(), self._notes)
+        return calibrate.for_run(measure, self._plan.precision, self._tf32_enabled(), self._notes)
 
 
 def _tensorflow() -> Any:

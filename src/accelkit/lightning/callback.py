@@ -134,7 +134,7 @@ class AccelkitCallback(_Callback):
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         self._steps.end()
-        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        loss: Any = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if getattr(loss, "ndim", None) == 0:  # summed where it lies: no sync per step
             loss = loss.detach().float()
             self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss

@@ -67,8 +67,8 @@ def render_plan(plan: Plan, width: int | None = None, shown: Sequence[str] = ())
 
 def _unique(notes: Sequence[str], shown: Sequence[str] = ()) -> list[str]:
     """`notes` without repeats and without those in `shown`, in their order."""
-    seen = set(shown)
-    return [n for n in notes if not (n in seen or seen.add(n))]
+    hidden = set(shown)
+    return [n for n in dict.fromkeys(notes) if n not in hidden]
 
 
 def _num(value: float | None, fmt: str = "{:,.1f}", missing: str = "-") -> str:
@@ -189,7 +189,7 @@ def render_tuning(tuning: Mapping[str, Any], width: int | None = None) -> str:
     rows = []
     for c in tuning.get("candidates") or ():
         step = c.get("step_seconds")
-        spread = c.get("spread") or ()
+        spread: Sequence[float] = c.get("spread") or ()
         timing = (
             "-"
             if step is None

@@ -178,7 +178,7 @@ def _loader_settings(loader: Any) -> dict[str, Any]:
 def set_epoch(loader: Any, epoch: int) -> None:
     """Tell a `DistributedSampler` the epoch, so each epoch shuffles differently
     (the same way on every rank)."""
-    sampler = getattr(loader, "sampler", None)
+    sampler: Any = getattr(loader, "sampler", None)
     if hasattr(sampler, "set_epoch"):
         sampler.set_epoch(epoch)
 

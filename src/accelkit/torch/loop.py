@@ -165,12 +165,12 @@ def train(
         if done == 0:
             raise ValueError("the loader yielded no batch: nothing to train on")
         if done % accumulation_steps:
-            if ddp:  # the last micro-steps ran under no_sync()
+            if run.group is not None:  # ddp: the last micro-steps ran under no_sync()
                 parallel.sync_gradients(model, run.group)
             step.optimizer_step()
     except KeyboardInterrupt:
         meter.interrupted = True
-        where = f"rank {run.group.rank}: " if ddp else ""
+        where = f"rank {run.group.rank}: " if run.group is not None else ""
         _log.warning(
             "accelkit: %sinterrupted after %d steps; returning a partial report", where, done
         )

@@ -82,6 +82,13 @@ def clearly_faster(trial: Trial, best: Trial) -> bool:
     return trial.step_seconds < min(best.step_seconds * (1 - MARGIN), fastest)
 
 
+def times_faster(trial: Trial, best: Trial) -> float:
+    """`best`'s median step over `trial`'s: how many times faster `trial` ran."""
+    if trial.step_seconds is None or best.step_seconds is None:
+        raise ValueError(f"{trial.name!r} and {best.name!r} must both have been timed")
+    return best.step_seconds / trial.step_seconds
+
+
 def check_mode(tune: Any) -> Any:
     """`tune` itself, or ValueError naming the valid values.
 

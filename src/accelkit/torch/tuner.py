@@ -259,7 +259,7 @@ class Tuner:
             if best.status == "chosen":
                 best.status = "slower"
             trial.status = "chosen"
-            trial.why = f"{best.step_seconds / trial.step_seconds:.2f}x {best.name}"
+            trial.why = f"{trials.times_faster(trial, best):.2f}x {best.name}"
             return True
         if trial.status == "measured":
             trial.status = "slower" if verdict == "slower" else verdict
