@@ -19,6 +19,7 @@ figures, calibration.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import keras
@@ -28,7 +29,7 @@ from accelkit.configure import current_plan
 from accelkit.hardware import detect, environment
 from accelkit.keras import batches, checks, head, strategies
 from accelkit.keras.epoch_logs import EpochClock
-from accelkit.keras.facts import loss_scale
+from accelkit.keras.facts import device_label, loss_scale
 from accelkit.keras.train_function import StepCounter
 from accelkit.planning import Plan, Request
 from accelkit.planning import plan as make_plan
@@ -223,9 +224,8 @@ class ProfileCallback(keras.callbacks.Callback):
     def _wrap_train_function(self) -> None:
         if self._count_first and self._tf is None:
             self._notes["flops_per_step"] = (
-                f"counted on the TensorFlow backend only (Keras "
-                f"runs on {keras.config.backend()}): pass "
-                "flops_per_step="
+                f"counted on the TensorFlow backend only (Keras runs on "
+                f"{keras.config.backend()}): pass flops_per_step="
             )
             self._count_first = False
         elif self._count_first and getattr(self.model, "run_eagerly", False):
@@ -246,17 +246,13 @@ class ProfileCallback(keras.callbacks.Callback):
     def _first_batch(self, data: Any, samples: int | None) -> None:
         """Once per fit: its batch size, the 16-bit checks, the FLOP count."""
         self._first_batch_size = samples
-        self._check_first_batch(data)
+        # Integers past float16's exact range fed to a float input: a fact, or an error.
+        x, _, _ = keras.utils.unpack_x_y_sample_weight(batches.first_replica(data))
+        if found := checks.check_first_batch(x, self.model, allow_float_ids=self.allow_float_ids):
+            self.facts["ids_over_float16"] = found
         if self._count_first:
             self._count_first = False
             self._flops = self._count(data)
-
-    def _check_first_batch(self, data: Any) -> None:
-        """Integers past float16's exact range fed to a float input: a fact, or an error."""
-        x, _, _ = keras.utils.unpack_x_y_sample_weight(batches.first_replica(data))
-        found = checks.check_first_batch(x, self.model, allow_float_ids=self.allow_float_ids)
-        if found:
-            self.facts["ids_over_float16"] = found
 
     def _restore_train_function(self) -> None:
         steps = getattr(self, "_steps", None)
@@ -271,12 +267,11 @@ class ProfileCallback(keras.callbacks.Callback):
         replicas = self._replicas()
         if count.total is None or replicas == 1:
             return count
-        return FlopCount(
-            count.total * replicas,
-            (count.forward or 0) * replicas,
-            count.by_op,
-            f"{count.method}, x {replicas} replicas",
-            count.notes,
+        return dataclasses.replace(  # every replica runs the step on its own batch
+            count,
+            total=count.total * replicas,
+            forward=(count.forward or 0) * replicas,
+            method=f"{count.method}, x {replicas} replicas",
         )
 
     def _replicas(self) -> int:
@@ -309,15 +304,8 @@ class ProfileCallback(keras.callbacks.Callback):
             facts = self._facts(replicas)
         except Exception as error:  # noqa: BLE001 - facts feed advice, never fail a run
             facts = {"facts_error": f"{type(error).__name__}: {error}"}
-        device = (
-            f"{replicas} x {plan.hardware.gpus[0].name}"
-            if self._gpus and plan.hardware.gpus
-            else "GPU:0"
-            if self._gpus
-            else f"{replicas} x cpu"
-            if replicas > 1
-            else "cpu"
-        )
+        names = [gpu.name for gpu in plan.hardware.gpus]
+        device = device_label(replicas, len(self._gpus), names[0] if names else None)
         report = build_report(
             Measurements(
                 framework="tensorflow",
@@ -332,7 +320,11 @@ class ProfileCallback(keras.callbacks.Callback):
                 flops=self._flops,
                 flops_per_step=self.flops_per_step,
                 sampler=self._sampler.summary(self.clock.warmup_end, None),
-                peak_memory_bytes=self._peak_memory(),
+                peak_memory_bytes=(
+                    int(self._tf.config.experimental.get_memory_info("GPU:0")["peak"])
+                    if self._gpus and self._tf is not None
+                    else None
+                ),
                 calibration=self._calibrate() if self.calibrate else None,
                 epochs=self._epochs,
                 losses=self._losses,
@@ -386,11 +378,6 @@ class ProfileCallback(keras.callbacks.Callback):
             and self._tf is not None
             and self._tf.config.experimental.tensor_float_32_execution_enabled()
         )
-
-    def _peak_memory(self) -> int | None:
-        if not self._gpus or self._tf is None:
-            return None
-        return int(self._tf.config.experimental.get_memory_info("GPU:0")["peak"])
 
     def _calibrate(self) -> Any:
         if self._tf is None:

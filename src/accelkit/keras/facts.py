@@ -91,6 +91,18 @@ def loss_scale(optimizer: Any, *, initial: bool = False) -> float | None:
         return None
 
 
+def device_label(replicas: int, gpus: int, gpu_name: str | None) -> str:
+    """What ran the fit, as the report names it.
+
+    Example:
+        >>> device_label(2, 2, "NVIDIA H100 80GB HBM3"), device_label(2, 0, None)
+        ('2 x NVIDIA H100 80GB HBM3', '2 x cpu')
+    """
+    if gpus:
+        return f"{replicas} x {gpu_name}" if gpu_name else "GPU:0"
+    return f"{replicas} x cpu" if replicas > 1 else "cpu"
+
+
 def _flat_layers(model: Any, *, recursive: bool = True) -> list[Any]:
     """The layers inside `model` (all of them, or its direct children)."""
     try:
