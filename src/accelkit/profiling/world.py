@@ -82,7 +82,7 @@ def aggregate(
 
 NOT_TIMED = (
     "the gradient all-reduce is timed in PyTorch DistributedDataParallel runs of "
-    "accelkit.torch.fit (and Meter with accelkit.torch.communication.time); not here"
+    "accelkit.torch.fit (and Meter with accelkit.torch.communication.timed); not here"
 )
 
 
