@@ -1,16 +1,6 @@
-"""`Meter`: the profiled-fit measurements for a hand-written PyTorch loop.
-
-    meter = accelkit.torch.Meter(model)
-    with meter:
-        for batch in loader:
-            with meter.step(batch):
-                loss = loss_fn(model(batch[0]), batch[1])
-                loss.backward()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-    print(meter.report())
-
-Per step it reads the host clock twice and adds a few numbers; the device is
+"""`Meter`: the profiled-fit measurements for a hand-written PyTorch loop: each step
+inside ``with meter.step(batch):``, the report from ``meter.report()`` (`Meter`'s
+example). Per step it reads the host clock twice and adds a few numbers; the device is
 synchronised only every `window` steps (see `accelkit.profiling.clock`).
 
 In a process group of several ranks (torchrun), building the report gathers
@@ -147,7 +137,9 @@ class Meter:
         self.clock = StepClock(
             sync, warmup=max(warmup, 1 if self._count_first else 0), window=window
         )
-        self._sampler = NvmlSampler(self._nvml_devices() if sample_gpu and self._cuda else [])
+        gpus, index = self.plan.hardware.gpus, self._device.index or 0  # CUDA's order
+        nvml = [gpus[index].index] if sample_gpu and self._cuda and index < len(gpus) else []
+        self._sampler = NvmlSampler(nvml)
         self.clock.on_window = self._window_end
         self.on_window: Callable[[float, int], None] | None = None
         self.facts: dict[str, Any] = {}
@@ -323,11 +315,6 @@ class Meter:
 
     # -- devices ---------------------------------------------------------------------
 
-    def _nvml_devices(self) -> list[int]:
-        gpus = self.plan.hardware.gpus
-        index = self._device.index or 0
-        return [gpus[index].index] if index < len(gpus) else []
-
     @property
     def device_label(self) -> str:
         if not self._cuda:
@@ -347,9 +334,8 @@ class Meter:
             measure = functools.partial(calibrate.matmul_tflops, device=str(self._device))
             calibration = calibrate.for_run(measure, self.plan.precision, tf32, self._notes)
         notes = {**self._notes, **self._guard.notes()}
-        notes.update(
-            {k: v for k, v in {"gpu_utilization": "; ".join(self._sampler.notes)}.items() if v}
-        )
+        if self._sampler.notes:
+            notes["gpu_utilization"] = "; ".join(self._sampler.notes)
         try:
             facts = self._facts()
         except Exception as error:  # noqa: BLE001 - facts feed advice, never fail a run
