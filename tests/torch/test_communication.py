@@ -165,3 +165,18 @@ def test_trial_names_and_settings_name_the_levers_that_are_on() -> None:
         "bucket_cap_mb": 100,
         "static_graph": False,
     }
+
+
+def test_after_the_first_passes_one_in_twenty_is_timed(timer) -> None:
+    timer, clock, step = timer
+    for step[0] in range(60):  # every pass waits 0.5 s; untimed ones give no marks
+        marks = [timer.launch(Bucket(i, i == 1), sent_bytes=4000) for i in range(2)]
+        timed = step[0] < communication.FIRST_PASSES or (step[0] + 1) % 20 == 0
+        assert all((mark is not None) == timed for mark in marks)
+        clock[0] += 0.5
+        for mark in marks:
+            if mark is not None:
+                mark()
+    totals = timer.totals(warmup_steps=0)
+    assert totals["reductions"] == communication.FIRST_PASSES + 3  # passes 8+: 20, 40, 60
+    assert totals["exposed_s"] == pytest.approx(0.5 * totals["reductions"])

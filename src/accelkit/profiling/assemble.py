@@ -171,14 +171,18 @@ def _flops(report: RunReport, m: Measurements) -> None:
 
 
 def _communication(report: RunReport, totals: dict[str, Any] | None, clock: ClockSummary) -> None:
-    """Per steady-state step: the exposed all-reduce time and its share of the step."""
-    if totals is None or not clock.steady_s or not clock.steady_steps:
+    """Per steady-state step: the exposed all-reduce time and its share of the step.
+
+    The timer times a sample of the backward passes (`accelkit.torch.communication`):
+    the figures are means over the timed ones, one all-reduce of the gradients a step.
+    """
+    if totals is None or not clock.steady_s or not clock.steady_steps or not totals["reductions"]:
         return
-    steps = clock.steady_steps
-    report.communication_s = totals["exposed_s"] / steps
-    report.communication_share = min(1.0, totals["exposed_s"] / clock.steady_s)
+    steps, timed = clock.steady_steps, totals["reductions"]
+    report.communication_s = totals["exposed_s"] / timed
+    report.communication_share = min(1.0, report.communication_s * steps / clock.steady_s)
     report.facts["communication"] = {
-        "in_flight_s": totals["in_flight_s"] / steps,
+        "in_flight_s": totals["in_flight_s"] / timed,
         "all_reduces": totals["reductions"],
         "buckets": totals["buckets"],
         "gradient_bytes": totals["gradient_bytes"],
