@@ -119,12 +119,17 @@ def _process_group() -> bool:
 def _framework_flags() -> dict[str, object]:
     flags: dict[str, object] = {}
     if torch := sys.modules.get("torch"):
-        flags["torch"] = (
-            torch.backends.cuda.matmul.allow_tf32,
-            torch.backends.cudnn.allow_tf32,
-            torch.backends.cudnn.benchmark,
-            torch.get_float32_matmul_precision(),
-        )
+        matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+        if hasattr(matmul, "fp32_precision"):  # PyTorch >= 2.9: once these flags are set,
+            # the legacy getters raise, so they are read and put back as they are
+            flags["torch"] = (matmul.fp32_precision, cudnn.fp32_precision, cudnn.benchmark)
+        else:
+            flags["torch"] = (
+                matmul.allow_tf32,
+                cudnn.allow_tf32,
+                cudnn.benchmark,
+                torch.get_float32_matmul_precision(),
+            )
     if keras := sys.modules.get("keras"):
         flags["keras"] = keras.mixed_precision.global_policy().name
     return flags
@@ -135,10 +140,16 @@ def _restore_framework_flags(flags: dict[str, object]) -> None:
     now = _framework_flags()
     if "torch" in now and now["torch"] != flags.get("torch", now["torch"]):
         torch = sys.modules["torch"]
-        matmul, cudnn, benchmark, precision = flags["torch"]  # type: ignore[misc]
-        torch.set_float32_matmul_precision(precision)
-        torch.backends.cuda.matmul.allow_tf32 = matmul
-        torch.backends.cudnn.allow_tf32 = cudnn
+        saved: tuple = flags["torch"]  # type: ignore[assignment]
+        if len(saved) == 3:
+            matmul, cudnn, benchmark = saved
+            torch.backends.cuda.matmul.fp32_precision = matmul
+            torch.backends.cudnn.fp32_precision = cudnn
+        else:
+            matmul, cudnn, benchmark, precision = saved
+            torch.set_float32_matmul_precision(precision)
+            torch.backends.cuda.matmul.allow_tf32 = matmul
+            torch.backends.cudnn.allow_tf32 = cudnn
         torch.backends.cudnn.benchmark = benchmark
     if "keras" in now and now["keras"] != flags.get("keras", "float32"):
         sys.modules["keras"].mixed_precision.set_global_policy(flags.get("keras", "float32"))
