@@ -22,25 +22,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import gpu_compare  # same folder: the variants' command line
+
 HERE = Path(__file__).resolve().parent
 
 
 def _one(src: str, variant: str, args: argparse.Namespace) -> list[float]:
     """Step times (s) of one child process running `variant` from the tree at `src`."""
-    command = [
-        sys.executable,
-        str(HERE / "gpu_compare.py"),
-        "--variant",
-        variant,
-        "--model",
-        args.model,
-        "--steps",
-        str(args.steps),
-        "--warmup",
-        str(args.warmup),
-        "--repeats",
-        str(args.repeats),
-    ]
+    command = [sys.executable, str(HERE / "gpu_compare.py")]
+    command += gpu_compare.variant_arguments(args, variant)
     done = subprocess.run(
         command,
         capture_output=True,

@@ -225,22 +225,17 @@ def _ceiling(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _child(args: argparse.Namespace, variant: str) -> dict[str, Any]:
-    command = [
-        __file__,
-        "--variant",
-        variant,
-        "--model",
-        args.model,
-        "--steps",
-        str(args.steps),
-        "--warmup",
-        str(args.warmup),
-        "--repeats",
-        str(args.repeats),
-    ]
-    if args.batch_size:
-        command += ["--batch-size", str(args.batch_size)]
-    return run_child(command, args.timeout)
+    return run_child([__file__, *variant_arguments(args, variant)], args.timeout)
+
+
+def variant_arguments(args: argparse.Namespace, variant: str) -> list[str]:
+    """The command-line arguments that run `variant` alone in a child process, with the
+    comparison's model, steps, warm-up, repeats and batch size."""
+    found = ["--variant", variant, "--model", args.model, "--steps", str(args.steps)]
+    found += ["--warmup", str(args.warmup), "--repeats", str(args.repeats)]
+    if getattr(args, "batch_size", None):
+        found += ["--batch-size", str(args.batch_size)]
+    return found
 
 
 def run_child(command: list[str], timeout: float) -> dict[str, Any]:

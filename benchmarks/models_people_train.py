@@ -281,22 +281,8 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _child(args: argparse.Namespace, variant: str) -> dict[str, Any]:
-    command = [
-        __file__,
-        "--variant",
-        variant,
-        "--model",
-        args.model,
-        "--steps",
-        str(args.steps),
-        "--warmup",
-        str(args.warmup),
-        "--repeats",
-        str(args.repeats),
-    ] + (["--smoke"] if args.smoke else [])
-    if args.batch_size:
-        command += ["--batch-size", str(args.batch_size)]
-    return gpu_compare.run_child(command, args.timeout)
+    command = [__file__, *gpu_compare.variant_arguments(args, variant)]
+    return gpu_compare.run_child(command + (["--smoke"] if args.smoke else []), args.timeout)
 
 
 def compare(args: argparse.Namespace) -> dict[str, Any]:
