@@ -17,6 +17,7 @@ import importlib.util
 import io
 import logging
 import os
+import re
 import sys
 import types
 from collections.abc import Iterator
@@ -27,6 +28,12 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 _OPTIONAL = ("torch", "tensorflow", "keras", "lightning", "pytorch_lightning", "transformers")
+# What an example needs besides its module (accelkit imports a framework only when
+# called): what it imports; the framework a name in the module's path or the example
+# says (accelkit.torch, flops_tensorflow, framework="torch"); the calibration's PyTorch.
+_IMPORTS = re.compile(r"(?:>>>|\.\.\.)\s*(?:import|from)\s+([A-Za-z_]\w*)")
+_NAMED = re.compile(r"torch|tensorflow|keras|lightning|accelkit\.hf\b")
+_ALSO = {"accelkit.hf": "transformers", "accelkit.profiling.calibrate": "torch"}
 
 
 @dataclass(frozen=True)
@@ -157,7 +164,18 @@ def _restore_framework_flags(flags: dict[str, object]) -> None:
 
 @pytest.mark.usefixtures("_process_state")
 @pytest.mark.parametrize("docstring", _ALL, ids=[d.name for d in _ALL])
+def _needed(docstring: Docstring) -> set[str]:
+    """The optional modules `docstring`'s examples need."""
+    found = set(_IMPORTS.findall(docstring.text)) & set(_OPTIONAL)
+    found |= {_ALSO.get(n, n) for n in _NAMED.findall(f"{docstring.module} {docstring.text}")}
+    if docstring.module in _ALSO:
+        found.add(_ALSO[docstring.module])
+    return found
+
+
 def test_docstring_examples(docstring: Docstring) -> None:
+    if missing := sorted(m for m in _needed(docstring) if importlib.util.find_spec(m) is None):
+        pytest.skip(f"the examples need {', '.join(missing)}, not installed here")
     module = _import(docstring.module)
     test = doctest.DocTestParser().get_doctest(
         docstring.text,
