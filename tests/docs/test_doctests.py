@@ -162,8 +162,6 @@ def _restore_framework_flags(flags: dict[str, object]) -> None:
         sys.modules["keras"].mixed_precision.set_global_policy(flags.get("keras", "float32"))
 
 
-@pytest.mark.usefixtures("_process_state")
-@pytest.mark.parametrize("docstring", _ALL, ids=[d.name for d in _ALL])
 def _needed(docstring: Docstring) -> set[str]:
     """The optional modules `docstring`'s examples need."""
     found = set(_IMPORTS.findall(docstring.text)) & set(_OPTIONAL)
@@ -173,6 +171,8 @@ def _needed(docstring: Docstring) -> set[str]:
     return found
 
 
+@pytest.mark.usefixtures("_process_state")
+@pytest.mark.parametrize("docstring", _ALL, ids=[d.name for d in _ALL])
 def test_docstring_examples(docstring: Docstring) -> None:
     if missing := sorted(m for m in _needed(docstring) if importlib.util.find_spec(m) is None):
         pytest.skip(f"the examples need {', '.join(missing)}, not installed here")
