@@ -176,17 +176,7 @@ def run_lightning(args: argparse.Namespace) -> dict[str, Any]:
     timer = Timer()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    trainer = L.Trainer(
-        accelerator="gpu" if device.type == "cuda" else "cpu",
-        devices=1,
-        precision="bf16-mixed",
-        max_steps=total,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[timer],
-    )
+    trainer = lightning_trainer(L, device, total, [timer])
     trainer.fit(Module(), train_dataloaders=SyntheticBatches(batch, total))
     marks = timer.marks
     times = [(b - a) / args.steps for a, b in itertools.pairwise(marks)]
@@ -236,6 +226,22 @@ def variant_arguments(args: argparse.Namespace, variant: str) -> list[str]:
     if getattr(args, "batch_size", None):
         found += ["--batch-size", str(args.batch_size)]
     return found
+
+
+def lightning_trainer(L: Any, device: Any, steps: int, callbacks: list[Any]) -> Any:
+    """Lightning's Trainer as the comparisons run it: one device, bf16-mixed, `steps`
+    steps, nothing written (no logger, checkpoint, progress bar or model summary)."""
+    return L.Trainer(
+        accelerator="gpu" if device.type == "cuda" else "cpu",
+        devices=1,
+        precision="bf16-mixed",
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+    )
 
 
 def run_child(command: list[str], timeout: float) -> dict[str, Any]:

@@ -233,17 +233,8 @@ def run_lightning(args: argparse.Namespace, *, measured: bool = False) -> dict[s
         if measured
         else None
     )
-    trainer = L.Trainer(
-        accelerator="gpu" if device.type == "cuda" else "cpu",
-        devices=1,
-        precision="bf16-mixed",
-        max_steps=total,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[Timer()] + ([callback] if callback is not None else []),
-    )
+    callbacks = [Timer()] + ([callback] if callback is not None else [])
+    trainer = gpu_compare.lightning_trainer(L, device, total, callbacks)
     trainer.fit(Module(), train_dataloaders=SyntheticBatches(batch, total))
     times = [(b - a) / args.steps for a, b in itertools.pairwise(marks)]
     result = {

@@ -107,6 +107,18 @@ def test_other_ranks_stay_quiet(monkeypatch, capsys) -> None:
     assert capsys.readouterr().err == ""
 
 
+def _fresh_python(code: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a new interpreter on this checkout's src (nothing imported yet)."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": SRC},
+        timeout=timeout,
+    )
+
+
 def test_auto_configure_on_this_machine_never_raises() -> None:
     """Real detection on this machine (no GPU, no NVML here in CI), in a fresh process."""
     code = textwrap.dedent("""
@@ -114,14 +126,7 @@ def test_auto_configure_on_this_machine_never_raises() -> None:
         plan = accelkit.auto_configure(verbose=False)
         print(plan.precision.value, plan.hardware.source, len(plan.settings))
     """)
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        check=False,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": SRC},
-        timeout=120,
-    )
+    done = _fresh_python(code, timeout=120)
     assert done.returncode == 0, done.stderr
     precision, _source, count = done.stdout.split()
     assert precision in {p.value for p in Precision} and int(count) >= 1
@@ -136,14 +141,7 @@ def test_import_is_fast_and_imports_no_framework() -> None:
         loaded = [m for m in ("torch", "tensorflow", "keras") if m in sys.modules]
         print(f"{elapsed:.3f}", ",".join(loaded) or "-")
     """)
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        check=False,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": SRC},
-        timeout=60,
-    )
+    done = _fresh_python(code, timeout=60)
     assert done.returncode == 0, done.stderr
     elapsed, loaded = done.stdout.split()
     assert loaded == "-"
@@ -158,13 +156,6 @@ def test_trainer_packages_load_on_first_use() -> None:
         for package in (accelkit.lightning, accelkit.hf):
             print(package.AccelkitCallback.__module__)
     """)
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        check=False,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": SRC},
-        timeout=120,
-    )
+    done = _fresh_python(code, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["accelkit.lightning.callback", "accelkit.hf.callback"]
