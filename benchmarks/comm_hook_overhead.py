@@ -3,6 +3,9 @@
 Under torchrun, one model is wrapped three times in DistributedDataParallel (the
 parameters are shared; a wrapper whose forward did not run ignores the backward):
 
+- `module`: the model itself, no DDP (the wrappers' C++ autograd hooks still fire and
+  return at once): with one rank, `plain` against it is DDP's own cost per step, the
+  part of a scaling loss no faster link removes;
 - `plain`: DDP's own all-reduce, no hook (C++ all the way);
 - `hook`: accelkit's hook with the timing off (the cost of a Python hook alone);
 - `timed`: accelkit's hook timing every bucket, as accelkit.torch.fit runs it.
@@ -13,7 +16,8 @@ each one's median step time and its ratio to `plain`, and the timer's own
 bookkeeping per step (`GradientTimer.host_s`), the part a faster clock cannot hide.
 
     PYTHONPATH=src torchrun --nproc-per-node 2 benchmarks/comm_hook_overhead.py \\
-        --model resnet50 --batch-size 64 --steps 50 --repeats 5 --out results.json
+        --model resnet50 --batch-size 64 --channels-last --steps 50 --repeats 5 \\
+        --out results.json
     PYTHONPATH=src torchrun --nproc-per-node 2 benchmarks/comm_hook_overhead.py --model mlp
 """
 
@@ -22,16 +26,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import paired
 from gpu_compare import write_json
 
-VARIANTS = ("plain", "hook", "timed")
+VARIANTS = ("module", "plain", "hook", "timed")
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -41,6 +46,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=50, help="steps per round")
     parser.add_argument("--repeats", type=int, default=5, help="paired rounds")
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    parser.add_argument(
+        "--channels-last", action="store_true", help="NHWC weights and images, as fit's conv nets"
+    )
     parser.add_argument("--out", help="write the result as JSON (rank 0)")
     return parser.parse_args(argv)
 
@@ -108,11 +116,15 @@ def main(argv: list[str] | None = None) -> int:
     model, batch, loss_fn, _ = torch_models.build(args.model, args.batch_size, device)
     model = model.to(device)
     inputs, targets = batch
+    if args.channels_last:  # before DDP: its buckets follow the weights' layout
+        model = model.to(memory_format=torch.channels_last)
+        inputs = inputs.to(memory_format=torch.channels_last)
     options: dict[str, Any] = {"bucket_cap_mb": args.bucket_cap_mb}
     if cuda:
         options.update(device_ids=[device.index], output_device=device.index)
     ddp = torch.nn.parallel.DistributedDataParallel
-    wrappers = {name: ddp(model, **options) for name in VARIANTS}
+    wrappers = {name: ddp(model, **options) for name in VARIANTS[1:]}
+    wrappers["module"] = model
     timer = GradientTimer(device)
     TimedHook(None).register(wrappers["hook"])
     TimedHook(timer).register(wrappers["timed"])
@@ -123,36 +135,30 @@ def main(argv: list[str] | None = None) -> int:
         if cuda:
             torch.cuda.synchronize(device)
 
-    def round_of(name: str, steps: int) -> float:
-        wrapper = wrappers[name]
-        sync()
-        start = time.perf_counter()
-        for _ in range(steps):
+    def step_of(wrapper: Any) -> Callable[[], None]:
+        def step() -> None:
             with autocast:
                 loss = loss_fn(wrapper(inputs), targets)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        sync()
-        return (time.perf_counter() - start) / steps
 
-    for name in VARIANTS:  # warm-up: allocator, cuDNN, NCCL channels, bucket rebuild
-        round_of(name, 5)
+        return step
+
+    steps_of = {name: step_of(wrappers[name]) for name in VARIANTS}
+    # warm-up: allocator, cuDNN, NCCL channels, bucket rebuild
+    paired.rounds(steps_of, 5, 1, sync)
     timer.read()
     timer.host_s, timer._timed = 0.0, []
-    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    for repeat in range(args.repeats):
-        order = VARIANTS[repeat % 3 :] + VARIANTS[: repeat % 3]
-        for name in order:
-            times[name].append(round_of(name, args.steps))
-        timer.read()  # synchronised just now
+    times = paired.rounds(steps_of, args.steps, args.repeats, sync, after_round=timer.read)
     totals = timer.totals(0) or {}
     per_bucket = _bookkeeping_per_bucket(torch, device, GradientTimer, sync)
     timed_steps = args.steps * args.repeats
-    medians = {name: statistics.median(values) for name, values in times.items()}
+    medians = paired.medians(times)
     result = {
         "model": args.model,
         "batch_size": int(inputs.shape[0]),
+        "channels_last": args.channels_last,
         "device": str(device) + (f" {torch.cuda.get_device_name(device)}" if cuda else ""),
         "world_size": dist.get_world_size(),
         "backend": dist.get_backend(),

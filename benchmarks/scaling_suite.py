@@ -113,6 +113,7 @@ def command(config: dict[str, Any], args: argparse.Namespace, single: float | No
             "3",
             "--out",
             out,
+            *(["--channels-last"] if config["model"] == "resnet50" else []),
         ]
     steps = STEPS[config["levers"]]
     if args.smoke:
@@ -215,8 +216,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             ms, ratio = r["median_step_ms"], r["ratio_to_plain"]
             lines.append(
                 f"| {r['model']} | {r['batch']} | eager | the timing's cost | - | - | - | "
-                f"plain {ms['plain']:.2f} ms, hook x{ratio['hook']:.4f}, timed "
-                f"x{ratio['timed']:.4f} | - | {r['timer_host_us_per_step']:.1f} us/step "
+                f"plain {ms['plain']:.2f} ms, no DDP x{ratio['module']:.4f}, hook "
+                f"x{ratio['hook']:.4f}, timed x{ratio['timed']:.4f} | - | "
+                f"{r['timer_host_us_per_step']:.1f} us/step "
                 "bookkeeping | - |"
             )
             continue

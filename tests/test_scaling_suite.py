@@ -73,3 +73,4 @@ def test_the_hooks_cost_runs_its_own_script() -> None:
     config = next(c for c in scaling_suite.configurations(args) if c["levers"] == "overhead")
     line = " ".join(scaling_suite.command(config, args, single=None))
     assert "comm_hook_overhead.py --model resnet50 --batch-size 64 --steps 30 --repeats 3" in line
+    assert line.endswith("--channels-last")  # as fit trains a conv net

@@ -62,6 +62,23 @@ def run(per_rank, efficiency=None, single=None, precision="bf16", facts=None, **
     )
 
 
+def tuned(*candidates):
+    """A report's tuning record: (name, status, median step s, DDP settings) per candidate."""
+    return {
+        "decision": "tuned",
+        "compile": False,
+        "candidates": [
+            {
+                "name": name,
+                "status": status,
+                "step_seconds": seconds,
+                "settings": {"compile": False, **settings},
+            }
+            for name, status, seconds, settings in candidates
+        ],
+    }
+
+
 def rule(m):
     return scaling.scaling(Context.build(H200x4, None, m))
 
@@ -132,6 +149,25 @@ def test_a_small_wait_says_the_all_reduce_is_not_the_cause_and_where_the_time_we
     assert "accounts for at most 1.02x" in found.expected_gain
 
 
+def test_where_the_all_reduce_is_not_the_cause_ddps_buffer_broadcast_is_named() -> None:
+    step = 64 * 4 / 7496  # the issue's ResNet-50 at 64 per GPU, as above
+    facts = {"ddp": {"broadcast_buffers": True, "buffers": 159}}
+    found = rule(run([(step, 0.0008)] * 4, efficiency=0.77, single=2448.0, facts=facts))
+    assert "DDP broadcasts rank 0's 159 buffers before every forward" in found.action
+    assert "ddp={'broadcast_buffers': False}" in found.action
+    assert found.evidence["buffers"] == 159
+    tuning = tuned(
+        ("eager", "baseline", 0.034, {"broadcast_buffers": True}),
+        ("eager+no-buffer-broadcast", "chosen", 0.030, {"broadcast_buffers": False}),
+    )
+    measured = rule(run([(step, 0.0008)] * 4, 0.77, 2448.0, facts=facts, tuning=tuning))
+    assert "tune measured 1.13x the baseline's step: chosen" in measured.action
+    assert measured.evidence["tune.no_buffer_broadcast.status"] == "chosen"
+    for ddp in ({"broadcast_buffers": False, "buffers": 159}, {"buffers": 0}):
+        quiet = rule(run([(step, 0.0008)] * 4, efficiency=0.77, single=2448.0, facts={"ddp": ddp}))
+        assert "broadcast" not in quiet.action
+
+
 def test_a_straggler_is_told_from_the_link() -> None:
     # rank 1 computes slower; the others wait for it at the all-reduce
     found = rule(
@@ -149,30 +185,16 @@ def test_a_starved_rank_comes_first() -> None:
 
 
 def test_what_tune_measured_comes_before_the_estimate() -> None:
-    tuning = {
-        "decision": "tuned",
-        "compile": False,
-        "candidates": [
-            {
-                "name": "eager",
-                "status": "baseline",
-                "step_seconds": 0.040,
-                "settings": {"compile": False, "compression": "none", "bucket_cap_mb": 25},
-            },
-            {
-                "name": "eager+bf16-grads",
-                "status": "chosen",
-                "step_seconds": 0.036,
-                "settings": {"compile": False, "compression": "bf16", "bucket_cap_mb": 25},
-            },
-            {
-                "name": "eager+bf16-grads+buckets-100MB",
-                "status": "slower",
-                "step_seconds": 0.037,
-                "settings": {"compile": False, "compression": "bf16", "bucket_cap_mb": 100},
-            },
-        ],
-    }
+    tuning = tuned(
+        ("eager", "baseline", 0.040, {"compression": "none", "bucket_cap_mb": 25}),
+        ("eager+bf16-grads", "chosen", 0.036, {"compression": "bf16", "bucket_cap_mb": 25}),
+        (
+            "eager+bf16-grads+buckets-100MB",
+            "slower",
+            0.037,
+            {"compression": "bf16", "bucket_cap_mb": 100},
+        ),
+    )
     found = rule(run([(0.040, 0.010)] * 2, efficiency=0.7, single=1900.0, tuning=tuning))
     assert "tune measured 1.11x the baseline's step: chosen" in found.action
     assert found.evidence["tune.bf16_grads.status"] == "chosen"

@@ -118,6 +118,34 @@ def test_ddp_options_the_script_gives_are_kept_and_not_tuned(ranks) -> None:
     assert "the plan trains in fp32" in skipped["bf16-grads"]
 
 
+def test_tune_tries_stopping_the_buffer_broadcast_only_where_it_cannot_change_training(
+    ranks,
+) -> None:
+    results, _ = ranks
+    for result in results:
+        trials = {
+            key: next(
+                c for c in result[key]["tuning"]["candidates"] if "no-buffer-broadcast" in c["name"]
+            )
+            for key in ("bn", "counter", "tuned")
+        }
+        # BatchNorm's running statistics: tried, on top of the best so far
+        assert trials["bn"]["status"] in ("chosen", "slower")
+        assert trials["bn"]["settings"]["broadcast_buffers"] is False
+        assert result["bn"]["ddp"]["buffers"] == 3  # running mean, variance, batches tracked
+        # a buffer the forward changes outside a normalisation layer: dropped, with why
+        assert trials["counter"]["status"] == "failed"
+        assert trials["counter"]["why"].startswith("buffer 'seen' changed during training")
+        assert result["counter"]["ddp"]["broadcast_buffers"] is True
+        assert len(set(result["counter"]["buffers"])) == 1  # broadcast again: equal
+        assert trials["tuned"]["why"] == "the model has no buffers: DDP broadcasts none"
+        if trials["bn"]["status"] == "chosen":  # the fit's end gave every rank rank 0's
+            assert len(set(result["bn"]["buffers"])) == 1
+    # a fit that kept the broadcast off ends with rank 0's buffers on every rank
+    assert [r["finished"]["mean"] for r in results] == [0.0, 0.0]
+    assert len(set(results[0]["finished"]["buffers"])) == 1
+
+
 def test_a_model_the_script_hooked_keeps_its_hook_untimed(ranks) -> None:
     results, _ = ranks
     hooked = results[0]["hooked"]

@@ -27,16 +27,17 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 
 import accelkit
 import accelkit.torch
-from accelkit.torch import levers
+from accelkit.torch import levers, wrapping
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
 from torch_data import mlp, separable
 
 
-def checksum(model) -> str:
+def checksum(model, of: str = "parameters") -> str:
+    """SHA-256 of the model's parameters (or ``of="buffers"``), bit for bit."""
     digest = hashlib.sha256()
-    for parameter in model.parameters():
-        digest.update(parameter.detach().cpu().contiguous().numpy().tobytes())
+    for tensor in getattr(model, of)():
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()
 
 
@@ -88,6 +89,48 @@ def timed_and_plain(plan, rank: int) -> dict:
     return result
 
 
+class Counted(torch.nn.Module):
+    """A model with a buffer outside any normalisation layer that changes every forward."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        self.register_buffer("seen", torch.zeros(()))
+
+    def forward(self, x):
+        self.seen += 1
+        return self.inner(x)
+
+
+def normalised(seed: int) -> torch.nn.Sequential:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 64), torch.nn.BatchNorm1d(64), torch.nn.ReLU(), torch.nn.Linear(64, 4)
+    )
+
+
+def buffer_broadcast(plan, rank: int) -> dict:
+    """bn: tune=True on a BatchNorm model (the no-buffer-broadcast lever is tried);
+    counter: on `Counted` (the lever fails); finished: `Wrapping.finish` on a model whose
+    running statistics differ by rank. Each with every rank's buffers' checksum."""
+    result = {}
+    for name, model in (("bn", normalised(rank)), ("counter", Counted(mlp(seed=rank)))):
+        report = fit(model, separable(n=4096, shuffle=True), plan, tune=True, compile=False)
+        result[name] = {
+            "tuning": report.tuning,
+            "ddp": report.facts.get("ddp"),
+            "buffers": gathered(checksum(model, "buffers")),
+        }
+    model = normalised(0)
+    model[1].running_mean.fill_(rank)
+    wrapping.Wrapping(plan, {}).finish(model, {"broadcast_buffers": False})
+    result["finished"] = {
+        "buffers": gathered(checksum(model, "buffers")),
+        "mean": float(model[1].running_mean[0]),
+    }
+    return result
+
+
 def main(out: str) -> None:
     plan = accelkit.auto_configure(framework="torch", verbose=False)
     rank = int(os.environ["RANK"])
@@ -121,6 +164,8 @@ def main(out: str) -> None:
     wrapped.register_comm_hook(None, allreduce_hook)
     report = fit(wrapped, separable(), plan, tune=False)
     result["hooked"] = {"notes": report.notes, "ddp": report.facts.get("ddp")}
+
+    result.update(buffer_broadcast(plan, rank))
 
     torch.distributed.destroy_process_group()
     with open(os.path.join(out, f"rank{rank}.json"), "w", encoding="utf-8") as handle:

@@ -15,7 +15,7 @@ import torch
 
 from accelkit import plan_for
 from accelkit.hardware import environment
-from accelkit.torch import communication, levers
+from accelkit.torch import communication, levers, wrapping
 
 pytestmark = pytest.mark.torch
 
@@ -129,32 +129,32 @@ def test_comm_timing_is_on_unless_switched_off() -> None:
 
 
 def test_ddp_options_are_checked_naming_the_valid_ones() -> None:
-    assert levers.check_options(None) == {}
-    assert levers.check_options({"bucket_cap_mb": 50, "compression": "bf16"}) == {
+    assert wrapping.check_options(None) == {}
+    assert wrapping.check_options({"bucket_cap_mb": 50, "compression": "bf16"}) == {
         "bucket_cap_mb": 50,
         "compression": "bf16",
     }
     with pytest.raises(ValueError, match=r"'bucket_size' is not an option; use .*bucket_cap_mb"):
-        levers.check_options({"bucket_size": 50})
+        wrapping.check_options({"bucket_size": 50})
     with pytest.raises(ValueError, match="'device_ids' is not an option"):
-        levers.check_options({"device_ids": [0]})  # accelkit sets the devices
+        wrapping.check_options({"device_ids": [0]})  # accelkit sets the devices
     with pytest.raises(ValueError, match=r"'fp8'\} is not valid; use one of 'none', 'bf16'"):
-        levers.check_options({"compression": "fp8"})
+        wrapping.check_options({"compression": "fp8"})
     with pytest.raises(TypeError, match="dict of DistributedDataParallel options"):
-        levers.check_options(["bucket_cap_mb"])
+        wrapping.check_options(["bucket_cap_mb"])
 
 
 def test_a_torchrun_plan_wraps_with_bucket_views_and_the_script_wins() -> None:
     plan = plan_for("H200 SXM", 2, environ=TORCHRUN)
     setting = plan.get("ddp.gradient_as_bucket_view")
     assert setting.value is True and "no copy of every gradient" in setting.reason
-    assert levers.Wrapping(plan, {}).options == {"gradient_as_bucket_view": True}
-    kept = levers.Wrapping(plan, {"gradient_as_bucket_view": False, "compression": "bf16"})
+    assert wrapping.Wrapping(plan, {}).options == {"gradient_as_bucket_view": True}
+    kept = wrapping.Wrapping(plan, {"gradient_as_bucket_view": False, "compression": "bf16"})
     assert kept.options == {"gradient_as_bucket_view": False}
     assert kept.compression == "bf16" and kept.fixed == {"gradient_as_bucket_view", "compression"}
     one_gpu = plan_for("H200 SXM", 1)  # no launcher: no DDP, no setting
     assert one_gpu.get("ddp.gradient_as_bucket_view") is None
-    assert levers.Wrapping(one_gpu, {}).options == {}
+    assert wrapping.Wrapping(one_gpu, {}).options == {}
 
 
 def test_trial_names_and_settings_name_the_levers_that_are_on() -> None:

@@ -35,6 +35,7 @@ FUSED_OPTIMIZER = Option(("optimizer",), lambda s: s.get("optimizer") in ("fused
 BF16_GRADIENTS = Option(("compression",), lambda s: s.get("compression") == "bf16")
 LARGER_BUCKETS = Option(("bucket_cap_mb",), lambda s: (s.get("bucket_cap_mb") or 25) > 25)
 STATIC_GRAPH = Option(("static_graph",), lambda s: bool(s.get("static_graph")))
+NO_BUFFER_BROADCAST = Option(("broadcast_buffers",), lambda s: s.get("broadcast_buffers") is False)
 
 
 @dataclasses.dataclass

@@ -19,7 +19,8 @@ class Trial:
     Attributes:
         name: e.g. ``"eager"``, ``"eager+fused"``, ``"compile+fused"``.
         settings: ``{"compile": bool, "optimizer": "fused" | "foreach" | "default"}``,
-            and under DDP ``"compression"``, ``"bucket_cap_mb"``, ``"static_graph"``.
+            and under DDP ``"compression"``, ``"bucket_cap_mb"``, ``"static_graph"``,
+            ``"broadcast_buffers"``.
         status: ``"baseline"``, ``"chosen"``, ``"slower"``, ``"failed"`` or ``"skipped"``.
         step_seconds: median of the timed optimizer steps (None: not timed).
         spread: ``[min, max]`` of the timed steps.
@@ -53,8 +54,8 @@ class TuneResult:
             ``"default"`` (the optimizer object itself was switched in place).
         seconds: wall time of all trials, compilation included.
         steps: training steps the trials took (real steps of the run).
-        ddp: the DDP options kept (``compression``, ``bucket_cap_mb``, ``static_graph``;
-            `accelkit.torch.levers`); empty without DDP.
+        ddp: the DDP options kept (``compression``, ``bucket_cap_mb``, ``static_graph``,
+            ``broadcast_buffers``; `accelkit.torch.levers`); empty without DDP.
     """
 
     decision: str

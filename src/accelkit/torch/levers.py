@@ -1,21 +1,7 @@
-"""The data-parallel levers: how `accelkit.torch.fit` wraps the model in DDP, and what
-`tune` measures on it.
-
-Applied by default, when accelkit wraps the model (the plan's
-``ddp.gradient_as_bucket_view`` setting says why, `accelkit.planning.distribution`):
-
-- ``gradient_as_bucket_view=True``: each gradient is a view into DDP's all-reduce
-  bucket, so DDP copies no gradient into its bucket before the all-reduce nor back
-  after it, and one gradient's worth of memory is spared (PyTorch's DDP docs). It
-  changes nothing the run computes (tests/distributed: bit-identical parameters).
-  Its one restriction, no ``detach_()`` on a gradient, is met by the fit's loop
-  (``zero_grad(set_to_none=True)``, after which DDP points the gradient at its bucket
-  again).
-- the timing hook (`accelkit.torch.communication`): the same all-reduce as DDP's own,
-  timed.
-
-Measured by tune on the run's own model (candidates, kept only when clearly faster;
-every rank runs the same candidates and rank 0's verdicts hold):
+"""The data-parallel levers `tune` measures on the run's own model (candidates, kept only
+when clearly faster; every rank runs the same candidates and rank 0's verdicts hold).
+How `accelkit.torch.fit` wraps the model in DDP, and what it applies by default, is
+`accelkit.torch.wrapping`.
 
 - ``bf16`` gradients: the all-reduce in bf16, as ``bf16_compress_hook``, half the
   bytes; only when the plan trains in bf16. It rounds each averaged gradient to bf16
@@ -27,31 +13,37 @@ every rank runs the same candidates and rank 0's verdicts hold):
   used, which a static graph does not need. Only when the script set neither
   ``static_graph`` nor ``find_unused_parameters``; a model whose graph changes fails
   the trial and is dropped with DDP's error.
+- ``broadcast_buffers=False``: DDP stops broadcasting rank 0's buffers (BatchNorm's
+  running statistics) before every forward: a collective and a copy per buffer each
+  step, which a host-bound step pays in full (ResNet-50 at 64 per GPU on an H200: the
+  DDP step fell from 1.37x to 1.20x the step without DDP, benchmarks/ddp_cost.py). The
+  training-mode forward of a normalisation layer reads the batch's statistics, not the
+  running ones, so the gradients are the same, and rank 0's buffers are too (they only
+  ever see rank 0's batches); the other ranks' running statistics drift apart until the
+  end of the fit, which broadcasts rank 0's buffers once (`Wrapping.finish`). A buffer
+  outside a normalisation layer that changes during the trial (a counter, a queue the
+  forward reads) fails the candidate: broadcasting keeps such a buffer equal across ranks.
 
-The last two re-wrap the same module in a new `DistributedDataParallel` (the
+The last three re-wrap the same module in a new `DistributedDataParallel` (the
 parameters are shared; DDP's construction broadcasts rank 0's, equal on every rank
 by then). A wrapper that loses is dropped; one that wins leaves the first wrapper
 idle (its reducer ignores backward passes it did not prepare).
 
-Options the script gives (``fit(..., ddp={...})``) are kept and not tried. A model
-the script wrapped in DDP itself keeps its options and hook: it is timed when it has
-no hook, and no DDP lever is tried on it.
+Options the script gives (``fit(..., ddp={...})``) are kept and not tried; no lever is
+tried on a model the script wrapped in DDP itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from accelkit.hardware import environment
 from accelkit.planning import Plan
-from accelkit.planning.keys import Key
-from accelkit.torch import distributed as parallel
 from accelkit.torch import precision
-from accelkit.torch.communication import BF16, COMPRESSIONS, NONE, GradientTimer, TimedHook
+from accelkit.torch.communication import BF16, NONE
+from accelkit.torch.wrapping import COMPRESSION, Wrapping
 from accelkit.utils.imports import require
 
 _log = logging.getLogger("accelkit")
@@ -62,138 +54,6 @@ _log = logging.getLogger("accelkit")
 # the partial sums on the way round the ring, which grows with the ranks.
 BF16_GRADIENT_RTOL = 0.01
 BUCKET_CAP_MB = 100  # DDP's default is 25
-COMPRESSION = "compression"  # accelkit's own key of fit(ddp=...), next to DDP's
-_SET_BY_ACCELKIT = ("module", "device_ids", "output_device")
-
-
-def check_options(ddp: Mapping[str, Any] | None) -> dict[str, Any]:
-    """`ddp` (``fit(..., ddp=...)``) as a dict, or ValueError naming the valid keys.
-
-    Its keys are `DistributedDataParallel`'s keyword arguments (``bucket_cap_mb``,
-    ``static_graph``, ``find_unused_parameters``, ``gradient_as_bucket_view``...) but
-    the module and devices, which accelkit sets; and ``"compression"``: ``"none"`` or
-    ``"bf16"`` for the gradient all-reduce.
-
-    Example:
-        >>> check_options({"bucket_cap_mb": 50, "compression": "bf16"})
-        {'bucket_cap_mb': 50, 'compression': 'bf16'}
-    """
-    if ddp is None:
-        return {}
-    if not isinstance(ddp, Mapping):
-        raise TypeError(f"ddp= takes a dict of DistributedDataParallel options, got {ddp!r}")
-    torch = require("torch")
-    names = inspect.signature(torch.nn.parallel.DistributedDataParallel.__init__).parameters
-    valid = sorted({*names} - {"self", *_SET_BY_ACCELKIT} | {COMPRESSION})
-    wrong = [key for key in ddp if key not in valid]
-    if wrong:
-        raise ValueError(
-            f"ddp={dict(ddp)!r}: {', '.join(map(repr, wrong))} is not an option; use "
-            f"{', '.join(valid)}"
-        )
-    if ddp.get(COMPRESSION, NONE) not in COMPRESSIONS:
-        raise ValueError(
-            f"ddp={{'compression': {ddp[COMPRESSION]!r}}} is not valid; use one of "
-            f"{', '.join(map(repr, COMPRESSIONS))}"
-        )
-    return dict(ddp)
-
-
-class Wrapping:
-    """How accelkit puts the module in DDP for one fit: the options, the timing hook.
-
-    Args:
-        plan: the plan in force (its ``ddp.gradient_as_bucket_view`` setting).
-        options: the script's ``fit(..., ddp=...)`` (`check_options`); they win.
-
-    Attributes:
-        timer: the `GradientTimer` every wrapper's hook feeds; None when
-            ``ACCELKIT_COMM_TIMING=0``.
-        hook: the `TimedHook` registered on every wrapper accelkit times.
-        note: why the all-reduce is not timed, when it is not.
-        owned: whether accelkit built the wrapper (False: the script's own DDP).
-        hooked: whether the last wrapper has the hook (bf16 gradients need it).
-
-    Example:
-        >>> import accelkit
-        >>> import tempfile
-        >>> import torch
-        >>> import torch.distributed as dist
-        >>> store = f"file://{tempfile.mkdtemp()}/store"   # a one-process group, for the example
-        >>> dist.init_process_group("gloo", init_method=store, rank=0, world_size=1)
-        >>> wrapping = Wrapping(accelkit.plan_for(None), {"bucket_cap_mb": 50})
-        >>> ddp = wrapping.wrap(torch.nn.Linear(4, 2), torch.device("cpu"))
-        >>> wrapping.settings()["bucket_cap_mb"], wrapping.hooked
-        (50, True)
-        >>> dist.destroy_process_group()
-    """
-
-    def __init__(self, plan: Plan, options: Mapping[str, Any]) -> None:
-        given = dict(options)
-        self.compression = str(given.pop(COMPRESSION, NONE))
-        self.fixed = frozenset(options)
-        self.options: dict[str, Any] = {}
-        if plan.value(Key.DDP_BUCKET_VIEW, False):
-            self.options["gradient_as_bucket_view"] = True
-        self.options.update(given)
-        self._timed = environment.comm_timing()
-        self.timer: GradientTimer | None = None
-        self.hook = TimedHook(None, self.compression)
-        self.note = None if self._timed else f"{environment.COMM_TIMING_ENV}=0: not timed"
-        self.owned = True
-        self.hooked = False
-
-    def wrap(self, model: Any, device: Any, **changes: Any) -> Any:
-        """`model` in DDP with the options (and `changes`), its all-reduce timed; a model
-        the script wrapped keeps its options, and is timed if it has no hook."""
-        torch = require("torch")
-        if self._timed and self.timer is None and self.note is None:
-            self.timer = self.hook.timer = GradientTimer(device)
-        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-            self.owned = False
-            self.attach(model, "the script's DistributedDataParallel")
-            return model
-        ddp = parallel.wrap(model, device, **{**self.options, **changes})
-        self.attach(ddp, "accelkit's DistributedDataParallel")
-        return ddp
-
-    def attach(self, ddp: Any, whose: str) -> None:
-        """Register the hook on `ddp`; a model with a hook of its own keeps it, untimed."""
-        self.hooked = False
-        if self.timer is None and (not self.owned or self.hook.compression == NONE):
-            return  # ACCELKIT_COMM_TIMING=0: DDP's own all-reduce, no hook
-        try:
-            self.hook.register(ddp)
-            self.hooked = True
-        except Exception as error:  # noqa: BLE001 - a hook of the script's: keep it
-            self.timer = self.hook.timer = None
-            self.note = (
-                f"{whose} has a communication hook already ({type(error).__name__}: "
-                f"{str(error).splitlines()[0] if str(error) else ''}); its all-reduce "
-                "is not timed"
-            )
-
-    def measure(self, meter: Any) -> None:
-        """Give `meter` the timer (it reads the marks at its window boundaries), or the
-        reason there is none."""
-        if self.timer is not None:
-            self.timer.follow(meter.clock)
-            meter.communication = self.timer
-        elif self.note:
-            meter.note("communication_share", self.note)
-
-    def settings(self, **changes: Any) -> dict[str, Any]:
-        """The DDP options in force (for the report and tune's records)."""
-        if not self.owned:
-            return {"wrapped_by": "the script"}
-        return {
-            "gradient_as_bucket_view": False,
-            "bucket_cap_mb": 25,
-            "static_graph": False,
-            **self.options,
-            COMPRESSION: self.hook.compression,
-            **changes,
-        }
 
 
 @dataclasses.dataclass
@@ -236,10 +96,12 @@ class Levers:
         >>> wrapping = Wrapping(plan, {"bucket_cap_mb": 50})
         >>> ddp = wrapping.wrap(module, device)
         >>> found = list(Levers(wrapping, module, device, plan).candidates())
-        >>> [(lever.name, lever.skip is None) for lever in found]  # tried: skip is None
-        [('bf16-grads', False), ('buckets-100MB', False), ('static-graph', True)]
+        >>> [lever.name for lever in found if lever.skip is None]  # tried; skip says why not
+        ['static-graph']
         >>> found[1].skip   # tune: step = lever.apply(best) for the others
         'bucket_cap_mb was set by the script'
+        >>> found[3].skip
+        'the model has no buffers: DDP broadcasts none'
         >>> dist.destroy_process_group()
     """
 
@@ -266,6 +128,7 @@ class Levers:
             {"static_graph": True},
             skip=f"ddp={{{', '.join(sorted(fixed))}}} was set by the script" if fixed else None,
         )
+        yield self._no_broadcast()
 
     def _bf16(self) -> Lever:
         torch = require("torch")
@@ -311,12 +174,56 @@ class Levers:
             skip = f"{option} was set by the script"
 
         def apply(best: Any) -> Any:
-            kept = {k: best.ddp[k] for k in ("bucket_cap_mb", "static_graph") if k in best.ddp}
+            kept = {k: best.ddp[k] for k in _REWRAPPED if k in best.ddp}
             ddp = self._wrapping.wrap(self._module, self._device, **{**kept, **changes})
             step = best.through(ddp, best.compiled)
             return dataclasses.replace(step, ddp={**best.ddp, **changes})
 
         return Lever(name, skip=skip, apply=apply)
+
+    def _no_broadcast(self) -> Lever:
+        buffers = dict(self._module.named_buffers())
+        lever = self._rewrap(
+            "no-buffer-broadcast",
+            "broadcast_buffers",
+            {"broadcast_buffers": False},
+            skip=None if buffers else "the model has no buffers: DDP broadcasts none",
+        )
+        statistics = _normalisation_buffers(require("torch"), self._module)
+        watched = {name: b for name, b in buffers.items() if name not in statistics}
+        # A tensor's version counts its in-place changes (autograd's own check of saved
+        # tensors): cheaper than a copy of every buffer to compare.
+        versions: dict[str, int] = {}
+        wrap = lever.apply
+
+        def apply(best: Any) -> Any:
+            versions.update({name: buffer._version for name, buffer in watched.items()})
+            return wrap(best)
+
+        def verify() -> str | None:
+            changed = [n for n, b in watched.items() if b._version != versions.get(n)]
+            if not changed:
+                return None
+            return (
+                f"buffer {changed[0]!r} changed during training and is not a normalisation "
+                "layer's running statistic: broadcast_buffers keeps it equal across ranks"
+            )
+
+        lever.apply, lever.verify = apply, verify
+        return lever
+
+
+def _normalisation_buffers(torch: Any, module: Any) -> set[str]:
+    """Names of the buffers of `module`'s normalisation layers (BatchNorm, InstanceNorm
+    with running statistics): updated in training, read only in evaluation."""
+    found: set[str] = set()
+    for prefix, layer in module.named_modules():
+        if isinstance(layer, torch.nn.modules.batchnorm._NormBase):
+            found.update(
+                f"{prefix}.{name}" if prefix else name
+                for name, _ in layer.named_buffers(recurse=False)
+            )
+    return found
 
 
 def _no_bf16_collectives(torch: Any, device: Any) -> str | None:
@@ -336,8 +243,10 @@ _LABELS = {
     (COMPRESSION, BF16): "bf16-grads",
     ("bucket_cap_mb", BUCKET_CAP_MB): "buckets-100MB",
     ("static_graph", True): "static-graph",
+    ("broadcast_buffers", False): "no-buffer-broadcast",
 }
-_TRIED = (COMPRESSION, "bucket_cap_mb", "static_graph")
+_REWRAPPED = ("bucket_cap_mb", "static_graph", "broadcast_buffers")  # options of the wrapper
+_TRIED = (COMPRESSION, *_REWRAPPED)
 
 
 def trial_settings(ddp: Mapping[str, Any]) -> dict[str, Any]:

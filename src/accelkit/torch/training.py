@@ -18,7 +18,7 @@ from accelkit.planning import Plan
 from accelkit.profiling import world
 from accelkit.profiling.run_report import RunReport
 from accelkit.torch import distributed as parallel
-from accelkit.torch import levers, loop
+from accelkit.torch import levers, loop, wrapping
 from accelkit.torch.facts import loader_facts, steps_per_epoch
 from accelkit.torch.loop import Schedule
 from accelkit.torch.meter import Meter
@@ -165,7 +165,7 @@ def fit(
     arguments.positive("flops_per_step", flops_per_step, none="counting them")
     arguments.whole("tokens_per_sample", tokens_per_sample, 1, none="finding them")
     check_mode(tune)
-    options = levers.check_options(ddp)
+    options = wrapping.check_options(ddp)
     single = world.single_device_rate(single_device)
     plan, held_back = _plan_to_follow(plan)
     group = parallel.world() if distributed else None
@@ -277,6 +277,8 @@ def _train(
         meter.facts["compiled"] = kept.compiled
         if kept.ddp:
             meter.facts["ddp"] = dict(kept.ddp)
+        if run.wrapping is not None:
+            run.wrapping.finish(run.module, kept.ddp)
         if tuner is not None and tuner.result is not None:
             meter.tuning = tuner.result.to_dict()
     if progress:

@@ -12,8 +12,8 @@ fastest that computes the same thing:
 2. the optimizer's fused (or foreach) implementation, switched in place, when the
    script left that choice to PyTorch (`accelkit.torch.optimizers`);
 3. under DistributedDataParallel, its options (`accelkit.torch.levers`): bf16
-   gradients under a bf16 plan, larger buckets, a static graph, each on top of the
-   best so far;
+   gradients under a bf16 plan, larger buckets, a static graph, no buffer broadcast,
+   each on top of the best so far;
 4. ``torch.compile`` of forward and loss, with the better optimizer, when the
    script did not fix ``compile``.
 
@@ -64,7 +64,7 @@ LOSS_RTOL = 2e-2
 LOSS_ATOL = 1e-3
 GRAPH_BREAK_STORM = 16
 CANDIDATES = 3  # the baseline, the optimizer's fused implementation, torch.compile
-DDP_CANDIDATES = 3  # bf16 gradients, larger buckets, a static graph (accelkit.torch.levers)
+DDP_CANDIDATES = 4  # bf16 gradients, larger buckets, a static graph, no buffer broadcast
 
 
 def trial_steps(accumulation_steps: int, data_parallel: bool = False) -> int:

@@ -14,6 +14,9 @@ measured on the run itself comes before any estimate:
   once per k: (k - 1) / k of it;
 - larger buckets and a static graph change how the wait is cut, not its bytes: no
   estimate, only tune's measurement.
+
+`buffer_broadcast` names DDP's other collective, the broadcast of rank 0's buffers
+before every forward, for a run whose loss is not the all-reduce.
 """
 
 from __future__ import annotations
@@ -157,6 +160,29 @@ def _buckets(ctx: Context, ddp: dict[str, Any], evidence: dict[str, Any]) -> str
     )
     line += _tuned(ctx, tuning.LARGER_BUCKETS, evidence, "tune.buckets")
     return line + _tuned(ctx, tuning.STATIC_GRAPH, evidence, "tune.static_graph")
+
+
+def buffer_broadcast(ctx: Context, evidence: dict[str, Any]) -> str | None:
+    """The line on DDP's broadcast of the buffers before each forward, or None when it
+    does not broadcast (no buffers, off already, a wrapper of the script's).
+
+    Example:
+        >>> ctx = Context.build(None, None, {"facts": {"ddp": {"buffers": 159}}})
+        >>> buffer_broadcast(ctx, {}).startswith("DDP broadcasts rank 0's 159 buffers")
+        True
+    """
+    ddp = ctx.fact("ddp") or {}
+    if not ddp.get("buffers") or ddp.get("broadcast_buffers") is False:
+        return None
+    evidence["buffers"] = ddp["buffers"]
+    line = (
+        f"DDP broadcasts rank 0's {ddp['buffers']} buffers before every forward (BatchNorm's "
+        "running statistics), kernels a host-bound step pays for in full: accelkit.torch."
+        "fit(..., ddp={'broadcast_buffers': False}) stops it (the training-mode forward "
+        "reads the batch's statistics, so gradients are unchanged); tune=True measures it "
+        "on this run and gives every rank rank 0's buffers at the end"
+    )
+    return line + _tuned(ctx, tuning.NO_BUFFER_BROADCAST, evidence, "tune.no_buffer_broadcast")
 
 
 def _tuned(ctx: Context, option: tuning.Option, evidence: dict[str, Any], prefix: str) -> str:

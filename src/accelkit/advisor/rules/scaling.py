@@ -70,6 +70,7 @@ DDP_BUCKET_MB = 25  # DistributedDataParallel's default bucket_cap_mb
         "gradient_mb": "fact:communication",
         "buckets": "fact:communication",
         "compression": "fact:ddp",
+        "buffers": "fact:ddp",
         "batch_that_fits": "figure:peak_memory_bytes",
         "tune.*": "tuning",
         "nodes": None,
@@ -316,6 +317,9 @@ def _action(
                 )
                 + f", and so does {bigger}"
             )
+            broadcast = all_reduce.buffer_broadcast(ctx, evidence if evidence is not None else {})
+            if broadcast:
+                steps.append(broadcast)
     elif ctx.torch:
         steps += [
             f"{bigger}: more compute per all-reduce of the same gradient size",
