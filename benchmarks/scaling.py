@@ -21,8 +21,9 @@ The DDP levers (`accelkit.torch.levers`), one configuration per run:
                       all-reduce is timed (ACCELKIT_COMM_TIMING=0 in the environment
                       takes the hook away, to measure its cost)
     --levers on       accelkit.torch.fit's defaults: gradients as bucket views (the default)
-    --tune            and tune measuring bf16 gradients (bf16 plans), 100 MB buckets and a
-                      static graph, keeping what is clearly faster (add about 40 steps)
+    --tune            and tune measuring bf16 gradients (bf16 plans), 100 MB buckets, a
+                      static graph and no buffer broadcast (models with buffers), keeping
+                      what is clearly faster (add about 50 steps)
     --bf16-grads, --bucket-cap-mb N, --static-graph: fix one lever (not tuned)
 
 Each rank's wait for the all-reduce (ms per step and share) is in the table and the

@@ -43,7 +43,7 @@ def test_each_run_is_its_own_torchrun_with_the_groups_single_device_figure() -> 
         ["--levers", "on"],
         ["--batch-size", "32"],
         ["--single-device", "512.5"],
-        ["--steps", "80"],
+        ["--steps", "110"],
     ):
         assert " ".join(flag) in " ".join(line)
     assert "--compile" in line and "--json" in line and "--tune" in line
