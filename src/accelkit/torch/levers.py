@@ -15,8 +15,8 @@ How `accelkit.torch.fit` wraps the model in DDP, and what it applies by default,
   the trial and is dropped with DDP's error.
 - ``broadcast_buffers=False``: DDP stops broadcasting rank 0's buffers (BatchNorm's
   running statistics) before every forward: a collective and a copy per buffer each
-  step, which a host-bound step pays in full (ResNet-50 at 64 per GPU on an H200: the
-  DDP step fell from 1.37x to 1.20x the step without DDP, benchmarks/ddp_cost.py). The
+  step, which a host-bound step pays in full (ResNet-50 at 64 per GPU on one H200: the
+  DDP step x0.89 without it, in paired rounds, benchmarks/ddp_cost.py). The
   training-mode forward of a normalisation layer reads the batch's statistics, not the
   running ones, so the gradients are the same, and rank 0's buffers are too (they only
   ever see rank 0's batches); the other ranks' running statistics drift apart until the
