@@ -4,6 +4,7 @@ the sampler, the single-device reference, rank-0 saving, the torchrun hint."""
 from __future__ import annotations
 
 import datetime
+import json
 import os
 
 import pytest
@@ -385,29 +386,15 @@ def test_save_writes_on_rank_zero_only_unless_asked(tmp_path, monkeypatch) -> No
     assert RunReport.load(tmp_path / "c.json").samples_per_second == 1.0
 
 
-def test_bench_compare_single_without_a_launcher_is_a_note(capsys) -> None:
+def bench(*options: str) -> int:
+    """``accelkit bench`` of a tiny MLP for 4 steps, with `options`: its exit code."""
     from accelkit.cli import main
 
-    assert (
-        main(
-            [
-                "bench",
-                "--model",
-                "mlp",
-                "--framework",
-                "torch",
-                "--steps",
-                "4",
-                "--batch-size",
-                "8",
-                "--compare-single",
-                "--json",
-            ]
-        )
-        == 0
-    )
-    import json
+    return main(["bench", "--model", "mlp", "--framework", "torch", "--steps", "4", *options])
 
+
+def test_bench_compare_single_without_a_launcher_is_a_note(capsys) -> None:
+    assert bench("--batch-size", "8", "--compare-single", "--json") == 0
     document = json.loads(capsys.readouterr().out)
     assert document["world_size"] == 1 and document["scaling_efficiency"] is None
     assert "nothing to compare" in document["notes"]["scaling_efficiency"]
@@ -418,45 +405,8 @@ def test_bench_compare_single_without_a_launcher_is_a_note(capsys) -> None:
 
 
 def test_bench_single_device_from_the_command_line(capsys) -> None:
-    from accelkit.cli import main
-
-    assert (
-        main(
-            [
-                "bench",
-                "--model",
-                "mlp",
-                "--framework",
-                "torch",
-                "--steps",
-                "4",
-                "--batch-size",
-                "8",
-                "--single-device",
-                "1e9",
-                "--json",
-            ]
-        )
-        == 0
-    )
-    import json
-
+    assert bench("--batch-size", "8", "--single-device", "1e9", "--json") == 0
     document = json.loads(capsys.readouterr().out)
     assert document["single_device_samples_per_second"] == 1e9
-    assert (
-        main(
-            [
-                "bench",
-                "--model",
-                "mlp",
-                "--framework",
-                "torch",
-                "--steps",
-                "4",
-                "--single-device",
-                "/nonexistent.json",
-            ]
-        )
-        == 2
-    )
+    assert bench("--single-device", "/nonexistent.json") == 2
     assert "single_device='/nonexistent.json'" in capsys.readouterr().err
