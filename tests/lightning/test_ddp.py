@@ -53,6 +53,19 @@ def test_every_rank_holds_the_whole_runs_report(ranks) -> None:
     assert reports[0]["ranks"] == reports[1]["ranks"]
 
 
+def test_every_rank_reports_each_ranks_wait_for_the_all_reduce(ranks) -> None:
+    _, results = ranks
+    for result in results:
+        report = result["report"]
+        assert "communication_share" not in report["notes"]
+        assert "host clock" in report["facts"]["communication"]["method"]  # gloo
+        for figures in report["ranks"]:
+            assert 0.0 <= figures["communication_s"] < figures["step_time_s"]
+        hooked = result["hooked"]
+        assert hooked["communication_share"] is None
+        assert "has a hook already" in hooked["notes"]["communication_share"]
+
+
 def test_only_rank_zero_logs_and_its_rows_carry_the_figures(ranks) -> None:
     out, _ = ranks
     (metrics,) = out.glob("run/version_*/metrics.csv")  # one logger wrote: rank 0's
