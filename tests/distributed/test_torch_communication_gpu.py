@@ -16,7 +16,7 @@ pytest.importorskip("torch")
 pytestmark = [pytest.mark.torch, pytest.mark.distributed, pytest.mark.gpu]
 
 WORKER = str(ROOT / "tests" / "distributed" / "torch_comm_gpu_worker.py")
-LEVERS = ("+bf16-grads", "+buckets-100MB", "+static-graph")
+LEVERS = ("+bf16-grads", "+buckets-100MB", "+static-graph", "+no-buffer-broadcast")
 
 
 @pytest.fixture(scope="module")
@@ -61,3 +61,5 @@ def test_tune_tries_every_lever_and_the_ranks_agree(ranks, mode) -> None:
     ]
     assert tuned[0]["ddp"] == tuned[1]["ddp"]
     assert len(set(tuned[0]["checksums"])) == 1  # the replicas stay equal
+    if tuned[0]["ddp"]["broadcast_buffers"] is False:  # the fit's end gave rank 0's to all
+        assert len(set(tuned[0]["buffers"])) == 1

@@ -11,7 +11,8 @@ is the local rank modulo the GPUs). That is the CUDA-event timing of
 Each rank writes OUT/rank<R>.json with:
     timed      a fit under the GPU's plan (bf16 on an H200): its report, the checksum;
     plain      the same fit through plain DDP (no hook, no bucket views): checksum, losses;
-    eager      tune=True, compile=False: the DDP candidates (bf16 gradients among them);
+    eager      tune=True, compile=False, on a BatchNorm model: the DDP candidates (bf16
+               gradients and no buffer broadcast among them), every rank's buffers;
     compiled   tune=True, compile=True: the same candidates on the compiled step.
 """
 
@@ -29,8 +30,8 @@ import accelkit.torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
-from torch_comm_worker import checksum, fit, gathered, timed_and_plain
-from torch_data import mlp, separable
+from torch_comm_worker import checksum, fit, gathered, normalised, timed_and_plain
+from torch_data import separable
 
 
 def main(out: str) -> None:
@@ -41,7 +42,7 @@ def main(out: str) -> None:
     result["timed"]["report"] = result["timed"]["report"].to_dict()
 
     for name, compiled in (("eager", False), ("compiled", True)):
-        model = mlp(16, 256, 256, 4, seed=rank)
+        model = normalised(rank)  # BatchNorm: every DDP lever applies
         report = fit(model, separable(n=4096, shuffle=True), plan, tune=True, compile=compiled)
         result[name] = {
             "tuning": report.tuning,
@@ -49,6 +50,7 @@ def main(out: str) -> None:
             "communication_share": report.communication_share,
             "notes": report.notes,
             "checksums": gathered(checksum(model)),
+            "buffers": gathered(checksum(model, "buffers")),
         }
 
     torch.distributed.destroy_process_group()
