@@ -18,6 +18,10 @@ fused AdamW, trained in paired rounds (benchmarks/paired.py):
 - `view_no_broadcast`, `view_static`: bucket views with one of the other two;
 - `all`: the three options together.
 
+``--variants`` picks some (`module` is always run: the reference); ``--compile`` runs
+each through `torch.compile` (DDP's graphs split at its buckets by dynamo's
+DDPOptimizer), where fewer, fused kernels leave less host work per step.
+
 With one rank the all-reduce is a copy, so what separates `ddp` from `module` is DDP's
 own cost; with several, the all-reduce adds to it.
 
@@ -63,6 +67,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=None, help="per GPU")
     parser.add_argument("--steps", type=int, default=50, help="steps per round")
     parser.add_argument("--repeats", type=int, default=5, help="paired rounds")
+    parser.add_argument(
+        "--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS), help="module first"
+    )
+    parser.add_argument("--compile", action="store_true", help="torch.compile every variant")
     parser.add_argument("--out", help="write the result as JSON (rank 0)")
     return parser.parse_args(argv)
 
@@ -89,15 +97,18 @@ def main(argv: list[str] | None = None) -> int:
         model = model.to(memory_format=torch.channels_last)
         inputs = inputs.to(memory_format=torch.channels_last)
     where = {"device_ids": [device.index], "output_device": device.index} if cuda else {}
+    variants = ["module", *(name for name in args.variants if name != "module")]
     models = {"module": model}
-    for name, options in OPTIONS.items():
+    for name in variants[1:]:
         models[name] = torch.nn.parallel.DistributedDataParallel(
-            copy.deepcopy(model), **where, **options
+            copy.deepcopy(model), **where, **OPTIONS[name]
         )
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda)
 
     def step_of(trained: Any) -> Callable[[], None]:
         optimizer = torch.optim.AdamW(trained.parameters(), lr=1e-4, fused=cuda)
+        if args.compile:  # DDP's graphs split at its buckets (dynamo's DDPOptimizer)
+            trained = torch.compile(trained)
 
         def step() -> None:
             with autocast:
@@ -112,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         if cuda:
             torch.cuda.synchronize(device)
 
-    steps_of = {name: step_of(models[name]) for name in VARIANTS}
+    steps_of = {name: step_of(models[name]) for name in variants}
     paired.rounds(steps_of, 5, 1, sync)  # warm-up: cuDNN's search, NCCL, bucket rebuild
     times = paired.rounds(steps_of, args.steps, args.repeats, sync)
     medians = paired.medians(times)
@@ -120,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": args.model,
         "batch_size": int(inputs.shape[0]),
         "channels_last": convolutional,
+        "compiled": args.compile,
         "device": str(device) + (f" {torch.cuda.get_device_name(device)}" if cuda else ""),
         "world_size": dist.get_world_size(),
         "backend": dist.get_backend(),
@@ -128,12 +140,16 @@ def main(argv: list[str] | None = None) -> int:
         "options": OPTIONS,
         "step_s": times,
         "median_step_s": medians,
-        "ratio_to_module": {name: medians[name] / medians["module"] for name in VARIANTS},
+        "ratio_to_module": {name: medians[name] / medians["module"] for name in variants},
         # per paired round, (median, min, max): the figures the docs quote
         "paired_to_module": {
             k: paired.summary(v) for k, v in paired.ratios(times, "module").items()
         },
-        "paired_to_ddp": {k: paired.summary(v) for k, v in paired.ratios(times, "ddp").items()},
+        "paired_to_ddp": (
+            {k: paired.summary(v) for k, v in paired.ratios(times, "ddp").items()}
+            if "ddp" in times
+            else None
+        ),
         "buffers": sum(1 for _ in model.buffers()),
         "parameters": sum(1 for _ in model.parameters()),
         "versions": {"torch": torch.__version__},
@@ -147,14 +163,17 @@ def main(argv: list[str] | None = None) -> int:
         f"{result['buffers']} buffers; median of {args.repeats} rounds of {args.steps} steps:"
     )
     print(f"  {'variant':17s} {'ms/step':>9s} (rounds' range)    per round: x module, x ddp")
-    for name in VARIANTS:
+    for name in variants:
         spread = f"{min(times[name]) * 1e3:.2f}-{max(times[name]) * 1e3:.2f}"
-        module, ddp = result["paired_to_module"][name], result["paired_to_ddp"][name]
-        print(
+        module = result["paired_to_module"][name]
+        line = (
             f"  {name:17s} {medians[name] * 1e3:9.3f} ({spread:>11s})  "
-            f"x{module[0]:.3f} ({module[1]:.2f}-{module[2]:.2f}), "
-            f"x{ddp[0]:.3f} ({ddp[1]:.2f}-{ddp[2]:.2f})"
+            f"x{module[0]:.3f} ({module[1]:.2f}-{module[2]:.2f})"
         )
+        if result["paired_to_ddp"]:
+            ddp = result["paired_to_ddp"][name]
+            line += f", x{ddp[0]:.3f} ({ddp[1]:.2f}-{ddp[2]:.2f})"
+        print(line)
     write_json(args.out, result)
     print(json.dumps(result))
     return 0
