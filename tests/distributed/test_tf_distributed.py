@@ -161,10 +161,17 @@ def test_a_worker_that_dies_mid_training_stops_the_other_with_a_clear_error(tmp_
     )
     assert dead.returncode == 3, _tail(dead)
     assert not survivor.timed_out and survivor.returncode != 0, _tail(survivor)
+    # Whichever TensorFlow notices first: the dead worker's missed heartbeats
+    # (UnavailableError) or the survivor's collective outliving its 10 s timeout
+    # (DeadlineExceededError). Both orders occur on this machine (4 runs in a row gave
+    # the timeout; the CI runs of session 10 the heartbeats); both messages say what
+    # happened and what to do.
+    stopped = "accelkit: multi-worker training stopped on worker 0: "
     assert (
-        "UnavailableError: accelkit: multi-worker training stopped on worker 0: another "
-        "worker stopped responding"
-    ) in survivor.output
+        f"UnavailableError: {stopped}another worker stopped responding" in survivor.output
+        or f"DeadlineExceededError: {stopped}a collective waited longer than 10 s"
+        in survivor.output
+    ), _tail(survivor)
     assert "restart every worker" in survivor.output
     assert not (tmp_path / "worker0.json").exists()
 
