@@ -277,10 +277,10 @@ def _train(
         meter.facts["compiled"] = kept.compiled
         if kept.ddp:
             meter.facts["ddp"] = dict(kept.ddp)
-        if run.wrapping is not None:
-            run.wrapping.finish(run.module, kept.ddp)
         if tuner is not None and tuner.result is not None:
             meter.tuning = tuner.result.to_dict()
+    if run.wrapping is not None:  # after the meter's last window: not a step's time
+        run.wrapping.finish(run.module, kept.ddp)
     if progress:
         loop.end_progress(meter)
     return meter.report()
