@@ -44,6 +44,7 @@ from accelkit.hf._steps import TrainerSteps
 from accelkit.planning import Plan
 from accelkit.profiling import mfu
 from accelkit.profiling.run_report import RunReport
+from accelkit.torch import trainer_timing
 from accelkit.torch.meter import Meter
 
 if TYPE_CHECKING:
@@ -160,6 +161,8 @@ class AccelkitCallback(transformers.TrainerCallback):
         fallback = args.per_device_train_batch_size * args.gradient_accumulation_steps
         self._steps = TrainerSteps(self.meter, fallback_samples=fallback, count_flops=count)
         self._steps.attach(model)
+        # the Trainer wrapped `model` in DDP before this call (its callbacks get the module)
+        trainer_timing.time_all_reduce(trainer_timing.wrapper_of(model), self.meter)
         plan = self.meter.plan
         if self.meter.device_label != "cpu":
             device = next(model.parameters()).device

@@ -22,7 +22,6 @@ from typing import Any
 
 from typing_extensions import override
 
-from accelkit.hardware import environment
 from accelkit.lightning import metrics
 from accelkit.lightning._flops import count_training_step
 from accelkit.lightning._framework import lightning_pytorch
@@ -30,10 +29,9 @@ from accelkit.lightning._meter_steps import OpenStep
 from accelkit.planning import Plan
 from accelkit.profiling import mfu
 from accelkit.profiling.run_report import RunReport
-from accelkit.torch import communication
+from accelkit.torch import trainer_timing
 from accelkit.torch.facts import loader_facts
 from accelkit.torch.meter import Meter
-from accelkit.utils.imports import require
 
 _Callback: Any = lightning_pytorch().Callback  # a base class read off a module: Any to mypy
 
@@ -125,7 +123,8 @@ class AccelkitCallback(_Callback):
         self._loss_sum: Any = None  # this epoch's losses, summed on the device
         self._loss_steps = 0
         self._window_at = (0, time.perf_counter())  # (step, time) of the last boundary
-        _time_all_reduce(trainer, self.meter)
+        # Lightning's DDP strategies have wrapped the module by now
+        trainer_timing.time_all_reduce(getattr(trainer.strategy, "model", None), self.meter)
         self.meter.start()
 
     @override
@@ -202,16 +201,3 @@ class AccelkitCallback(_Callback):
         )
         for logger in self._trainer.loggers:
             logger.log_metrics(row, step=self._trainer.global_step)
-
-
-def _time_all_reduce(trainer: Any, meter: Meter) -> None:
-    """Time the gradient all-reduce of the Trainer's DDP model (Lightning's DDP strategies
-    wrap it before ``on_train_start``); other strategies have none to time."""
-    torch = require("torch")
-    model = getattr(getattr(trainer, "strategy", None), "model", None)
-    if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
-        return
-    if not environment.comm_timing():
-        meter.note("communication_share", f"{environment.COMM_TIMING_ENV}=0: not timed")
-        return
-    communication.timed(model, meter)

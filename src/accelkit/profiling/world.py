@@ -82,8 +82,8 @@ def aggregate(
 
 NOT_TIMED = (
     "the gradient all-reduce is timed in PyTorch DistributedDataParallel runs of "
-    "accelkit.torch.fit and accelkit.lightning.AccelkitCallback (and Meter with "
-    "accelkit.torch.communication.timed); not here"
+    "accelkit.torch.fit and of the Lightning and Hugging Face callbacks (and Meter "
+    "with accelkit.torch.communication.timed); not here"
 )
 
 
