@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     from accelkit.bench import torch_models
 
     cuda = torch.cuda.is_available()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else None
-    device = device or torch.device("cpu")
+    rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
         torch.backends.cudnn.benchmark = True
