@@ -28,7 +28,6 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,25 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from accelkit.bench import torch_models
     from accelkit.torch.communication import GradientTimer, TimedHook
 
-    cuda = torch.cuda.is_available()
-    rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if cuda else "gloo")
-    torch.manual_seed(0)
-    model, batch, loss_fn, _ = torch_models.build(args.model, args.batch_size, device)
-    model = model.to(device)
-    inputs, targets = batch
-    if args.channels_last:  # before DDP: its buckets follow the weights' layout
-        model = model.to(memory_format=torch.channels_last)
-        inputs = inputs.to(memory_format=torch.channels_last)
-    options: dict[str, Any] = {"bucket_cap_mb": args.bucket_cap_mb}
-    if cuda:
-        options.update(device_ids=[device.index], output_device=device.index)
+    run = paired.set_up(args.model, args.batch_size, channels_last=args.channels_last)
+    model, device, sync = run.model, run.device, run.sync
+    options: dict[str, Any] = {"bucket_cap_mb": args.bucket_cap_mb, **run.ddp_devices}
     ddp = torch.nn.parallel.DistributedDataParallel
     wrappers = {name: ddp(model, **options) for name in VARIANTS[1:]}
     wrappers["module"] = model
@@ -129,23 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     TimedHook(None).register(wrappers["hook"])
     TimedHook(timer).register(wrappers["timed"])
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda)
 
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize(device)
-
-    def step_of(wrapper: Any) -> Callable[[], None]:
-        def step() -> None:
-            with autocast:
-                loss = loss_fn(wrapper(inputs), targets)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-        return step
-
-    steps_of = {name: step_of(wrappers[name]) for name in VARIANTS}
+    steps_of = {name: run.step(wrappers[name], optimizer) for name in VARIANTS}
     # warm-up: allocator, cuDNN, NCCL channels, bucket rebuild
     paired.rounds(steps_of, 5, 1, sync)
     timer.read()
@@ -157,9 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     medians = paired.medians(times)
     result = {
         "model": args.model,
-        "batch_size": int(inputs.shape[0]),
+        "batch_size": int(run.inputs.shape[0]),
         "channels_last": args.channels_last,
-        "device": str(device) + (f" {torch.cuda.get_device_name(device)}" if cuda else ""),
+        "device": run.label,
         "world_size": dist.get_world_size(),
         "backend": dist.get_backend(),
         "steps": args.steps,

@@ -80,59 +80,32 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from accelkit.bench import torch_models
-
-    cuda = torch.cuda.is_available()
-    rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-        torch.backends.cudnn.benchmark = True
-    dist.init_process_group("nccl" if cuda else "gloo")
-    torch.manual_seed(0)
-    model, (inputs, targets), loss_fn, _ = torch_models.build(args.model, args.batch_size, device)
-    model = model.to(device)
-    convolutional = inputs.dim() == 4
-    if convolutional:  # as accelkit.torch.fit trains a conv net; before DDP: buckets follow
-        model = model.to(memory_format=torch.channels_last)
-        inputs = inputs.to(memory_format=torch.channels_last)
-    where = {"device_ids": [device.index], "output_device": device.index} if cuda else {}
+    # fit's settings: cuDNN benchmark mode, channels-last for a conv net
+    run = paired.set_up(args.model, args.batch_size, channels_last=None, cudnn_benchmark=True)
+    model = run.model
     variants = ["module", *(name for name in args.variants if name != "module")]
     models = {"module": model}
     for name in variants[1:]:
         models[name] = torch.nn.parallel.DistributedDataParallel(
-            copy.deepcopy(model), **where, **OPTIONS[name]
+            copy.deepcopy(model), **run.ddp_devices, **OPTIONS[name]
         )
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda)
 
     def step_of(trained: Any) -> Callable[[], None]:
-        optimizer = torch.optim.AdamW(trained.parameters(), lr=1e-4, fused=cuda)
+        optimizer = torch.optim.AdamW(trained.parameters(), lr=1e-4, fused=run.cuda)
         if args.compile:  # DDP's graphs split at its buckets (dynamo's DDPOptimizer)
             trained = torch.compile(trained)
-
-        def step() -> None:
-            with autocast:
-                loss = loss_fn(trained(inputs), targets)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-        return step
-
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize(device)
+        return run.step(trained, optimizer)
 
     steps_of = {name: step_of(models[name]) for name in variants}
-    paired.rounds(steps_of, 5, 1, sync)  # warm-up: cuDNN's search, NCCL, bucket rebuild
-    times = paired.rounds(steps_of, args.steps, args.repeats, sync)
+    paired.rounds(steps_of, 5, 1, run.sync)  # warm-up: cuDNN's search, NCCL, buckets
+    times = paired.rounds(steps_of, args.steps, args.repeats, run.sync)
     medians = paired.medians(times)
     result = {
         "model": args.model,
-        "batch_size": int(inputs.shape[0]),
-        "channels_last": convolutional,
+        "batch_size": int(run.inputs.shape[0]),
+        "channels_last": run.channels_last,
         "compiled": args.compile,
-        "device": str(device) + (f" {torch.cuda.get_device_name(device)}" if cuda else ""),
+        "device": run.label,
         "world_size": dist.get_world_size(),
         "backend": dist.get_backend(),
         "steps": args.steps,
