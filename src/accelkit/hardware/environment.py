@@ -39,6 +39,7 @@ TIMEOUT_ENV = "ACCELKIT_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 600.0  # PyTorch's default NCCL collective timeout
 LOG_LEVEL_ENV = "ACCELKIT_LOG_LEVEL"
 COMM_TIMING_ENV = "ACCELKIT_COMM_TIMING"
+COMM_TIMING_OFF = f"{COMM_TIMING_ENV}=0: not timed"  # the report's note when it is off
 _LOG_LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "WARN": 30, "ERROR": 40, "CRITICAL": 50}
 
 _OFF = frozenset({"", "0", "false", "no", "off"})

@@ -22,7 +22,7 @@ def time_all_reduce(ddp: Any, meter: Any) -> None:
     if not isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
         return
     if not environment.comm_timing():
-        meter.note("communication_share", f"{environment.COMM_TIMING_ENV}=0: not timed")
+        meter.note("communication_share", environment.COMM_TIMING_OFF)
         return
     communication.timed(ddp, meter)
 

@@ -116,7 +116,7 @@ class Wrapping:
         self._timed = environment.comm_timing()
         self.timer: GradientTimer | None = None
         self.hook = TimedHook(None, self.compression)
-        self.note = None if self._timed else f"{environment.COMM_TIMING_ENV}=0: not timed"
+        self.note = None if self._timed else environment.COMM_TIMING_OFF
         self.owned = True
         self.hooked = False
         self.buffers = 0
