@@ -101,7 +101,6 @@ class GradientTimer:
         # Read: (step, exposed s, in flight s, buckets, gradient bytes, bytes sent)
         self._timed: list[tuple[int, float, float, int, int, int]] = []
         self._pool: list[Any] = []
-        self.compression_seen: set[str] = set()
         self._passes = 0  # backward passes seen, timed or not
         self._skipping = False
 
