@@ -12,7 +12,7 @@ from accelkit.hardware import capabilities
 from accelkit.hardware.info import HardwareInfo
 from accelkit.planning.types import Plan, Precision
 from accelkit.profiling import mfu, world
-from accelkit.profiling.clock import ClockSummary
+from accelkit.profiling.clock import EVALUATION, OTHER, ClockSummary
 from accelkit.profiling.flop_count import FlopCount
 from accelkit.profiling.run_report import RunReport
 from accelkit.profiling.sampler import SamplerSummary
@@ -47,9 +47,9 @@ class Measurements:
     # What the advisor reads besides the figures (accelkit.advisor.context lists them).
     facts: dict[str, Any] = dataclasses.field(default_factory=dict)
     single_device_samples_per_second: float | None = None
-    tuning: dict[str, Any] | None = None  # accelkit.torch.trials.TuneResult.to_dict()
+    tuning: dict[str, Any] | None = None  # accelkit.torch.tuning.trials.TuneResult.to_dict()
     # The steady-state gradient all-reduces of a data-parallel run, added up
-    # (accelkit.torch.communication.GradientTimer.totals): exposed_s, in_flight_s,
+    # (accelkit.torch.distributed.communication.GradientTimer.totals): exposed_s, in_flight_s,
     # reductions, buckets, gradient_bytes, sent_bytes, host_s, method.
     communication: dict[str, Any] | None = None
 
@@ -94,6 +94,7 @@ def report_from(m: Measurements) -> RunReport:
             f"computed in {precision.value}",
         )
     _throughput(report, clock)
+    _phases(report, clock)
     _flops(report, m)
     _sampler(report, m.sampler)
     _communication(report, m.communication, clock)
@@ -140,6 +141,17 @@ def _throughput(report: RunReport, clock: ClockSummary) -> None:
     report.input_wait_share = clock.input_wait_share
 
 
+def _phases(report: RunReport, clock: ClockSummary) -> None:
+    """The run's wall time: training, evaluation and the rest (`StepClock.pause`)."""
+    if not clock.total_s:
+        return
+    report.run_seconds = clock.total_s
+    report.training_seconds = clock.training_s
+    report.evaluation_seconds = clock.phase_s.get(EVALUATION, 0.0)
+    report.other_seconds = clock.phase_s.get(OTHER, 0.0)
+    report.evaluation_share = report.evaluation_seconds / clock.total_s
+
+
 def _flops(report: RunReport, m: Measurements) -> None:
     if m.flops_per_step is not None:
         report.flops_per_step, report.flops_method = float(m.flops_per_step), "given by the user"
@@ -173,7 +185,7 @@ def _flops(report: RunReport, m: Measurements) -> None:
 def _communication(report: RunReport, totals: dict[str, Any] | None, clock: ClockSummary) -> None:
     """Per steady-state step: the exposed all-reduce time and its share of the step.
 
-    The timer times a sample of the backward passes (`accelkit.torch.communication`):
+    The timer times a sample of the backward passes (`accelkit.torch.distributed.communication`):
     the figures are means over the timed ones, one all-reduce of the gradients a step.
     """
     if totals is None or not clock.steady_s or not clock.steady_steps or not totals["reductions"]:

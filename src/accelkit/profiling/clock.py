@@ -131,9 +131,33 @@ class BoundedSeries:
         return {name: [row[i] for row in rows] for i, name in enumerate(self.names)}
 
 
+EVALUATION = "evaluation"
+OTHER = "other"
+PHASES = (EVALUATION, OTHER)  # what a run's wall time holds besides its training steps
+
+
+@dataclasses.dataclass
+class WindowSums:
+    """Steady-state training figures added up over some windows (`StepClock.take`)."""
+
+    steps: int = 0
+    samples: int = 0
+    tokens: int = 0
+    input_wait_s: float = 0.0
+    seconds: float = 0.0
+
+    def add(self, other: WindowSums) -> None:
+        self.steps += other.steps
+        self.samples += other.samples
+        self.tokens += other.tokens
+        self.input_wait_s += other.input_wait_s
+        self.seconds += other.seconds
+
+
 @dataclasses.dataclass
 class ClockSummary:
-    """What the clock measured; steady-state figures exclude warm-up."""
+    """What the clock measured; steady-state figures exclude warm-up, and every
+    training figure excludes the time of the run's other phases (evaluation, the rest)."""
 
     steps: int
     warmup_steps: int
@@ -153,6 +177,10 @@ class ClockSummary:
     # input wait per step.
     series: dict[str, list[float | None]] = dataclasses.field(default_factory=dict)
     started: float | None = None  # time.perf_counter() when the clock started
+    # Wall seconds of the run's phases besides training (`PHASES`), and the wall-clock
+    # intervals (perf_counter start, end) they took, for the GPU sampler.
+    phase_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    breaks: list[tuple[float, float]] = dataclasses.field(default_factory=list)
 
     @property
     def step_s(self) -> float | None:
@@ -166,12 +194,24 @@ class ClockSummary:
             return None
         return min(1.0, self.input_wait_s / self.steady_s)
 
+    @property
+    def training_s(self) -> float:
+        """Wall seconds of training: the run less its other phases."""
+        return max(0.0, self.total_s - sum(self.phase_s.values()))
+
 
 WINDOW_COLUMNS = ("time_s", "step", "step_time_s", "samples_per_second", "input_wait_s")
+_MAX_BREAKS = 4096  # break intervals kept for the sampler; later ones merge into the last
 
 
 class StepClock:
     """Counts steps, samples and input wait; synchronises only at window boundaries.
+
+    The clock runs on training time: while the run evaluates (`pause`) or does
+    anything else between steps that is not waiting for a batch (`attribute`), its
+    hands stop, so those seconds count in `phase_s` and in no step, window or input
+    wait. The gap after such a break until the next step (a new epoch's iterator, its
+    first batch) counts as the rest of the run, not as input wait.
 
     Args:
         sync: waits until the device has finished queued work (e.g.
@@ -186,9 +226,15 @@ class StepClock:
         ...     clock.fetched(0.001)         # optional: measured input wait
         ...     time.sleep(0.001)            # the training step
         ...     clock.step_done(samples=len(batch))
+        ...     if clock.steps == 10:
+        ...         clock.pause(EVALUATION)
+        ...         time.sleep(0.05)         # evaluation: counted apart
+        ...         clock.resume()
         >>> summary = clock.finish()
         >>> summary.steady_steps, summary.steady_samples
         (19, 608)
+        >>> summary.phase_s[EVALUATION] > 0.05 > summary.steady_s
+        True
     """
 
     def __init__(
@@ -200,9 +246,12 @@ class StepClock:
         self.warmup = warmup
         self.window = window
         self.steps = 0
-        self._start = _now()
+        self._wall_start = _now()
+        self._stopped = 0.0  # seconds the hands stood still (other phases)
+        self._start = self._t()
         self._steady_start: float | None = None if warmup else self._start
         self._window_start = self._start
+        self._steady_wall: float | None = None if warmup else self._wall_start
         self._last_boundary_step = 0
         self._samples = 0
         self._tokens = 0
@@ -212,23 +261,45 @@ class StepClock:
         self._window_step_s: list[float] = []
         self._series = BoundedSeries(WINDOW_COLUMNS)
         self._window_samples = 0  # counters at the last boundary
+        self._window_tokens = 0
         self._window_wait = 0.0
+        self._taken = WindowSums()  # windows ended since the last `take`
         self._last_step_end: float | None = None
-        self._step_open: float | None = None
+        self._phase_s: dict[str, float] = {}
+        self._breaks: list[tuple[float, float]] = []
+        self._paused: tuple[str, float] | None = None  # (phase, wall time it began)
+        self._after_break = False  # the gap to the next step is the rest, not input wait
         self.on_window: Callable[[float, int], None] | None = None
+        # Told each break's wall-clock interval (perf_counter start, end) as it ends.
+        self.on_break: Callable[[float, float], None] | None = None
+
+    def _t(self) -> float:
+        """Training time: the wall clock less the seconds of the other phases."""
+        return _now() - self._stopped
 
     # -- the per-step path: keep it cheap --------------------------------------------
 
     def step_begin(self) -> None:
         """Mark the start of a step; the gap since the last step counts as input wait."""
-        now = _now()
-        if self._last_step_end is not None and self._steady():
-            self._input_wait += now - self._last_step_end
-        self._step_open = now
+        if self._paused is not None:
+            self.resume()
+        if self._last_step_end is None:
+            return
+        if self._after_break:
+            self._after_break = False
+            self._stop_hands(OTHER, self._t() - self._last_step_end)
+        elif self._steady():
+            self._input_wait += self._t() - self._last_step_end
 
     def fetched(self, wait_s: float) -> None:
-        """Add input wait measured by the caller (time blocked in the iterator)."""
-        if self._steady():
+        """Add input wait measured by the caller (time blocked in the iterator).
+
+        The first fetch after a break (a new epoch's iterator) belongs to the rest of
+        the run."""
+        if self._after_break:
+            self._after_break = False
+            self._stop_hands(OTHER, wait_s)
+        elif self._steady():
             self._input_wait += wait_s
 
     def step_done(self, samples: int = 0, tokens: int = 0, real_tokens: Any = None) -> None:
@@ -240,6 +311,9 @@ class StepClock:
         read once, in `finish`, after the device has finished anyway. None: not known
         for this step, so the run has no real-token figure.
         """
+        if self._paused is not None:
+            self.resume()
+        self._after_break = False
         self.steps += 1
         if self._steady_start is not None:
             self._samples += samples
@@ -251,49 +325,132 @@ class StepClock:
                 self._real_missing = True
         if self.steps == self.warmup:
             self._boundary()
-            self._steady_start = self._window_start
+            self._steady_start, self._steady_wall = self._window_start, _now()
         elif self.steps - self._last_boundary_step >= self.window:
             self._boundary()
-        self._last_step_end = _now()
-        self._step_open = None
+        self._last_step_end = self._t()
 
     def _steady(self) -> bool:
         return self._steady_start is not None
+
+    # -- the other phases ------------------------------------------------------------
+
+    def pause(self, phase: str) -> None:
+        """Stop training time: what follows is `phase` (`EVALUATION` or `OTHER`) until
+        `resume` or the next step. The device is synchronised first, so training work
+        still queued counts as training; the gap since the last step is the rest.
+        A pause while paused switches to `phase`."""
+        if phase not in PHASES:
+            raise ValueError(f"phase={phase!r}: expected one of {', '.join(PHASES)}")
+        if self._paused is not None:
+            if self._paused[0] == phase:
+                return
+            self.resume()
+        if self._sync is not None:
+            self._sync()
+        self.attribute(OTHER)
+        self._paused = (phase, _now())
+
+    def resume(self) -> None:
+        """Start training time again (no-op when not paused); synchronises first, so the
+        phase's queued work counts in the phase."""
+        if self._paused is None:
+            return
+        if self._sync is not None:
+            self._sync()
+        phase, began = self._paused
+        self._paused = None
+        self._stop_hands(phase, _now() - began)
+
+    def attribute(self, phase: str) -> None:
+        """The time since the last step (or the last break) was `phase`, not input wait:
+        for hooks that come after the fact (a trainer's "evaluation ended", "saved")."""
+        if phase not in PHASES:
+            raise ValueError(f"phase={phase!r}: expected one of {', '.join(PHASES)}")
+        if self._paused is not None or self._last_step_end is None:
+            return
+        self._stop_hands(phase, self._t() - self._last_step_end)
+
+    def _stop_hands(self, phase: str, seconds: float) -> None:
+        """Move `seconds` that just passed out of training time into `phase`."""
+        if seconds <= 0:
+            return
+        self._stopped += seconds
+        self._phase_s[phase] = self._phase_s.get(phase, 0.0) + seconds
+        end = _now()
+        if len(self._breaks) < _MAX_BREAKS:
+            self._breaks.append((end - seconds, end))
+        else:
+            self._breaks[-1] = (self._breaks[-1][0], end)
+        self._after_break = True
+        if self.on_break is not None:
+            self.on_break(end - seconds, end)
+
+    @property
+    def paused(self) -> str | None:
+        """The phase the clock is paused in, or None."""
+        return self._paused[0] if self._paused is not None else None
 
     # -- boundaries ------------------------------------------------------------------
 
     def _boundary(self) -> None:
         if self._sync is not None:
             self._sync()
-        now = _now()
+        now = self._t()
         steps = self.steps - self._last_boundary_step
         if steps and self._steady_start is not None:
-            per_step = (now - self._window_start) / steps
-            self._window_step_s.append(per_step)
             seconds = now - self._window_start
+            per_step = seconds / steps
+            self._window_step_s.append(per_step)
+            window = WindowSums(
+                steps=steps,
+                samples=self._samples - self._window_samples,
+                tokens=self._tokens - self._window_tokens,
+                input_wait_s=self._input_wait - self._window_wait,
+                seconds=seconds,
+            )
+            self._taken.add(window)
             self._series.add(
                 (
-                    now - self._start,
+                    _now() - self._wall_start,
                     float(self.steps),
                     per_step,
-                    (self._samples - self._window_samples) / seconds
-                    if seconds > 0 and self._samples
-                    else None,
-                    (self._input_wait - self._window_wait) / steps,
+                    window.samples / seconds if seconds > 0 and window.samples else None,
+                    window.input_wait_s / steps,
                 )
             )
             if self.on_window is not None:
                 self.on_window(per_step, self.steps)
         self._window_start = now
         self._last_boundary_step = self.steps
-        self._window_samples, self._window_wait = self._samples, self._input_wait
+        self._window_samples, self._window_tokens = self._samples, self._tokens
+        self._window_wait = self._input_wait
+
+    def take(self, *, close: bool = False) -> WindowSums:
+        """The steady windows that ended since the last call, added up; the sums start
+        again. ``close=True`` first ends the open window (a device synchronisation: for
+        points where the caller pays one anyway, such as an epoch's end).
+
+        Example:
+            >>> clock = StepClock(None, warmup=0, window=100)
+            >>> for _ in range(4):
+            ...     clock.step_done(samples=32)
+            >>> clock.take().steps, clock.take(close=True).samples
+            (0, 128)
+        """
+        if close and self.steps > self._last_boundary_step:
+            self._boundary()
+        taken, self._taken = self._taken, WindowSums()
+        return taken
 
     @property
     def warmup_end(self) -> float | None:
-        return self._steady_start
+        """The wall time (perf_counter) at which steady state began, or None."""
+        return self._steady_wall
 
     def finish(self) -> ClockSummary:
         """Synchronise once more and summarise; callable once, at the end of a run."""
+        self.resume()
         if self.steps > self._last_boundary_step:
             self._boundary()
         end = self._window_start
@@ -311,12 +468,14 @@ class StepClock:
             steady_samples=self._samples,
             steady_tokens=self._tokens,
             input_wait_s=self._input_wait,
-            total_s=end - self._start,
+            total_s=end - self._start + self._stopped,
             window_step_s=self._window_step_s,
             # After the boundary's synchronisation: reading a device count costs no wait.
             steady_real_tokens=(
                 int(self._real_tokens) if self._real_seen and not self._real_missing else None
             ),
             series=self._series.columns() if len(self._series) else {},
-            started=self._start,
+            started=self._wall_start,
+            phase_s=dict(self._phase_s),
+            breaks=list(self._breaks),
         )

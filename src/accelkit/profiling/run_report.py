@@ -60,7 +60,13 @@ class RunReport:
             the gradient all-reduce after its backward pass (the part DDP did not overlap
             with it), and their share of the step; ``facts["communication"]`` says how it
             was measured, how long an all-reduce was in flight, the buckets and gradient
-            bytes (PyTorch DDP runs; `accelkit.torch.communication`).
+            bytes (PyTorch DDP runs; `accelkit.torch.distributed.communication`).
+        run_seconds, training_seconds, evaluation_seconds, other_seconds: the run's wall
+            time and its three phases: training steps (warm-up included), evaluation,
+            and the rest (epoch boundaries, checkpoints, other callbacks). Every training
+            figure above (step time, throughput, MFU, input wait, GPU figures) comes
+            from the training steps alone.
+        evaluation_share: evaluation_seconds / run_seconds.
         advice: the advisor's verdicts (`Advice.to_dict()`), most important first.
         facts: what the meters noticed for the advisor (layer sizes, loader settings,
             loss scale...; `accelkit.advisor.context` lists them).
@@ -76,7 +82,7 @@ class RunReport:
             (percent, mean of the devices), ``gpu_memory_used_bytes`` (the largest),
             ``power_w``, ``sm_clock_mhz`` (means). Empty when nothing was measured.
         tuning: what `accelkit.torch.fit(tune=...)` measured and kept (see
-            `accelkit.torch.trials.TuneResult.to_dict`: decision, chosen, speedup, seconds,
+            `accelkit.torch.tuning.trials.TuneResult.to_dict`: decision, chosen, speedup, seconds,
             candidates with their median step time, spread, compile seconds and status);
             None when the run was not tuned.
     """
@@ -121,6 +127,11 @@ class RunReport:
     single_device_samples_per_second: float | None = None
     communication_s: float | None = None
     communication_share: float | None = None
+    run_seconds: float | None = None
+    training_seconds: float | None = None
+    evaluation_seconds: float | None = None
+    other_seconds: float | None = None
+    evaluation_share: float | None = None
     losses: list[float] = dataclasses.field(default_factory=list)
     interrupted: bool = False
     advice: list[dict[str, Any]] = dataclasses.field(default_factory=list)

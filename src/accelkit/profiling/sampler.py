@@ -76,17 +76,18 @@ class _Totals:
             totals.add(sample)
         return totals
 
-    def add(self, sample: Sample) -> None:
-        self.samples += 1
-        self.utilization = _plus(self.utilization, sample.utilization)
-        self.power_w = _plus(self.power_w, sample.power_w)
-        self.sm_clock_mhz = _plus(self.sm_clock_mhz, sample.sm_clock_mhz)
+    def add(self, sample: Sample, sign: int = 1) -> None:
+        """Add `sample` (``sign=-1``: take it out again; the memory maximum stays)."""
+        self.samples += sign
+        self.utilization = _plus(self.utilization, sample.utilization, sign)
+        self.power_w = _plus(self.power_w, sample.power_w, sign)
+        self.sm_clock_mhz = _plus(self.sm_clock_mhz, sample.sm_clock_mhz, sign)
         if sample.memory_used_bytes is not None:
             self.memory_used_bytes = max(self.memory_used_bytes or 0, sample.memory_used_bytes)
 
 
-def _plus(total: tuple[float, int], value: float | None) -> tuple[float, int]:
-    return total if value is None else (total[0] + value, total[1] + 1)
+def _plus(total: tuple[float, int], value: float | None, sign: int = 1) -> tuple[float, int]:
+    return total if value is None else (total[0] + sign * value, total[1] + sign)
 
 
 def _mean(total: tuple[float, int]) -> float | None:
@@ -117,6 +118,7 @@ class NvmlSampler:
         self.notes: list[str] = []
         self._totals_from: float | None = None
         self._totals = _Totals()
+        self._breaks: list[tuple[float, float]] = []  # not training: left out of totals
         self._lock = threading.Lock()  # samples and totals: the thread writes, summary reads
         self.series = BoundedSeries(SERIES_COLUMNS, peak=("gpu_memory_used_bytes",))
         self._nvml = nvml
@@ -182,7 +184,24 @@ class NvmlSampler:
             if self._totals_from is not None:
                 return
             self._totals_from = start
-            self._totals = _Totals.of(s for s in self.samples if s.time >= start)
+            self._totals = _Totals.of(
+                s for s in self.samples if s.time >= start and not self._in_break(s.time)
+            )
+
+    def exclude(self, start: float, end: float) -> None:
+        """Leave the samples taken from `start` to `end` (perf_counter times: an
+        evaluation, a checkpoint) out of the training figures, `summary`'s totals; the
+        series keeps them, since the chart shows the whole run."""
+        with self._lock:
+            self._breaks.append((start, end))
+            if self._totals_from is None:
+                return
+            for sample in self.samples:
+                if start <= sample.time <= end and sample.time >= self._totals_from:
+                    self._totals.add(sample, sign=-1)
+
+    def _in_break(self, time: float) -> bool:
+        return any(start <= time <= end for start, end in self._breaks[-64:])
 
     def _keep(self, now: float, tick: list[Sample]) -> None:
         with self._lock:
@@ -191,7 +210,7 @@ class NvmlSampler:
             if since is None:
                 return
             for sample in tick:
-                if sample.time >= since:
+                if sample.time >= since:  # `exclude` takes a break's samples out again
                     self._totals.add(sample)
             while self.samples[0].time < now - RECENT_S:
                 self.samples.popleft()
@@ -218,7 +237,9 @@ class NvmlSampler:
                 totals = _Totals.of(
                     s
                     for s in self.samples
-                    if (start is None or s.time >= start) and (end is None or s.time <= end)
+                    if (start is None or s.time >= start)
+                    and (end is None or s.time <= end)
+                    and not self._in_break(s.time)
                 )
         columns = self.series.columns()
         keep = [

@@ -1,0 +1,118 @@
+"""The figures accelkit hands to loggers, named once, and the one function that
+computes a window's figures for every door.
+
+A figure's name is the `RunReport` field it estimates over a stretch of the run (a
+logging window, an epoch); each ecosystem spells it its own way (`spell`):
+
+==================================  ===============================  ================
+`RunReport` field                   Keras ``logs`` (History, CSV)    Lightning, HF
+==================================  ===============================  ================
+``samples_per_second``              ``accelkit_samples_per_second``  ``accelkit/...``
+==================================  ===============================  ================
+
+and so on for every `METRICS` entry: Keras keys take ``_`` only (a CSV column, a
+pandas attribute and a TensorBoard tag take them as they are); the Lightning and
+Hugging Face loggers group ``accelkit/`` keys in one TensorBoard or W&B section.
+A figure that is not known over a window (MFU without a datasheet peak, GPU figures
+without NVML, input wait where it is not timed) is left out of that window's row,
+never logged as 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Mapping
+from typing import Any, Literal
+
+from accelkit.profiling.clock import WindowSums
+
+Ecosystem = Literal["keras", "lightning", "hf", "report"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    name: str  # the RunReport field
+    label: str  # for people: the text table and the HTML page
+    meaning: str
+
+
+METRICS = (
+    Metric("step_time_s", "step time (s)", "seconds per training step, device-synchronised"),
+    Metric("samples_per_second", "samples/s", "training samples per second"),
+    Metric("tokens_per_second", "tokens/s", "token positions per second (padding included)"),
+    Metric("achieved_tflops", "TFLOP/s", "counted FLOPs per step over the step time"),
+    Metric("mfu", "MFU", "achieved FLOP/s over the datasheet's dense peak for the matmul dtype"),
+    Metric("input_wait_share", "input wait", "share of training time spent waiting for batches"),
+    Metric("gpu_utilization", "GPU busy (%)", "NVML utilisation, mean over training"),
+    Metric("gpu_memory_used_bytes", "GPU memory", "NVML memory used, the largest"),
+    Metric("power_w", "power (W)", "NVML power draw, mean over training"),
+    Metric("evaluation_share", "evaluation", "share of the run's wall time spent evaluating"),
+)
+BY_NAME = {metric.name: metric for metric in METRICS}
+_PREFIX = {"keras": "accelkit_", "lightning": "accelkit/", "hf": "accelkit/", "report": ""}
+
+
+def spell(name: str, ecosystem: Ecosystem) -> str:
+    """`name` (a `METRICS` entry or another `RunReport` field) as `ecosystem` logs it.
+
+    Example:
+        >>> spell("mfu", "keras"), spell("mfu", "hf")
+        ('accelkit_mfu', 'accelkit/mfu')
+    """
+    return _PREFIX[ecosystem] + name
+
+
+def spelled(figures: Mapping[str, float], ecosystem: Ecosystem) -> dict[str, float]:
+    """`figures` keyed as `ecosystem` logs them."""
+    return {spell(name, ecosystem): value for name, value in figures.items()}
+
+
+def window_figures(
+    sums: WindowSums,
+    *,
+    flops_per_step: float | None,
+    peak_tflops: float | None,
+    gpu: Any = None,
+    unmeasured: Collection[str] = (),
+) -> dict[str, float]:
+    """The figures of some steady windows of training (`StepClock.take`), by `METRICS`
+    name; empty when they hold no time. The same arithmetic as the run's report
+    (`accelkit.profiling.assemble`): MFU is FLOPs per step x steps / seconds / peak
+    (PaLM, appendix B).
+
+    Args:
+        sums: the windows' steps, samples, tokens, input wait and training seconds.
+        flops_per_step: FLOPs of one step, or None when not known.
+        peak_tflops: the dense peak of the devices used, or None when not known.
+        gpu: a `SamplerSummary` over the same stretch, or None.
+        unmeasured: figures the run cannot measure (its notes' fields): left out.
+
+    Example:
+        >>> sums = WindowSums(steps=10, samples=320, tokens=0, input_wait_s=0.5, seconds=5.0)
+        >>> window_figures(sums, flops_per_step=2e12, peak_tflops=100.0)
+        ... # doctest: +NORMALIZE_WHITESPACE
+        {'step_time_s': 0.5, 'samples_per_second': 64.0, 'achieved_tflops': 4.0,
+         'mfu': 0.04, 'input_wait_share': 0.1}
+    """
+    if sums.seconds <= 0 or not sums.steps:
+        return {}
+    achieved = flops_per_step * sums.steps / sums.seconds / 1e12 if flops_per_step else None
+    figures: dict[str, Any] = {
+        "step_time_s": sums.seconds / sums.steps,
+        "samples_per_second": sums.samples / sums.seconds if sums.samples else None,
+        "tokens_per_second": sums.tokens / sums.seconds if sums.tokens else None,
+        "achieved_tflops": achieved,
+        "mfu": achieved / peak_tflops if achieved and peak_tflops else None,
+        "input_wait_share": min(1.0, sums.input_wait_s / sums.seconds),
+    }
+    if gpu is not None:
+        figures.update(
+            gpu_utilization=gpu.gpu_utilization,
+            gpu_memory_used_bytes=gpu.memory_used_bytes,
+            power_w=gpu.power_w,
+        )
+    return {
+        name: float(value)
+        for name, value in figures.items()
+        if value is not None and name not in unmeasured
+    }
