@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelkit.planning import Plan
 from accelkit.profiling import mfu
@@ -34,6 +34,9 @@ from accelkit.profiling.flop_count import FlopCount
 from accelkit.profiling.metrics import window_figures
 from accelkit.profiling.options import MeterOptions
 from accelkit.profiling.sampler import NvmlSampler
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 class Recorder:
@@ -98,7 +101,7 @@ class Recorder:
 
     # -- lifecycle -------------------------------------------------------------------
 
-    def __enter__(self) -> Recorder:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

@@ -1,6 +1,6 @@
 """The record of a tuning run (``report.tuning``): its candidates and what was kept.
 
-Plain data, written by `accelkit.torch.tuner` (``accelkit.torch.fit(tune=...)``) and
+Plain data, written by `accelkit.torch.tuning.tuner` (``accelkit.torch.fit(tune=...)``) and
 read by the advisor's rules (`accelkit.advisor.tuning`): one definition for both.
 ``TuneResult.to_dict()`` is what a saved report holds; ``from_dict`` reads it back.
 """
@@ -55,7 +55,7 @@ class TuneResult:
         seconds: wall time of all trials, compilation included.
         steps: training steps the trials took (real steps of the run).
         ddp: the DDP options kept (``compression``, ``bucket_cap_mb``, ``static_graph``,
-            ``broadcast_buffers``; `accelkit.torch.levers`); empty without DDP.
+            ``broadcast_buffers``; `accelkit.torch.tuning.levers`); empty without DDP.
     """
 
     decision: str

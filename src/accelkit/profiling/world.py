@@ -83,7 +83,7 @@ def aggregate(
 NOT_TIMED = (
     "the gradient all-reduce is timed in PyTorch DistributedDataParallel runs of "
     "accelkit.torch.fit and of the Lightning and Hugging Face callbacks (and Meter "
-    "with accelkit.torch.communication.timed); not here"
+    "with accelkit.torch.distributed.communication.timed); not here"
 )
 
 
