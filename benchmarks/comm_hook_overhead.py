@@ -1,4 +1,4 @@
-"""What timing the gradient all-reduce costs a DDP step (accelkit.torch.communication).
+"""What timing the gradient all-reduce costs a DDP step (accelkit.torch.distributed.communication).
 
 Under torchrun, one model is wrapped three times in DistributedDataParallel (the
 parameters are shared; a wrapper whose forward did not run ignores the backward):
@@ -73,7 +73,7 @@ def _bookkeeping_per_bucket(torch: Any, device: Any, timer_class: Any, sync: Any
         def __getattr__(self, name: str) -> Any:  # a GradBucket's other methods: unused
             raise AttributeError(name)
 
-    from accelkit.torch import communication
+    from accelkit.torch.distributed import communication
 
     timer = timer_class(device)
     buckets = [Bucket(i, i == 3) for i in range(4)]
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from accelkit.torch.communication import GradientTimer, TimedHook
+    from accelkit.torch.distributed.communication import GradientTimer, TimedHook
 
     run = paired.set_up(args.model, args.batch_size, channels_last=args.channels_last)
     model, device, sync = run.model, run.device, run.sync

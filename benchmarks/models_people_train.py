@@ -145,7 +145,7 @@ def run_fit(args: argparse.Namespace, *, tune: bool) -> dict[str, Any]:
 
     import accelkit
     from accelkit.bench.torch_models import SyntheticBatches
-    from accelkit.torch import trials
+    from accelkit.torch.tuning import trials
 
     plan = accelkit.auto_configure(framework="torch", verbose=False)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

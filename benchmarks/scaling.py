@@ -15,7 +15,7 @@ torchrun it is the single-GPU counterpart (one run, no comparison).
         --single-device benchmarks/results/h200x1_gpt2.report.json
     # CPU check (gloo): torchrun --nproc-per-node 2 benchmarks/scaling.py --model gpt --steps 4
 
-The DDP levers (`accelkit.torch.levers`), one configuration per run:
+The DDP levers (`accelkit.torch.tuning.levers`), one configuration per run:
 
     --levers off      plain DDP: DistributedDataParallel's defaults (no bucket views); the
                       all-reduce is timed (ACCELKIT_COMM_TIMING=0 in the environment

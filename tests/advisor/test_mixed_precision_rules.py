@@ -308,7 +308,7 @@ def test_a_real_float_id_model_gets_both_critical_verdicts_first() -> None:
 @pytest.mark.torch
 def test_a_torch_batch_cast_to_bfloat16_is_found_and_integers_are_not() -> None:
     torch = pytest.importorskip("torch")
-    from accelkit.torch.facts import half_integer_inputs
+    from accelkit.torch.measuring.facts import half_integer_inputs
 
     ids_ = torch.tensor([[1, 7, 300, 12345, 19999]])
     batch = {"input_ids": ids_, "attention_mask": torch.ones(1, 5), "labels": ids_}

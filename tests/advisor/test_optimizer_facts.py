@@ -1,4 +1,4 @@
-"""`accelkit.torch.facts.optimizer_facts`: the implementation an optimizer's step runs,
+"""`accelkit.torch.measuring.facts.optimizer_facts`: the implementation an optimizer's step runs,
 decided as torch.optim decides it, read from real optimizers on this CPU (and on a
 GPU where there is one)."""
 
@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from accelkit.torch.facts import model_facts, optimizer_facts
+from accelkit.torch.measuring.facts import model_facts, optimizer_facts
 
 from ..helpers.torch_data import mlp
 

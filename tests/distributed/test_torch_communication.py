@@ -12,7 +12,7 @@ from .torch_launch import ROOT, torchrun
 
 pytest.importorskip("torch")
 
-from accelkit.torch.communication import FIRST_PASSES, SAMPLE_EVERY
+from accelkit.torch.distributed.communication import FIRST_PASSES, SAMPLE_EVERY
 
 pytestmark = [pytest.mark.torch, pytest.mark.distributed]
 

@@ -21,7 +21,7 @@ from accelkit.profiling.run_report import RunReport
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from accelkit.torch import distributed
+from accelkit.torch.distributed import parallel
 
 from ..helpers.torch_data import CPU_PLAN, mlp, separable, train
 
@@ -185,7 +185,7 @@ def test_shard_splits_a_shuffled_loader_and_keeps_its_settings() -> None:
         generator=generator,
         num_workers=0,
     )
-    shards = [distributed.shard(loader, distributed.World(rank, 2, "gloo")) for rank in (0, 1)]
+    shards = [parallel.shard(loader, parallel.World(rank, 2, "gloo")) for rank in (0, 1)]
     for rank, (rebuilt, why) in enumerate(shards):
         sampler = rebuilt.sampler
         assert isinstance(sampler, torch.utils.data.distributed.DistributedSampler)
@@ -209,7 +209,7 @@ def test_shard_keeps_worker_settings() -> None:
         worker_init_fn=print,
         timeout=7,
     )
-    rebuilt, why = distributed.shard(loader, distributed.World(1, 2, "gloo"))
+    rebuilt, why = parallel.shard(loader, parallel.World(1, 2, "gloo"))
     assert not rebuilt.sampler.shuffle and "in order" in why
     assert (rebuilt.num_workers, rebuilt.persistent_workers, rebuilt.prefetch_factor) == (
         2,
@@ -221,10 +221,10 @@ def test_shard_keeps_worker_settings() -> None:
 
 def test_set_epoch_reshuffles_the_same_way_on_every_rank() -> None:
     loader = torch.utils.data.DataLoader(_dataset(100), batch_size=100, shuffle=True)
-    rebuilt, _ = distributed.shard(loader, distributed.World(0, 2, "gloo"))
+    rebuilt, _ = parallel.shard(loader, parallel.World(0, 2, "gloo"))
     orders = []
     for epoch in (0, 1, 1):
-        distributed.set_epoch(rebuilt, epoch)
+        parallel.set_epoch(rebuilt, epoch)
         orders.append(next(iter(rebuilt))[0].tolist())
     assert orders[0] != orders[1] and orders[1] == orders[2]
 
@@ -254,7 +254,7 @@ def test_set_epoch_reshuffles_the_same_way_on_every_rank() -> None:
 )
 def test_shard_leaves_what_it_cannot_split_and_says_why(make, reason) -> None:
     loader = make(_dataset())
-    rebuilt, why = distributed.shard(loader, distributed.World(0, 2, "gloo"))
+    rebuilt, why = parallel.shard(loader, parallel.World(0, 2, "gloo"))
     assert rebuilt is loader and reason in why
 
 
@@ -264,12 +264,12 @@ def test_shard_leaves_an_iterable_dataset() -> None:
             return iter(range(4))
 
     loader = torch.utils.data.DataLoader(Stream(), batch_size=2)
-    rebuilt, why = distributed.shard(loader, distributed.World(0, 2, "gloo"))
+    rebuilt, why = parallel.shard(loader, parallel.World(0, 2, "gloo"))
     assert rebuilt is loader and "IterableDataset" in why
 
 
 def test_without_a_process_group_there_is_no_world() -> None:
-    assert distributed.world() is None and distributed.is_rank_zero()
+    assert parallel.world() is None and parallel.is_rank_zero()
 
 
 # -- the single-device reference -------------------------------------------------------------

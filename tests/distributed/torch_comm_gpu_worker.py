@@ -6,7 +6,7 @@
 NCCL refuses two ranks on one GPU, so the script starts a gloo group itself before
 `auto_configure` (which keeps it) and every rank trains on ``cuda:0`` (the fit's device
 is the local rank modulo the GPUs). That is the CUDA-event timing of
-`accelkit.torch.communication` in a real multi-process run, on a one-GPU machine.
+`accelkit.torch.distributed.communication` in a real multi-process run, on a one-GPU machine.
 
 Each rank writes OUT/rank<R>.json with:
     timed      a fit under the GPU's plan (bf16 on an H200): its report, the checksum;

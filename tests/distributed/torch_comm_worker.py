@@ -27,7 +27,8 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 
 import accelkit
 import accelkit.torch
-from accelkit.torch import levers, wrapping
+from accelkit.torch.distributed import wrapping
+from accelkit.torch.tuning import levers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
 from torch_data import mlp, separable

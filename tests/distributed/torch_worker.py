@@ -46,10 +46,10 @@ def count_reductions() -> list[int]:
     """Record each bucket DDP all-reduces, through a comm hook on the model fit wraps."""
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-    from accelkit.torch import distributed
+    from accelkit.torch.distributed import parallel
 
     reduced: list[int] = []
-    wrap = distributed.wrap
+    wrap = parallel.wrap
 
     def hook(state, bucket):
         reduced.append(bucket.index())
@@ -58,10 +58,10 @@ def count_reductions() -> list[int]:
     def counting_wrap(model, device, **options):
         ddp = wrap(model, device, **options)
         ddp.register_comm_hook(None, hook)
-        distributed.wrap = wrap
+        parallel.wrap = wrap
         return ddp
 
-    distributed.wrap = counting_wrap
+    parallel.wrap = counting_wrap
     return reduced
 
 

@@ -15,7 +15,8 @@ import torch
 
 from accelkit import plan_for
 from accelkit.hardware import environment
-from accelkit.torch import communication, levers, wrapping
+from accelkit.torch.distributed import communication, wrapping
+from accelkit.torch.tuning import levers
 
 pytestmark = pytest.mark.torch
 

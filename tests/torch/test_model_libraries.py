@@ -276,7 +276,7 @@ def test_errors_of_the_model_and_the_loss_fn_pass_through_unchanged():
 
 def test_a_batch_encoding_moves_to_the_device_whole() -> None:
     """transformers' BatchEncoding is a UserDict, not a dict: every tensor in it moves."""
-    from accelkit.torch.prepare import to_device
+    from accelkit.torch.training.prepare import to_device
 
     encoding = transformers.BatchEncoding(
         {"input_ids": torch.ones(2, 3, dtype=torch.long), "attention_mask": torch.ones(2, 3)}

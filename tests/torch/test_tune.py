@@ -21,7 +21,7 @@ from accelkit.profiling.run_report import RunReport
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from accelkit.torch import trials
+from accelkit.torch.tuning import trials
 
 from ..helpers.torch_data import CPU_PLAN, batches, mlp
 
@@ -261,7 +261,7 @@ def test_tune_for_a_hand_written_loop_trains_the_first_batches(
 
 
 def test_fused_switched_back_keeps_the_step_counter_on_the_cpu() -> None:
-    from accelkit.torch import optimizers
+    from accelkit.torch.tuning import optimizers
 
     model = mlp(256, 128, 8)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)

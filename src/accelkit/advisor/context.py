@@ -23,7 +23,7 @@ fact                       what it is
 ``optimizer``              the PyTorch optimizer's step: ``{"type", "implementation":
                            "fused" | "foreach" | "for-loop", "foreach_available",
                            "fused_available", "set_by_user", "parameter_tensors",
-                           "param_groups"}`` (`accelkit.torch.facts.optimizer_facts`)
+                           "param_groups"}`` (`accelkit.torch.measuring.facts.optimizer_facts`)
 ``keras_policy``           the global Keras dtype policy
 ``keras_layers_off_policy``  matmul layers whose compute dtype is not the policy's
 ``keras_matmul_layers``    matmul layers counted (a ``MultiHeadAttention`` once)

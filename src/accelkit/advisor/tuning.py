@@ -31,7 +31,7 @@ class Option(NamedTuple):
 
 COMPILE = Option(("compile",), lambda s: bool(s.get("compile")))
 FUSED_OPTIMIZER = Option(("optimizer",), lambda s: s.get("optimizer") in ("fused", "foreach"))
-# DistributedDataParallel's levers (accelkit.torch.levers); DDP's default bucket is 25 MB.
+# DistributedDataParallel's levers (accelkit.torch.tuning.levers); DDP's default bucket is 25 MB.
 BF16_GRADIENTS = Option(("compression",), lambda s: s.get("compression") == "bf16")
 LARGER_BUCKETS = Option(("bucket_cap_mb",), lambda s: (s.get("bucket_cap_mb") or 25) > 25)
 STATIC_GRAPH = Option(("static_graph",), lambda s: bool(s.get("static_graph")))

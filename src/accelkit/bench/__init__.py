@@ -69,7 +69,7 @@ def run(
         raise ValueError(f"steps={steps} must be >= 1")
     plan = auto_configure(framework=framework, precision=precision, compile=compile, verbose=False)
     if framework == "torch":
-        from accelkit.torch import distributed
+        from accelkit.torch.distributed import parallel
 
         bench = _TorchBench.on_this_rank(
             model,
@@ -83,7 +83,7 @@ def run(
             ddp=ddp,
         )
         single = world.single_device_rate(single_device)
-        group = distributed.world()
+        group = parallel.world()
         if not compare_single or single is not None:
             return bench.run(single)
         if group is None:
@@ -111,13 +111,13 @@ _ALONE = (
 def _compared(bench: _TorchBench, group: Any) -> RunReport:
     """Rank 0 runs the bench alone while the other ranks wait for its figure, then
     every rank runs it together against that figure."""
-    from accelkit.torch import distributed
+    from accelkit.torch.distributed import parallel
 
     reference = None
     if group.is_zero:
         alone = bench.run(None, distributed=False)
         reference = (alone.samples_per_second, alone.device)
-    rate, device = distributed.broadcast(reference, bench.device)
+    rate, device = parallel.broadcast(reference, bench.device)
     report = bench.run(rate)
     if rate:
         report.note(

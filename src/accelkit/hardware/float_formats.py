@@ -8,7 +8,7 @@ bfloat16 (p = 8) up to 256: 2049 -> 2048, 12345 -> 12344, 19999 -> 20000.
 
 Significand bits and largest values are IEEE 754's (binary16, binary32) and
 bfloat16's (8 significand bits, float32's exponent). The advisor's rules,
-`accelkit.keras.checks` and `accelkit.torch.facts` read these limits here, so
+`accelkit.keras.checks` and `accelkit.torch.measuring.facts` read these limits here, so
 they are written once. Plain Python, no framework.
 
 Example:

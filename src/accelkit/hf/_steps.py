@@ -33,7 +33,7 @@ class TrainerSteps:
 
     Example:
         >>> import torch
-        >>> from accelkit.torch.meter import Meter
+        >>> from accelkit.torch.measuring.meter import Meter
         >>> model, meter = torch.nn.Linear(4, 2), Meter(warmup=0, window=1)
         >>> steps = TrainerSteps(meter, fallback_samples=8, count_flops=False)
         >>> steps.attach(model)
@@ -102,7 +102,7 @@ class TrainerSteps:
         )
 
     def _first(self, model: Any, batches: list[dict[str, Any]], samples: int) -> None:
-        from accelkit.torch.facts import half_integer_inputs
+        from accelkit.torch.measuring.facts import half_integer_inputs
 
         self.meter.facts.setdefault("batch_size", samples)
         found = half_integer_inputs(batches[0]) if batches else None

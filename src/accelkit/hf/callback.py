@@ -44,8 +44,8 @@ from accelkit.hf._steps import TrainerSteps
 from accelkit.planning import Plan
 from accelkit.profiling import mfu
 from accelkit.profiling.run_report import RunReport
-from accelkit.torch import trainer_timing
-from accelkit.torch.meter import Meter
+from accelkit.torch.distributed import trainer_timing
+from accelkit.torch.measuring.meter import Meter
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -139,7 +139,7 @@ class AccelkitCallback(transformers.TrainerCallback):
         train_dataloader: Any = None,
         **_: Any,
     ) -> None:
-        from accelkit.torch.facts import loader_facts
+        from accelkit.torch.measuring.facts import loader_facts
 
         steps = args.logging_steps if args.logging_strategy == "steps" else 0
         window = self.window or (int(steps) if steps >= 1 else 50)

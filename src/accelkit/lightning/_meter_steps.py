@@ -24,7 +24,7 @@ class OpenStep:
 
     Example:
         >>> import torch
-        >>> from accelkit.torch.meter import Meter
+        >>> from accelkit.torch.measuring.meter import Meter
         >>> meter = Meter(warmup=0, window=1)
         >>> steps = OpenStep(meter)
         >>> with meter:

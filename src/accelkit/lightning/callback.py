@@ -29,9 +29,9 @@ from accelkit.lightning._meter_steps import OpenStep
 from accelkit.planning import Plan
 from accelkit.profiling import mfu
 from accelkit.profiling.run_report import RunReport
-from accelkit.torch import trainer_timing
-from accelkit.torch.facts import loader_facts
-from accelkit.torch.meter import Meter
+from accelkit.torch.distributed import trainer_timing
+from accelkit.torch.measuring.facts import loader_facts
+from accelkit.torch.measuring.meter import Meter
 
 _Callback: Any = lightning_pytorch().Callback  # a base class read off a module: Any to mypy
 

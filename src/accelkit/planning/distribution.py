@@ -17,7 +17,7 @@ NEVER_SET = frozenset(
 
 
 # DDP's gradients as views into its all-reduce buckets: applied by accelkit.torch.fit
-# when it wraps the model (accelkit.torch.levers says what it needs and what it gives).
+# when it wraps the model (accelkit.torch.tuning.levers says what it needs and what it gives).
 BUCKET_VIEW = Setting(
     Key.DDP_BUCKET_VIEW,
     True,

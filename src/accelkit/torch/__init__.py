@@ -3,8 +3,8 @@
 Importing this module imports torch.
 """
 
-from accelkit.torch.meter import Meter
-from accelkit.torch.training import fit, tune
-from accelkit.torch.trials import TuneResult
+from accelkit.torch.fitting import fit, tune
+from accelkit.torch.measuring.meter import Meter
+from accelkit.torch.tuning.trials import TuneResult
 
 __all__ = ["Meter", "TuneResult", "fit", "tune"]

@@ -2,7 +2,7 @@
 against it, each with its bound.
 
 The `scaling` rule names them when a PyTorch DDP run waited for its all-reduce
-(`accelkit.torch.communication`); each gain is the step without the part of the
+(`accelkit.torch.distributed.communication`); each gain is the step without the part of the
 wait the lever can remove, 1 / (1 - removed share) (Amdahl), never more than the
 rule's cap (removing the whole wait, or perfect scaling), and a figure `tune`
 measured on the run itself comes before any estimate:

@@ -29,7 +29,7 @@ MODERATE = 0.05
 _PYDATASET_WORKERS = 8  # what the Keras action suggests
 _UNSEEN = (
     "the loader's settings were not recorded (a Meter does not see the loader: "
-    "meter.facts.update(accelkit.torch.facts.loader_facts(loader)) records them)"
+    "meter.facts.update(accelkit.torch.measuring.facts.loader_facts(loader)) records them)"
 )
 
 

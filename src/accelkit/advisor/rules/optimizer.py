@@ -5,7 +5,7 @@ a handful of small kernels per tensor; ``foreach`` runs each of those ops once
 over lists of tensors, and ``fused`` the whole update in one kernel per group of
 tensors (torch.optim docs, "Algorithms"). On a GPU the for-loop's cost grows with
 the number of tensors, not their size: many small launches. The implementation
-comes from `accelkit.torch.facts.optimizer_facts` (the optimizer fact); a `tune`
+comes from `accelkit.torch.measuring.facts.optimizer_facts` (the optimizer fact); a `tune`
 trial of a fused optimizer, when there was one, gives the measured gain.
 """
 

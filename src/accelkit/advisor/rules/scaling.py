@@ -8,7 +8,7 @@ all-reduce for the slowest rank (often one starved of input). Perfect scaling
 would make the run 1 / efficiency times faster; that is the upper bound the
 rule states.
 
-Where the run measured it (PyTorch DDP: `accelkit.torch.communication`), the verdict
+Where the run measured it (PyTorch DDP: `accelkit.torch.distributed.communication`), the verdict
 rests on the wait for the all-reduce: its share of the step, the gain of removing it
 (1 / (1 - share), Amdahl) and the levers against it (`accelkit.advisor.rules.all_reduce`),
 told apart from a rank starved of input, a straggler the others wait for, and what the

@@ -2,7 +2,7 @@
 
 The model goes to its device (channels-last for conv nets when the plan says so)
 and, under a process group, into `DistributedDataParallel`, with the loader
-sharded by rank (`accelkit.torch.distributed`). `to_device` moves each batch
+sharded by rank (`accelkit.torch.distributed.parallel`). `to_device` moves each batch
 after it.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 from accelkit.planning import Plan
 from accelkit.planning.keys import Key
-from accelkit.torch import distributed as parallel
-from accelkit.torch.wrapping import Wrapping
+from accelkit.torch.distributed import parallel
+from accelkit.torch.distributed.wrapping import Wrapping
 from accelkit.utils.imports import require
 
 
@@ -35,7 +35,7 @@ class Prepared:
             follow it), else None.
         group: this process's place in the process group, or None when it trains alone.
         sampling: what was done to the loader for the process group, or None.
-        wrapping: how the model was put in DDP (`accelkit.torch.wrapping.Wrapping`: its
+        wrapping: how the model was put in DDP (`accelkit.torch.distributed.wrapping.Wrapping`: its
             options, the all-reduce timing), or None without a process group.
         changes: what was done in place to the user's module (moved to a device,
             converted to channels-last), for the report; `restore` undoes the layout.
@@ -72,7 +72,7 @@ def prepare(
         device: where to train; None: the GPU of this rank, or the CPU.
         channels_last: convert conv models to channels-last; None: the plan's choice.
         group: the process group to train in, or None to train this process alone.
-        ddp: the script's DDP options (`accelkit.torch.wrapping.check_options`), for the
+        ddp: the script's DDP options (`accelkit.torch.distributed.wrapping.check_options`), for the
             wrapper built under `group`.
 
     Example:

@@ -13,18 +13,35 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
-from accelkit.torch import distributed as parallel
-from accelkit.torch.meter import Meter
-from accelkit.torch.prepare import Prepared, to_device
-from accelkit.torch.step import Step
-from accelkit.torch.tuner import Tuner
+from accelkit.torch.distributed import parallel
+from accelkit.torch.measuring.meter import Meter
+from accelkit.torch.training.prepare import Prepared, to_device
+from accelkit.torch.training.step import Step, TrainOne
 from accelkit.utils import arguments, log
 from accelkit.utils.imports import require
 
 _log = logging.getLogger("accelkit")
+
+
+class Trials(Protocol):
+    """What tries the fit's options on the first batches (`accelkit.torch.tuning.tuner.Tuner`).
+
+    The loop hands it the epoch's batches and its own `train_one`; it trains the trial
+    steps through each candidate and returns the step the run goes on with. The loop
+    runs it without importing it: tuning is built on the fit's `Step`, not the other
+    way round.
+    """
+
+    def run(
+        self,
+        batches: Iterator[Any],
+        train_one: TrainOne,
+        limit_reached: Callable[[], bool],
+        on_step: Callable[[], None] = ...,
+    ) -> Step: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +77,7 @@ def train(
     *,
     count_flops: bool,
     progress: bool,
-    tuner: Tuner | None = None,
+    tuner: Trials | None = None,
 ) -> Step:
     """Train `run` through `step` for `schedule`, each step measured by `meter`.
 
@@ -78,7 +95,7 @@ def train(
         schedule: epochs, step limit, accumulation.
         count_flops: count the first step's FLOPs (with ``step.count_flops``).
         progress: print live throughput to stderr every window.
-        tuner: tries the options on the first batches (`accelkit.torch.tune`).
+        tuner: tries the options on the first batches (`accelkit.torch.tune`'s `Tuner`).
 
     Returns:
         The step the run ended with (the tuner's choice, when it tuned).
@@ -89,9 +106,9 @@ def train(
     Example:
         >>> import accelkit
         >>> import torch
-        >>> from accelkit.torch.meter import Meter
-        >>> from accelkit.torch.prepare import prepare
-        >>> from accelkit.torch.step import make_step
+        >>> from accelkit.torch.measuring.meter import Meter
+        >>> from accelkit.torch.training.prepare import prepare
+        >>> from accelkit.torch.training.step import make_step
         >>> model, plan = torch.nn.Linear(4, 2), accelkit.plan_for(None)
         >>> loader = [(torch.randn(8, 4), torch.zeros(8).long())] * 3
         >>> run = prepare(model, loader, plan, device="cpu", channels_last=None, group=None)
@@ -194,7 +211,7 @@ def end_progress(meter: Meter) -> None:
     """End the live progress line on a terminal, if one is open (`accelkit.utils.log`).
 
     Example:
-        >>> from accelkit.torch.meter import Meter
+        >>> from accelkit.torch.measuring.meter import Meter
         >>> meter = Meter()
         >>> end_progress(meter)  # after the meter is closed, before the report prints
     """

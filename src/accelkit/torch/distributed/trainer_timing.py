@@ -1,4 +1,4 @@
-"""The gradient all-reduce timing (`accelkit.torch.communication`) for the DDP model a
+"""The gradient all-reduce timing (`accelkit.torch.distributed.communication`) for the DDP model a
 trainer built: Lightning's strategy holds its wrapper; the Hugging Face `Trainer` hands
 its callbacks the module it was given, not the `DistributedDataParallel` it trains
 through, so that wrapper is looked up among the live objects once per fit.
@@ -10,7 +10,7 @@ import gc
 from typing import Any
 
 from accelkit.hardware import environment
-from accelkit.torch import communication
+from accelkit.torch.distributed import communication
 from accelkit.utils.imports import require
 
 

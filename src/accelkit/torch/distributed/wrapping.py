@@ -11,11 +11,11 @@ Applied by default, when accelkit wraps the model (the plan's
   Its one restriction, no ``detach_()`` on a gradient, is met by the fit's loop
   (``zero_grad(set_to_none=True)``, after which DDP points the gradient at its bucket
   again).
-- the timing hook (`accelkit.torch.communication`): the same all-reduce as DDP's own,
+- the timing hook (`accelkit.torch.distributed.communication`): the same all-reduce as DDP's own,
   timed.
 
 What `tune` tries on top (bf16 gradients, larger buckets, a static graph, no buffer
-broadcast) is `accelkit.torch.levers`. Options the script gives
+broadcast) is `accelkit.torch.tuning.levers`. Options the script gives
 (``fit(..., ddp={...})``) are kept and not tried. A model the script wrapped in DDP
 itself keeps its options and hook: it is timed when it has no hook, and no DDP lever
 is tried on it.
@@ -31,8 +31,8 @@ from typing import Any
 from accelkit.hardware import environment
 from accelkit.planning import Plan
 from accelkit.planning.keys import Key
-from accelkit.torch import distributed as parallel
-from accelkit.torch.communication import COMPRESSIONS, NONE, GradientTimer, TimedHook
+from accelkit.torch.distributed import parallel
+from accelkit.torch.distributed.communication import COMPRESSIONS, NONE, GradientTimer, TimedHook
 from accelkit.utils.imports import require
 
 _log = logging.getLogger("accelkit")
@@ -180,7 +180,7 @@ class Wrapping:
     def finish(self, module: Any, kept: Mapping[str, Any]) -> None:
         """At the end of the fit: when tune turned DDP's buffer broadcast off (`kept`, the
         options in force), give every rank rank 0's buffers once, as the broadcast before
-        each forward would have (`accelkit.torch.levers`)."""
+        each forward would have (`accelkit.torch.tuning.levers`)."""
         if kept.get("broadcast_buffers") is not False or "broadcast_buffers" in self.fixed:
             return
         dist = require("torch").distributed

@@ -10,8 +10,8 @@ fastest that computes the same thing:
 1. the plan's settings as they are (the baseline: eager, or compiled when the
    script or plan fixed ``compile=True``);
 2. the optimizer's fused (or foreach) implementation, switched in place, when the
-   script left that choice to PyTorch (`accelkit.torch.optimizers`);
-3. under DistributedDataParallel, its options (`accelkit.torch.levers`): bf16
+   script left that choice to PyTorch (`accelkit.torch.tuning.optimizers`);
+3. under DistributedDataParallel, its options (`accelkit.torch.tuning.levers`): bf16
    gradients under a bf16 plan, larger buckets, a static graph, no buffer broadcast,
    each on top of the best so far;
 4. ``torch.compile`` of forward and loss, with the better optimizer, when the
@@ -31,7 +31,7 @@ same batch and weights was finite, or differs from it by more than
 that works, from zeroed gradients, so no data is lost. The user's own errors
 raise again there and pass through unchanged.
 
-`accelkit.torch.tuner` runs the trials; this module holds the numbers that govern
+`accelkit.torch.tuning.tuner` runs the trials; this module holds the numbers that govern
 them, each with the reason for its value. Their record, ``report.tuning``, is
 `accelkit.profiling.tuning.TuneResult.to_dict()`.
 """

@@ -77,7 +77,7 @@ def wrap(model: Any, device: Any, **options: Any) -> Any:
 
     On CUDA the replica lives on this rank's GPU (``device_ids=[device.index]``); on
     the CPU (gloo) DDP takes no device ids. `options` are DDP's keyword arguments
-    (``bucket_cap_mb``, ``gradient_as_bucket_view``...; `accelkit.torch.levers`).
+    (``bucket_cap_mb``, ``gradient_as_bucket_view``...; `accelkit.torch.tuning.levers`).
     """
     torch = require("torch")
     ddp = torch.nn.parallel.DistributedDataParallel

@@ -1,7 +1,7 @@
 """`Tuner` and `tune`: measure the fit's options on the user's own model and keep the fastest.
 
 `Tuner.run` trains the first batches of a run through each candidate in turn and
-returns the step the run keeps; `accelkit.torch.trials` describes the protocol and
+returns the step the run keeps; `accelkit.torch.tuning.trials` describes the protocol and
 holds its limits and its result.
 """
 
@@ -14,16 +14,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from accelkit.torch import levers, optimizers, trials
-from accelkit.torch import trial_guards as guards
-from accelkit.torch.step import Step
-from accelkit.torch.trials import Trial, TuneResult, check_mode
+from accelkit.torch.training.step import Step, TrainOne
+from accelkit.torch.tuning import levers, optimizers, trials
+from accelkit.torch.tuning import trial_guards as guards
+from accelkit.torch.tuning.trials import Trial, TuneResult, check_mode
 from accelkit.utils.imports import require
 
 _log = logging.getLogger("accelkit")
-
-
-TrainOne = Callable[[Any, Step], Any]  # train_one(batch, step) -> the step's loss tensor
 
 
 class Tuner:
@@ -40,14 +37,14 @@ class Tuner:
         accumulation_steps: batches per optimizer step: the unit that is timed.
         decide: ``decide(value) -> value``: rank 0's value on every rank (identity
             when training alone).
-        levers: the DDP candidates (`accelkit.torch.levers.Levers`), tried after the
+        levers: the DDP candidates (`accelkit.torch.tuning.levers.Levers`), tried after the
             optimizer and before ``torch.compile``; None without DDP.
 
     Example:
         >>> import accelkit
         >>> import torch
-        >>> from accelkit.torch.prepare import prepare
-        >>> from accelkit.torch.step import make_step
+        >>> from accelkit.torch.training.prepare import prepare
+        >>> from accelkit.torch.training.step import make_step
         >>> model, plan = torch.nn.Linear(16, 4), accelkit.plan_for(None)
         >>> run = prepare(model, [], plan, device="cpu", channels_last=None, group=None)
         >>> opt = torch.optim.AdamW(model.parameters())

@@ -17,15 +17,16 @@ from accelkit.configure import auto_configure, current_plan
 from accelkit.planning import Plan
 from accelkit.profiling import world
 from accelkit.profiling.run_report import RunReport
-from accelkit.torch import distributed as parallel
-from accelkit.torch import levers, loop, wrapping
-from accelkit.torch.facts import loader_facts, steps_per_epoch
-from accelkit.torch.loop import Schedule
-from accelkit.torch.meter import Meter
-from accelkit.torch.prepare import Prepared, prepare, restore
-from accelkit.torch.step import Step, make_step
-from accelkit.torch.trials import TuneResult, check_mode, trial_steps
-from accelkit.torch.tuner import Tuner
+from accelkit.torch.distributed import parallel, wrapping
+from accelkit.torch.measuring.facts import loader_facts, steps_per_epoch
+from accelkit.torch.measuring.meter import Meter
+from accelkit.torch.training import loop
+from accelkit.torch.training.loop import Schedule
+from accelkit.torch.training.prepare import Prepared, prepare, restore
+from accelkit.torch.training.step import Step, make_step
+from accelkit.torch.tuning import levers
+from accelkit.torch.tuning.trials import TuneResult, check_mode, trial_steps
+from accelkit.torch.tuning.tuner import Tuner
 from accelkit.utils import arguments
 from accelkit.utils.imports import require
 

@@ -1,7 +1,7 @@
 """The data-parallel levers `tune` measures on the run's own model (candidates, kept only
 when clearly faster; every rank runs the same candidates and rank 0's verdicts hold).
 How `accelkit.torch.fit` wraps the model in DDP, and what it applies by default, is
-`accelkit.torch.wrapping`.
+`accelkit.torch.distributed.wrapping`.
 
 - ``bf16`` gradients: the all-reduce in bf16, as ``bf16_compress_hook``, half the
   bytes; only when the plan trains in bf16. It rounds each averaged gradient to bf16
@@ -42,8 +42,8 @@ from typing import Any
 
 from accelkit.planning import Plan
 from accelkit.torch import precision
-from accelkit.torch.communication import BF16, NONE
-from accelkit.torch.wrapping import COMPRESSION, Wrapping
+from accelkit.torch.distributed.communication import BF16, NONE
+from accelkit.torch.distributed.wrapping import COMPRESSION, Wrapping
 from accelkit.utils.imports import require
 
 _log = logging.getLogger("accelkit")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from accelkit.torch.facts import optimizer_facts
+from accelkit.torch.measuring.facts import optimizer_facts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +39,7 @@ def faster_variant(optimizer: Any) -> tuple[Variant | None, str]:
 
     Only when the user left the choice to PyTorch (``fused`` and ``foreach`` unset,
     i.e. None, in every param group): a value the user set is theirs. What is available
-    is read as `accelkit.torch.facts.optimizer_facts` reads it, from PyTorch itself.
+    is read as `accelkit.torch.measuring.facts.optimizer_facts` reads it, from PyTorch itself.
 
     Example:
         >>> import torch

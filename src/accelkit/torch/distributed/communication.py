@@ -376,7 +376,7 @@ def timed(ddp: Any, meter: Any, compression: str = NONE) -> GradientTimer | None
         >>> ddp_model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
         >>> optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
         >>> meter = accelkit.torch.Meter(ddp_model, warmup=1, window=2)
-        >>> timer = accelkit.torch.communication.timed(ddp_model, meter)
+        >>> timer = accelkit.torch.distributed.communication.timed(ddp_model, meter)
         >>> with meter:
         ...     for _ in range(5):
         ...         x = torch.randn(8, 4)

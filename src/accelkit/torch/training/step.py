@@ -18,7 +18,7 @@ from accelkit.profiling import torch_batches
 from accelkit.profiling.flop_count import FlopCount
 from accelkit.profiling.flops_torch import count_train_step_flops
 from accelkit.torch import precision
-from accelkit.torch.prepare import Prepared
+from accelkit.torch.training.prepare import Prepared
 from accelkit.utils.imports import require
 
 
@@ -40,7 +40,7 @@ class Step:
         compiled: whether `forward_loss` went through ``torch.compile``.
         model: what `forward_loss` calls: the `DistributedDataParallel` wrapper under a
             process group (the loop's ``no_sync()`` must be this one's), else the module.
-        ddp: the DDP options this step trains under (`accelkit.torch.levers`), for
+        ddp: the DDP options this step trains under (`accelkit.torch.tuning.levers`), for
             tune's records and the report; empty without DDP.
         through: ``through(model, compiled) -> Step``: the same step (optimizer step,
             scaler) through another model, e.g. the module re-wrapped with other DDP
@@ -55,6 +55,11 @@ class Step:
     model: Any = None
     ddp: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     through: Callable[[Any, bool], Step] | None = None
+
+
+# train_one(batch, step) -> the step's loss tensor: what the loop does with one batch,
+# and what it hands the tuner to train the trials with.
+TrainOne = Callable[[Any, Step], Any]
 
 
 def make_step(
@@ -84,7 +89,7 @@ def make_step(
     Example:
         >>> import accelkit
         >>> import torch
-        >>> from accelkit.torch.prepare import prepare
+        >>> from accelkit.torch.training.prepare import prepare
         >>> model, batch = torch.nn.Linear(4, 2), (torch.randn(8, 4), torch.zeros(8).long())
         >>> plan = accelkit.plan_for(None)
         >>> run = prepare(model, [batch], plan, device="cpu", channels_last=None, group=None)

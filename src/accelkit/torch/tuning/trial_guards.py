@@ -2,7 +2,7 @@
 
 A trial fails when its step raises (`Failed`, with `why` in one line) or when its
 loss disagrees with the eager loss on the same batch (`checked`, `check_loss`:
-the limits are `accelkit.torch.trials.LOSS_RTOL` and ``LOSS_ATOL``). The eager
+the limits are `accelkit.torch.tuning.trials.LOSS_RTOL` and ``LOSS_ATOL``). The eager
 reference step must not move BatchNorm statistics (`buffers_kept`); a step that
 failed mid-way must not leave the gradient scaler waiting (`reset_scaler`).
 """
@@ -15,8 +15,8 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from accelkit.torch import trials
-from accelkit.torch.step import Step
+from accelkit.torch.training.step import Step
+from accelkit.torch.tuning import trials
 
 
 class Failed(Exception):

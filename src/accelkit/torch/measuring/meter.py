@@ -29,9 +29,9 @@ from accelkit.profiling.flop_count import FlopCount
 from accelkit.profiling.run_report import RunReport
 from accelkit.profiling.sampler import NvmlSampler
 from accelkit.report.assemble import build_report
-from accelkit.torch.communication import GradientTimer, steady_totals
-from accelkit.torch.facts import half_integer_inputs, model_device
-from accelkit.torch.meter_guard import StepGuard
+from accelkit.torch.distributed.communication import GradientTimer, steady_totals
+from accelkit.torch.measuring.facts import half_integer_inputs, model_device
+from accelkit.torch.measuring.meter_guard import StepGuard
 from accelkit.torch.precision import scaler_enabled
 from accelkit.utils import arguments
 from accelkit.utils.imports import require
@@ -369,7 +369,7 @@ class Meter:
         if not self._cuda:
             report.note("peak_memory_bytes", "CPU run: device memory is not tracked")
         if self.gather is not False:
-            from accelkit.torch import distributed
+            from accelkit.torch.distributed import parallel as distributed
 
             distributed.gather_run(
                 report,
@@ -382,7 +382,7 @@ class Meter:
         return report
 
     def _facts(self) -> dict[str, Any]:
-        from accelkit.torch.facts import model_facts
+        from accelkit.torch.measuring.facts import model_facts
 
         facts: dict[str, Any] = {}
         if self.model is not None:
