@@ -7,6 +7,8 @@ from accelkit.planning import Request, plan
 from accelkit.profiling.run_report import RunReport
 from accelkit.report.render import render_plan, render_run
 
+from .helpers import saved_report
+
 
 def test_a_plan_table_lists_every_setting_with_its_status() -> None:
     result = plan(what_if("A100-SXM4-80GB", 2), Request(framework="tensorflow"))
@@ -45,3 +47,41 @@ def test_only_a_true_interrupted_flag_reads_as_interrupted() -> None:
             interrupted=flag,
         )
         assert ("INTERRUPTED" in render_run(report)) is shown
+
+
+def _time(text: str) -> str | None:
+    """The value of the table's "time" row, or None when it has none."""
+    rows = [line.split(None, 1) for line in text.splitlines()]
+    return next((row[1] for row in rows if row[0] == "time"), None)
+
+
+def _timed(**phases) -> RunReport:
+    return RunReport.from_dict({**saved_report(), **phases})
+
+
+def test_the_run_s_time_is_shown_by_phase_beside_the_training_figures() -> None:
+    report = _timed(
+        run_seconds=120.0,
+        training_seconds=80.1,
+        evaluation_seconds=30.2,
+        other_seconds=9.7,
+        evaluation_share=30.2 / 120.0,
+    )
+    text = render_run(report, 120)
+    assert _time(text) == (
+        "120.0 s = training 80.1 s (67%), evaluation 30.2 s (25%), other 9.7 s (8%)"
+    )
+    assert text.index("time ") < text.index("samples/s")
+
+
+def test_a_phase_that_took_no_time_is_left_out_and_an_unknown_one_is_not_added_up() -> None:
+    whole = _timed(run_seconds=10.0, training_seconds=10.0, evaluation_seconds=0.0, other_seconds=0)
+    assert _time(render_run(whole, 100)) == "10.0 s = training 10.0 s (100%)"
+    partial = _timed(run_seconds=10.0, evaluation_seconds=4.0)
+    assert _time(render_run(partial, 100)) == "10.0 s of which evaluation 4.0 s (40%)"
+
+
+def test_a_report_from_before_the_phases_has_no_time_line() -> None:
+    text = render_run(_timed(facts={"run_seconds": 50.0}), 100)
+    assert _time(text) is None
+    assert "training" not in text and "evaluation" not in text

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from accelkit.advisor.projection import Projection, duration, ranked
+from accelkit.profiling.metrics import BY_NAME
+from accelkit.report.phases import describe, run_time
 from accelkit.report.text import paragraph, table, terminal_width
 
 if TYPE_CHECKING:
@@ -79,83 +81,122 @@ def _gb(value: float | None) -> str:
     return "-" if value is None else f"{value / 1e9:.2f} GB"
 
 
+Row = tuple[str, str]  # (figure, value)
+
+
 def render_run(report: RunReport, width: int | None = None) -> str:
     """A compact table of a run's figures, its notes and its advice, fitted to `width`
-    (default: the terminal's)."""
+    (default: the terminal's).
+
+    Example:
+        >>> print(render_run(report))  # doctest: +SKIP
+        accelkit run: torch, GPT2LMHeadModel on cuda:0 NVIDIA H200, precision bf16 ...
+        figure       value
+        -----------  -----
+        time         120.0 s = training 80.1 s (67%), evaluation 30.2 s (25%), other ...
+    """
     r, width = report, terminal_width(width)
-    head = (
-        f"accelkit run: {r.framework}, {r.model} on {r.device}, precision {r.precision} "
-        f"(matmuls {r.matmul_dtype}), {r.steps} steps ({r.warmup_steps} warm-up"
-        f"{f', {r.warmup_seconds:.2f} s' if r.warmup_seconds else ''})"
-        f"{' -- INTERRUPTED' if r.interrupted is True else ''}"
-    )
-    mfu = "-" if r.mfu is None else f"{r.mfu:.1%} of {r.peak_tflops:,.1f} TFLOP/s ({r.peak_source})"
-    rows = [
-        (
-            "throughput",
-            f"{_num(r.samples_per_second)} samples/s"
-            + (f", {_num(r.tokens_per_second, '{:,.0f}')} tokens/s" if r.tokens_per_second else "")
-            + (
-                f" ({_num(r.real_tokens_per_second, '{:,.0f}')} real, without padding)"
-                if r.real_tokens_per_second is not None
-                else ""
-            )
-            + f", step {_num(r.step_time_s and r.step_time_s * 1e3, '{:.2f}')} ms",
-        ),
-        (
-            "FLOPs/step",
-            f"{_num(r.flops_per_step, '{:.3e}')}"
-            + (f" ({r.flops_method})" if r.flops_method else ""),
-        ),
-        ("achieved", f"{_num(r.achieved_tflops, '{:,.4g}')} TFLOP/s"),
-        ("MFU", mfu),
-    ]
-    if r.calibrated_tflops is not None:
-        rows.append(
-            (
-                "MFU (measured peak)",
-                (
-                    f"{_num(r.mfu_calibrated and r.mfu_calibrated * 100)}% of "
-                    f"{r.calibrated_tflops:,.2f} TFLOP/s ({r.calibration_method})"
-                ),
-            )
-        )
-    rows += [
-        (
-            "input wait",
-            "-" if r.input_wait_share is None else f"{r.input_wait_share:.1%} of step time",
-        ),
-        (
-            "GPU",
-            (
-                f"util {_num(r.gpu_utilization, '{:.0f}')}%, memory used "
-                f"{_gb(r.gpu_memory_used_bytes)}, power {_num(r.power_w, '{:.0f}')} W, "
-                f"SM {_num(r.sm_clock_mhz, '{:.0f}')} MHz"
-            ),
-        ),
-        ("peak memory", f"{_gb(r.peak_memory_bytes)} allocated by the framework"),
-    ]
-    if r.world_size > 1:
-        rows.append(
-            (
-                "all ranks",
-                (
-                    f"{r.world_size} processes, "
-                    f"{_num(r.global_samples_per_second)} samples/s, scaling "
-                    f"efficiency "
-                    f"{_num(r.scaling_efficiency and r.scaling_efficiency * 100)}%"
-                ),
-            )
-        )
-    if r.world_size > 1:
-        rows.append(("all-reduce wait", _all_reduce_wait(r)))
+    rows = [*_time_rows(r), *_training_rows(r), *_device_rows(r), *_world_rows(r)]
     if r.losses:
         rows.append(("loss", " -> ".join(f"{v:.4g}" for v in _ends(r.losses))))
     body = table(("figure", "value"), rows, width=width)
     tuning = "\n" + render_tuning(r.tuning, width) if r.tuning else ""
     notes = "".join("\n" + paragraph(f"note: {k}: {v}", width) for k, v in r.notes.items())
     advice = "\nadvice:\n" + render_advice(r.advice, width) if r.advice else ""
-    return f"{paragraph(head, width)}\n{body}{tuning}{notes}{advice}"
+    return f"{paragraph(_run_head(r), width)}\n{body}{tuning}{notes}{advice}"
+
+
+def _label(name: str) -> str:
+    """The name people read for a figure (`accelkit.profiling.metrics.METRICS`)."""
+    return BY_NAME[name].label
+
+
+def _run_head(r: RunReport) -> str:
+    return (
+        f"accelkit run: {r.framework}, {r.model} on {r.device}, precision {r.precision} "
+        f"(matmuls {r.matmul_dtype}), {r.steps} steps ({r.warmup_steps} warm-up"
+        f"{f', {r.warmup_seconds:.2f} s' if r.warmup_seconds else ''})"
+        f"{' -- INTERRUPTED' if r.interrupted is True else ''}"
+    )
+
+
+def _time_rows(r: RunReport) -> list[Row]:
+    """The run's wall time by phase (`accelkit.report.phases`); none for a report saved
+    before the phases were measured."""
+    time = run_time(r)
+    return [] if time is None else [("time", describe(time))]
+
+
+def _training_rows(r: RunReport) -> list[Row]:
+    """Throughput, FLOPs and MFU: figures of the training steps alone."""
+    tokens = _label("tokens_per_second")
+    throughput = (
+        f"{_num(r.samples_per_second)} {_label('samples_per_second')}"
+        + (f", {_num(r.tokens_per_second, '{:,.0f}')} {tokens}" if r.tokens_per_second else "")
+        + (
+            f" ({_num(r.real_tokens_per_second, '{:,.0f}')} real, without padding)"
+            if r.real_tokens_per_second is not None
+            else ""
+        )
+        + f", step {_num(r.step_time_s and r.step_time_s * 1e3, '{:.2f}')} ms"
+    )
+    tflops = _label("achieved_tflops")
+    mfu = "-"
+    if r.mfu is not None:
+        mfu = f"{r.mfu:.1%} of {r.peak_tflops:,.1f} {tflops} ({r.peak_source})"
+    rows = [
+        ("throughput", throughput),
+        (
+            "FLOPs/step",
+            f"{_num(r.flops_per_step, '{:.3e}')}"
+            + (f" ({r.flops_method})" if r.flops_method else ""),
+        ),
+        ("achieved", f"{_num(r.achieved_tflops, '{:,.4g}')} {tflops}"),
+        (_label("mfu"), mfu),
+    ]
+    if r.calibrated_tflops is not None:
+        rows.append(
+            (
+                f"{_label('mfu')} (measured peak)",
+                (
+                    f"{_num(r.mfu_calibrated and r.mfu_calibrated * 100)}% of "
+                    f"{r.calibrated_tflops:,.2f} {tflops} ({r.calibration_method})"
+                ),
+            )
+        )
+    return rows
+
+
+def _device_rows(r: RunReport) -> list[Row]:
+    """Input wait, the NVML figures and the framework's peak memory."""
+    wait = "-" if r.input_wait_share is None else f"{r.input_wait_share:.1%} of step time"
+    gpu = (
+        f"util {_num(r.gpu_utilization, '{:.0f}')}%, memory used "
+        f"{_gb(r.gpu_memory_used_bytes)}, power {_num(r.power_w, '{:.0f}')} W, "
+        f"SM {_num(r.sm_clock_mhz, '{:.0f}')} MHz"
+    )
+    return [
+        (_label("input_wait_share"), wait),
+        ("GPU", gpu),
+        ("peak memory", f"{_gb(r.peak_memory_bytes)} allocated by the framework"),
+    ]
+
+
+def _world_rows(r: RunReport) -> list[Row]:
+    """A data-parallel run's figures across its processes; none for one process."""
+    if r.world_size <= 1:
+        return []
+    efficiency = _num(r.scaling_efficiency and r.scaling_efficiency * 100)
+    return [
+        (
+            "all ranks",
+            (
+                f"{r.world_size} processes, {_num(r.global_samples_per_second)} "
+                f"{_label('samples_per_second')}, scaling efficiency {efficiency}%"
+            ),
+        ),
+        ("all-reduce wait", _all_reduce_wait(r)),
+    ]
 
 
 def _all_reduce_wait(r: RunReport) -> str:
