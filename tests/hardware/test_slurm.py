@@ -11,13 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accelkit.hardware import detect
-from accelkit.hardware.environment import rank, read_launcher, world_size
+from accelkit.hardware.environment import rank, read_launcher, read_slurm_task, world_size
 from accelkit.hardware.slurm import (
     default_port,
     expand_nodelist,
     first_node,
     process_group_env,
-    read_task,
 )
 
 SRUN_2 = {
@@ -178,7 +177,9 @@ def test_not_several_srun_tasks_is_no_launcher(environ: dict[str, str]) -> None:
 
 def test_malformed_variables_are_notes() -> None:
     notes: list[str] = []
-    task = read_task({**SRUN_2, "SLURM_LOCALID": "one", "SLURM_JOB_NODELIST": "gpu[1-"}, notes)
+    task = read_slurm_task(
+        {**SRUN_2, "SLURM_LOCALID": "one", "SLURM_JOB_NODELIST": "gpu[1-"}, notes
+    )
     assert task["local_rank"] is None and task["master_addr"] is None
     assert any("SLURM_LOCALID='one'" in n for n in notes)
     assert any("set MASTER_ADDR" in n for n in notes)

@@ -2,10 +2,11 @@
 visible devices, host facts. The one place that parses them.
 
 - the launcher: `read_launcher` (torchrun's RANK / LOCAL_RANK / WORLD_SIZE,
-  SLURM's srun variables through `accelkit.hardware.slurm` when torchrun's are
-  absent, TF_CONFIG, CUDA_VISIBLE_DEVICES), and from it `rank`, `is_rank_zero` and
-  `world_size`, which every part of accelkit uses (a RANK that is empty or not
-  an integer is no launcher's: rank 0, as for a process started alone);
+  SLURM's srun variables when torchrun's are absent (`read_slurm_task`, with SLURM's
+  host lists and ports from `accelkit.hardware.slurm`), TF_CONFIG,
+  CUDA_VISIBLE_DEVICES), and from it `rank`, `is_rank_zero` and `world_size`, which
+  every part of accelkit uses (a RANK that is empty or not an integer is no launcher's:
+  rank 0, as for a process started alone);
 - accelkit's variables: `flag` (``0/false/no/off`` and empty are off),
   `dist_timeout` (``ACCELKIT_DIST_TIMEOUT``), `log_level` (``ACCELKIT_LOG_LEVEL``),
   `comm_timing` (``ACCELKIT_COMM_TIMING``);
@@ -22,7 +23,9 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+from accelkit.hardware import slurm
 from accelkit.hardware.info import HardwareInfo, LauncherEnv
 
 _TORCHRUN_INTEGERS = {
@@ -185,10 +188,8 @@ def read_launcher(environ: Mapping[str, str], notes: list[str] | None = None) ->
         master_addr=environ.get("MASTER_ADDR") or None,
         master_port=integer(environ, "MASTER_PORT", notes),
     )
-    from accelkit.hardware import slurm  # here: it reads its integers with `integer`
-
     slurm_notes: list[str] = []
-    task = slurm.read_task(environ, slurm_notes)
+    task = read_slurm_task(environ, slurm_notes)
     if task is None or _torchrun_absent(environ, torchrun, task):
         notes += slurm_notes
         torchrun = task or torchrun
@@ -199,6 +200,55 @@ def read_launcher(environ: Mapping[str, str], notes: list[str] | None = None) ->
         tf_config_task=tf_task,
         cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
     )
+
+
+def read_slurm_task(environ: Mapping[str, str], notes: list[str]) -> dict[str, Any] | None:
+    """`LauncherEnv` fields for a task ``srun`` started, or None when SLURM did not start
+    several tasks (unset, one task, an interactive ``srun --pty bash`` / ``salloc`` shell,
+    whose SLURM_NTASKS describes the allocation, not processes started here).
+
+    Args:
+        environ: the environment.
+        notes: why SLURM's variables were not used, when they look meant to be.
+
+    Example:
+        >>> task = read_slurm_task({"SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_NTASKS": "2",
+        ...                   "SLURM_NNODES": "1", "SLURM_JOB_NODELIST": "gpu[07-08]",
+        ...                   "SLURM_JOB_ID": "31337"}, [])
+        >>> task["rank"], task["world_size"], task["master_addr"], task["master_port"]
+        (1, 2, 'gpu07', 16337)
+    """
+    tasks = integer(environ, "SLURM_NTASKS", notes)
+    if tasks is None or tasks <= 1:
+        return None
+    name = environ.get("SLURM_JOB_NAME", "").strip()
+    if name in slurm.INTERACTIVE_JOB_NAMES:
+        notes.append(
+            f"SLURM_NTASKS={tasks} in an interactive job ({name!r}): not started "
+            "by srun as one of several tasks, so SLURM's variables are not used"
+        )
+        return None
+    rank = integer(environ, "SLURM_PROCID", notes)
+    if rank is None:
+        notes.append(f"SLURM_NTASKS={tasks} but no SLURM_PROCID: start each task with srun")
+        return None
+    nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
+    address = environ.get("MASTER_ADDR") or slurm.first_node(nodelist)
+    if address is None:
+        notes.append(f"SLURM_JOB_NODELIST={nodelist!r} names no host; set MASTER_ADDR")
+    job_id = environ.get("SLURM_JOB_ID")
+    return {
+        "rank": rank,
+        "local_rank": integer(environ, "SLURM_LOCALID", notes),
+        "world_size": tasks,
+        "local_world_size": integer(environ, "SLURM_NTASKS_PER_NODE", []),  # "2(x3)": None
+        "nnodes": integer(environ, "SLURM_NNODES", notes),
+        "master_addr": address,
+        # read_launcher notes a MASTER_PORT that is not a number
+        "master_port": integer(environ, "MASTER_PORT", []) or slurm.default_port(job_id),
+        "job_id": job_id,
+        "scheduler": "slurm",
+    }
 
 
 def _torchrun_absent(

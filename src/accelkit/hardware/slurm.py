@@ -1,11 +1,14 @@
-"""What SLURM's ``srun`` tells each task it starts, read without calling ``scontrol``.
+"""SLURM's host lists and rendezvous, worked out without calling ``scontrol``.
 
 - `expand_nodelist`: SLURM's compact host lists (``gpu[01-04,07]``, ``a[1-2],b3``,
   ``rack[1-2]-n[01-02]``) as the host names, in SLURM's order;
-- `read_task`: this task's rank, local rank, task and node counts, and the
-  rendezvous address and port, when SLURM started several tasks and torchrun did not;
+- `first_node` and `default_port`: the rendezvous address and port of a job;
 - `process_group_env`: the variables PyTorch's ``init_method="env://"`` reads,
-  made from them.
+  made from a SLURM launcher.
+
+Which variables a task ``srun`` started reads (rank, local rank, task and node counts)
+is `accelkit.hardware.environment.read_slurm_task`, beside torchrun's: the one place
+that parses the environment.
 
 The rendezvous is the first node of ``SLURM_JOB_NODELIST``, port
 ``15000 + the last four digits of SLURM_JOB_ID`` (12910 without a job id), as
@@ -17,10 +20,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping
 from typing import Any
-
-from accelkit.hardware.environment import integer
 
 DEFAULT_PORT = 12910  # without SLURM_JOB_ID, Lightning's fallback
 PORT_BASE = 15000  # plus the job id's last four digits: 15000-24999
@@ -76,55 +76,6 @@ def default_port(job_id: str | None) -> int:
     """
     digits = (job_id or "").strip()
     return PORT_BASE + int(digits[-4:]) if digits.isdigit() else DEFAULT_PORT
-
-
-def read_task(environ: Mapping[str, str], notes: list[str]) -> dict[str, Any] | None:
-    """`LauncherEnv` fields for a task ``srun`` started, or None when SLURM did not start
-    several tasks (unset, one task, an interactive ``srun --pty bash`` / ``salloc`` shell,
-    whose SLURM_NTASKS describes the allocation, not processes started here).
-
-    Args:
-        environ: the environment.
-        notes: why SLURM's variables were not used, when they look meant to be.
-
-    Example:
-        >>> task = read_task({"SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_NTASKS": "2",
-        ...                   "SLURM_NNODES": "1", "SLURM_JOB_NODELIST": "gpu[07-08]",
-        ...                   "SLURM_JOB_ID": "31337"}, [])
-        >>> task["rank"], task["world_size"], task["master_addr"], task["master_port"]
-        (1, 2, 'gpu07', 16337)
-    """
-    tasks = integer(environ, "SLURM_NTASKS", notes)
-    if tasks is None or tasks <= 1:
-        return None
-    name = environ.get("SLURM_JOB_NAME", "").strip()
-    if name in INTERACTIVE_JOB_NAMES:
-        notes.append(
-            f"SLURM_NTASKS={tasks} in an interactive job ({name!r}): not started "
-            "by srun as one of several tasks, so SLURM's variables are not used"
-        )
-        return None
-    rank = integer(environ, "SLURM_PROCID", notes)
-    if rank is None:
-        notes.append(f"SLURM_NTASKS={tasks} but no SLURM_PROCID: start each task with srun")
-        return None
-    nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
-    address = environ.get("MASTER_ADDR") or first_node(nodelist)
-    if address is None:
-        notes.append(f"SLURM_JOB_NODELIST={nodelist!r} names no host; set MASTER_ADDR")
-    job_id = environ.get("SLURM_JOB_ID")
-    return {
-        "rank": rank,
-        "local_rank": integer(environ, "SLURM_LOCALID", notes),
-        "world_size": tasks,
-        "local_world_size": integer(environ, "SLURM_NTASKS_PER_NODE", []),  # "2(x3)": None
-        "nnodes": integer(environ, "SLURM_NNODES", notes),
-        "master_addr": address,
-        # read_launcher notes a MASTER_PORT that is not a number
-        "master_port": integer(environ, "MASTER_PORT", []) or default_port(job_id),
-        "job_id": job_id,
-        "scheduler": "slurm",
-    }
 
 
 def process_group_env(launcher: Any) -> dict[str, str]:
