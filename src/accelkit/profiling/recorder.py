@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from accelkit.planning import Plan
 from accelkit.profiling import mfu
 from accelkit.profiling.assemble import Measurements
-from accelkit.profiling.clock import StepClock
+from accelkit.profiling.clock import ClockSummary, StepClock
 from accelkit.profiling.flop_count import FlopCount
 from accelkit.profiling.metrics import window_figures
 from accelkit.profiling.options import MeterOptions
@@ -98,6 +98,7 @@ class Recorder:
         self._listeners: list[Callable[[float, int], None]] = []
         self._taken_at = time.perf_counter()
         self._started = False
+        self._summary: ClockSummary | None = None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -189,10 +190,17 @@ class Recorder:
             unmeasured=self.notes.keys(),
         )
 
+    def finish(self) -> ClockSummary:
+        """End the clock (its last window, a synchronisation: the window listeners run
+        once more); idempotent."""
+        if self._summary is None:
+            self._summary = self.clock.finish()
+        return self._summary
+
     def measurements(self, **door: Any) -> Measurements:
         """End the clock and give everything measured, with the door's own fields
         (framework, model, device, hardware, and what only it can read)."""
-        summary = self.clock.finish()
+        summary = self.finish()
         notes = dict(self.notes)
         if self.sampler.notes:
             notes["gpu_utilization"] = "; ".join(self.sampler.notes)

@@ -1,7 +1,13 @@
 """`Meter`: the profiled-fit measurements for a hand-written PyTorch loop: each step
 inside ``with meter.step(batch):``, the report from ``meter.report()`` (`Meter`'s
 example). Per step it reads the host clock twice and adds a few numbers; the device is
-synchronised only every `window` steps (see `accelkit.profiling.clock`).
+synchronised only every `window` steps (see `accelkit.profiling.clock`). The meter is
+PyTorch's adapter of the one measurement core (`accelkit.profiling.recorder.Recorder`):
+the Lightning and Hugging Face callbacks and `accelkit.torch.fit` measure through it.
+
+Evaluation inside the loop goes in ``with meter.phase("evaluation"):`` (anything else
+that is not training, such as a checkpoint: ``"other"``): its time is reported beside
+the training figures (`RunReport.evaluation_seconds`) and counts in none of them.
 
 In a process group of several ranks (torchrun), building the report gathers
 every rank's figures in one ``all_gather_object``: every rank must close the
@@ -17,23 +23,22 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from accelkit.configure import current_plan
+from accelkit.frameworks.torch_precision import scaler_enabled
 from accelkit.hardware import detect, environment
-from accelkit.hardware.capabilities import TorchTF32
+from accelkit.hardware.capabilities import TorchTF32, matmul_dtype
 from accelkit.hardware.info import HardwareInfo
-from accelkit.planning import Plan, Request
+from accelkit.planning import Request
 from accelkit.planning import plan as make_plan
-from accelkit.profiling import calibrate, torch_batches, world
-from accelkit.profiling.assemble import Measurements
+from accelkit.profiling import calibrate, torch_batches
 from accelkit.profiling.clock import StepClock
 from accelkit.profiling.flop_count import FlopCount
+from accelkit.profiling.options import MeterOptions
+from accelkit.profiling.recorder import Recorder
 from accelkit.profiling.run_report import RunReport
-from accelkit.profiling.sampler import NvmlSampler
 from accelkit.report.assemble import build_report
 from accelkit.torch.distributed.communication import GradientTimer, steady_totals
 from accelkit.torch.measuring.facts import half_integer_inputs, model_device
 from accelkit.torch.measuring.meter_guard import StepGuard
-from accelkit.torch.precision import scaler_enabled
-from accelkit.utils import arguments
 from accelkit.utils.imports import require
 
 if TYPE_CHECKING:
@@ -47,35 +52,27 @@ class Meter:
 
     Args:
         model: the model being trained (for its device, name and FLOP count).
-        plan: the plan in force; defaults to the last `auto_configure()` plan, or a
-            fresh (unapplied) plan for the detected hardware.
-        flops_per_step: FLOPs of one step, if you know them; otherwise the first
-            step is counted with `torch.utils.flop_counter.FlopCounterMode`.
-        tokens_per_sample: tokens in one sample, for tokens/s (found automatically
-            from integer token ids of shape (B, T): a dict batch's ``input_ids``, else
-            the batch's first tensor). A dict batch's ``attention_mask`` gives the real
-            (unpadded) tokens too (`RunReport.real_tokens_per_second`).
-        warmup: steps left out of steady-state figures (at least 1 when counting FLOPs,
-            since the counted step runs slower).
-        window: steps between device synchronisations.
-        sample_gpu: sample NVML in a background thread.
-        calibrate: measure the achievable matmul rate after the run and report MFU against it.
-        epochs: recorded in the report.
-        count_flops: count the first step's FLOPs; False when the caller counts them
-            (`set_flops`) or they are not wanted.
         optimizer: the optimizer, for the advisor's memory figures (its state size).
         grad_scaler: the `torch.amp.GradScaler` in use; its scale is read at window
             boundaries (when the device is synchronised anyway) for the advisor.
+        count_flops: count the first step's FLOPs with
+            `torch.utils.flop_counter.FlopCounterMode` (unless ``flops_per_step`` is
+            given); False when the caller counts them (`set_flops`) or they are not wanted.
         gather: gather every rank's figures into the report when it is built (a
             collective: every rank must build it). None: when a process group of
             more than one rank is initialised.
-        single_device: the same run on one device, for `scaling_efficiency`: a
-            `RunReport`, the path of a saved one, or its samples/s.
+        epochs: recorded in the report.
+        **options: what to measure and how, the same in every door
+            (`accelkit.profiling.options.MeterOptions`): ``plan``, ``flops_per_step``,
+            ``tokens_per_sample`` (a dict batch's ``input_ids`` and ``attention_mask``
+            are found by themselves), ``warmup`` (at least 1 when counting FLOPs: the
+            counted step runs slower), ``window``, ``sample_gpu``, ``calibrate``,
+            ``single_device``.
 
     Attributes:
         facts: what the advisor reads besides the figures (layer sizes, loader
             settings, loss scale...; see `accelkit.advisor.context`). Add your own,
-            e.g. ``meter.facts.update(accelkit.torch.facts.loader_facts(loader))``.
+            e.g. ``meter.facts.update(accelkit.torch.measuring.facts.loader_facts(loader))``.
         on_window: called as ``on_window(step_seconds, step)`` at each steady-state
             window boundary.
 
@@ -91,65 +88,57 @@ class Meter:
         ...             torch.nn.functional.cross_entropy(model(x), y).backward()
         ...             optimizer.step()
         ...             optimizer.zero_grad()
-        >>> meter.report().steps
-        8
+        ...     with meter.phase("evaluation"), torch.no_grad():
+        ...         _ = [model(x) for x, _ in loader[:2]]
+        >>> report = meter.report()
+        >>> report.steps, report.evaluation_seconds > 0
+        (8, True)
     """
 
     def __init__(
         self,
         model: Any = None,
         *,
-        plan: Plan | None = None,
-        flops_per_step: float | None = None,
-        tokens_per_sample: int | None = None,
-        warmup: int = 3,
-        window: int = 50,
-        sample_gpu: bool = True,
-        calibrate: bool = False,
-        epochs: int | None = None,
-        count_flops: bool = True,
         optimizer: Any = None,
         grad_scaler: Any = None,
+        count_flops: bool = True,
         gather: bool | None = None,
-        single_device: Any = None,
+        epochs: int | None = None,
+        **options: Any,
     ) -> None:
         self._torch = require("torch")
-        arguments.whole("tokens_per_sample", tokens_per_sample, 1, none="finding them")
-        arguments.whole("warmup", warmup, 0)
-        arguments.whole("window", window, 1)
-        arguments.positive("flops_per_step", flops_per_step, none="counting them")
-        self.single_device = world.single_device_rate(single_device)
+        self.options = MeterOptions.of(options)
         self.gather = gather
         self.model = model
-        self.plan = plan or current_plan("torch") or make_plan(detect(), Request(framework="torch"))
-        self.flops_per_step = flops_per_step
-        self.tokens_per_sample = tokens_per_sample
-        self.calibrate = calibrate
+        self.plan = (
+            self.options.plan
+            or current_plan("torch")
+            or make_plan(detect(), Request(framework="torch"))
+        )
         self.epochs = epochs
-        self.losses: list[float] = []
         self.interrupted = False
-        self._flops: FlopCount | None = None
-        self._count_first = count_flops and flops_per_step is None
+        self._count_first = count_flops and self.options.flops_per_step is None
         self.last_batch_size: int | None = None
         self._device = model_device(self._torch, model)
         self._cuda = self._device.type == "cuda"
-        sync = (lambda: self._torch.cuda.synchronize(self._device)) if self._cuda else None
-        self.clock = StepClock(
-            sync, warmup=max(warmup, 1 if self._count_first else 0), window=window
-        )
         gpus, index = self.plan.hardware.gpus, self._device.index or 0  # CUDA's order
-        nvml = [gpus[index].index] if sample_gpu and self._cuda and index < len(gpus) else []
-        self._sampler = NvmlSampler(nvml)
-        self.clock.on_window = self._window_end
+        self.recorder = Recorder(
+            self.options,
+            plan=self.plan,
+            sync=(lambda: self._torch.cuda.synchronize(self._device)) if self._cuda else None,
+            gpus=[gpus[index].index] if self._cuda and index < len(gpus) else [],
+            warmup=max(self.options.warmup, 1 if self._count_first else 0),
+        )
+        self.recorder.on_window(self._window_end)
         self.on_window: Callable[[float, int], None] | None = None
-        self.facts: dict[str, Any] = {}
+        self.facts = self.recorder.facts
+        self.losses = self.recorder.losses
         self.optimizer = optimizer
         self._scaler = (
             grad_scaler if grad_scaler is not None and scaler_enabled(grad_scaler) else None
         )
         self._scales: list[list[float]] = []
         self._first_batch_size: int | None = None
-        self._notes: dict[str, str] = {}
         self._batch_facts: dict[str, Any] = {}  # what the meter saw in the batches
         self._started = False
         self._guard = StepGuard()
@@ -157,6 +146,20 @@ class Meter:
         # What accelkit.torch.fit's tuner measured (TuneResult.to_dict()), for the report.
         self.tuning: dict[str, Any] | None = None
         self.communication: GradientTimer | None = None  # communication.timed sets it
+
+    @property
+    def clock(self) -> StepClock:
+        """The recorder's clock: where a door that owns its loop reports steps."""
+        return self.recorder.clock
+
+    @property
+    def tokens_per_sample(self) -> int | None:
+        return self.options.tokens_per_sample
+
+    @property
+    def flops_per_step(self) -> float | None:
+        """FLOPs of one step: the user's figure, else the counted one, else None."""
+        return self.recorder.flops_per_step
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -174,7 +177,7 @@ class Meter:
             self.interrupted = self.interrupted or kind is KeyboardInterrupt
             self.close()
         else:  # the user's error propagates unchanged; only the sampler must stop
-            self._sampler.stop()
+            self.recorder.stop()
 
     def start(self) -> None:
         if self._started:
@@ -182,14 +185,17 @@ class Meter:
         self._started = True
         if self._cuda:
             self._torch.cuda.reset_peak_memory_stats(self._device)
+            tf32 = TorchTF32(self._torch).enabled()
+            dtype = matmul_dtype(self.plan.precision, tf32)
+            self.recorder.set_peak(self.plan.hardware, dtype, gpu=self._device.index or 0)
         if self._scaler is not None:
             self._read_scale(self._scaler, 0)
-        self._sampler.start()
+        self.recorder.start()
 
     def close(self) -> RunReport:
         """Stop the sampler and build the report (idempotent)."""
         if self._report is None:
-            self._sampler.stop()
+            self.recorder.stop()
             self._report = self._build()
         return self._report
 
@@ -240,23 +246,31 @@ class Meter:
                 self._count_first = False
                 with counter:
                     yield
-                self._flops = FlopCount(
-                    total=int(counter.get_total_flops()),
-                    forward=None,
-                    method="torch FlopCounterMode on the first step",
+                self.set_flops(
+                    FlopCount(
+                        total=int(counter.get_total_flops()),
+                        forward=None,
+                        method="torch FlopCounterMode on the first step",
+                    )
                 )
-            found, ids = torch_batches.sizes(batch)
-            count = samples if samples is not None else found
-            self.last_batch_size = count
-            if self._first_batch_size is None:
-                self._first_batch_size = count
-                # Token ids cast to a 16-bit float past what it holds exactly: a critical verdict.
-                if found_half := half_integer_inputs(batch):
-                    self._batch_facts["half_integer_inputs"] = found_half
-            tokens, real = self._tokens(batch, count, ids)
-            self.clock.step_done(samples=count or 0, tokens=tokens, real_tokens=real)
+            self.step_counted(batch, samples)
         finally:
             self._guard.leave()
+
+    def step_counted(self, batch: Any, samples: int | None = None) -> None:
+        """Close a step begun with ``meter.clock.step_begin()``: its samples and tokens
+        from `batch` (or `samples`), the first batch's checks. For doors whose
+        framework opens and closes a step in two hooks."""
+        found, ids = torch_batches.sizes(batch)
+        count = samples if samples is not None else found
+        self.last_batch_size = count
+        if self._first_batch_size is None:
+            self._first_batch_size = count
+            # Token ids cast to a 16-bit float past what it holds exactly: a critical verdict.
+            if found_half := half_integer_inputs(batch):
+                self._batch_facts["half_integer_inputs"] = found_half
+        tokens, real = self._tokens(batch, count, ids)
+        self.clock.step_done(samples=count or 0, tokens=tokens, real_tokens=real)
 
     def _flop_counter(self) -> Any:
         try:
@@ -264,7 +278,7 @@ class Meter:
 
             return FlopCounterMode(display=False)
         except Exception as error:  # noqa: BLE001 - counting is optional
-            self._notes["flops_per_step"] = f"FLOP counting unavailable: {error}"
+            self.note("flops_per_step", f"FLOP counting unavailable: {error}")
             return None
 
     def _tokens(self, batch: Any, samples: int | None, ids: Any) -> tuple[int, Any]:
@@ -286,9 +300,20 @@ class Meter:
         mask = torch_batches.attention_mask(batch, ids) if tokens else None
         return tokens, None if mask is None else mask.sum()
 
+    # -- phases and figures ----------------------------------------------------------
+
+    def phase(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """``with meter.phase("evaluation"):`` (or ``"other"``): that block is not
+        training; its time is reported beside the training figures."""
+        return self.recorder.phase(name)
+
+    def take_figures(self, *, close: bool = False) -> dict[str, float]:
+        """The figures of the windows since the last call (`Recorder.take_figures`)."""
+        return self.recorder.take_figures(close=close)
+
     def set_flops(self, count: FlopCount) -> None:
         """Use `count` (e.g. from `count_train_step_flops`) instead of counting inline."""
-        self._flops = count
+        self.recorder.set_flops(count)
         self._count_first = False
 
     def record_loss(self, value: float) -> None:
@@ -296,12 +321,10 @@ class Meter:
 
     def note(self, field: str, reason: str) -> None:
         """Say in the report why `field` is missing or how it was obtained."""
-        self._notes[field] = f"{self._notes[field]}; {reason}" if field in self._notes else reason
+        self.recorder.note(field, reason)
 
     def _window_end(self, step_s: float, step: int) -> None:
         """At a synchronised window boundary: read what would cost a sync elsewhere."""
-        if (steady := self.clock.warmup_end) is not None:  # the sampler keeps totals from it
-            self._sampler.keep_totals_from(steady)
         if self._scaler is not None:
             self._read_scale(self._scaler, step)
         if self.on_window is not None:
@@ -324,58 +347,50 @@ class Meter:
     # -- report ----------------------------------------------------------------------
 
     def _build(self) -> RunReport:
-        summary = self.clock.finish()
+        self.recorder.finish()  # its last window reads the loss scale: before the facts
         hardware: HardwareInfo = (
             self.plan.hardware if self._cuda else environment.cpu_host(self.plan.hardware.launcher)
         )
-        calibration = None
         tf32 = self._cuda and TorchTF32(self._torch).enabled()
-        if self.calibrate:
+        calibration = None
+        if self.options.calibrate:
             measure = functools.partial(calibrate.matmul_tflops, device=str(self._device))
-            calibration = calibrate.for_run(measure, self.plan.precision, tf32, self._notes)
-        notes = {**self._notes, **self._guard.notes()}
-        if self._sampler.notes:
-            notes["gpu_utilization"] = "; ".join(self._sampler.notes)
+            calibration = calibrate.for_run(measure, self.plan.precision, tf32, self.recorder.notes)
         try:
             facts = self._facts()
         except Exception as error:  # noqa: BLE001 - facts feed advice, never fail a run
             facts = {"facts_error": f"{type(error).__name__}: {error}"}
-        measurements = Measurements(
+        measurements = self.recorder.measurements(
             framework="torch",
             model=type(self.model).__name__ if self.model is not None else "-",
             device=self.device_label,
-            plan=self.plan,
             hardware=hardware,
-            clock=summary,
             tf32_enabled=tf32,
             gpu=self._device.index or 0 if self._cuda else 0,
-            flops=self._flops,
-            flops_per_step=self.flops_per_step,
-            sampler=self._sampler.summary(self.clock.warmup_end, None),
             peak_memory_bytes=(
                 int(self._torch.cuda.max_memory_allocated(self._device)) if self._cuda else None
             ),
             calibration=calibration,
             epochs=self.epochs,
-            losses=self.losses,
             interrupted=self.interrupted,
-            notes=notes,
+            notes=self._guard.notes(),
             facts=facts,
-            single_device_samples_per_second=self.single_device,
             tuning=self.tuning,
-            communication=steady_totals(self.communication, summary.warmup_steps, notes),
+        )
+        measurements.communication = steady_totals(
+            self.communication, measurements.clock.warmup_steps, measurements.notes
         )
         report = build_report(measurements)
         if not self._cuda:
             report.note("peak_memory_bytes", "CPU run: device memory is not tracked")
         if self.gather is not False:
-            from accelkit.torch.distributed import parallel as distributed
+            from accelkit.torch.distributed import parallel
 
-            distributed.gather_run(
+            parallel.gather_run(
                 report,
-                summary.steady_samples,
+                measurements.clock.steady_samples,
                 device=self._device,
-                single_device=self.single_device,
+                single_device=self.options.single_device,
                 hardware=hardware,
                 plan=self.plan,
             )
