@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from accelkit.profiling.metrics import BY_NAME
 from accelkit.profiling.run_report import RunReport
 from accelkit.report.html import CHARTS, breakdown, render_html
 
@@ -89,6 +90,11 @@ def _report(**figures) -> RunReport:
         "mfu_calibrated": 9.5 / 700.0,
         "input_wait_share": 0.12,
         "gpu_utilization": 70.0,
+        "run_seconds": 7.5,
+        "training_seconds": 5.5,
+        "evaluation_seconds": 1.5,
+        "other_seconds": 0.5,
+        "evaluation_share": 0.2,
         "plan": {
             "precision": "bf16",
             "distribution": "single",
@@ -137,11 +143,11 @@ def test_every_chart_holds_the_report_numbers():
         "measured ceiling": 700.0,
         "datasheet peak": 989.0,
     }
-    assert page.series["chart-gpu-utilization"]["GPU utilisation"] == s["gpu_utilization"]
-    assert page.series["chart-gpu-power"]["power draw"] == s["power_w"]
-    assert page.series["chart-gpu-memory"]["memory used"] == [
-        v / 1e9 for v in s["gpu_memory_used_bytes"]
-    ]
+    gpu = {name: BY_NAME[name].label for name in ("gpu_utilization", "power_w")}
+    memory = BY_NAME["gpu_memory_used_bytes"].label
+    assert page.series["chart-gpu-utilization"][gpu["gpu_utilization"]] == s["gpu_utilization"]
+    assert page.series["chart-gpu-power"][gpu["power_w"]] == s["power_w"]
+    assert page.series["chart-gpu-memory"][memory] == [v / 1e9 for v in s["gpu_memory_used_bytes"]]
     assert page.series["chart-gpu-power"]["x"] == s["gpu_time_s"]
     assert page.ids.get("plan") == "table" and page.ids.get("advice") == "ol"
 

@@ -12,7 +12,9 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from accelkit.profiling.metrics import BY_NAME
 from accelkit.report import svg
+from accelkit.report.phases import MEANING, describe, run_time
 from accelkit.report.render import describe_hardware, render_run
 from accelkit.report.text import DEFAULT_WIDTH
 
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 
 # Every chart the page has, in order; one without data says why in its place.
 CHARTS = (
+    "chart-phases",
     "chart-throughput",
     "chart-step-breakdown",
     "chart-mfu",
@@ -58,6 +61,8 @@ def render_html(report: RunReport) -> str:
             f"{r.steps} steps ({r.warmup_steps} warm-up); "
             f"{esc(_hardware(r.hardware))}</p>"
         ),
+        "<h2>Run time</h2>",
+        _phases(r),
         "<h2>Throughput</h2>",
         _throughput(r),
         "<h2>Step time</h2>",
@@ -107,23 +112,55 @@ def _why(report: RunReport, *fields: str, default: str) -> str:
     return next((report.notes[f] for f in fields if f in report.notes), default)
 
 
+def _label(name: str) -> str:
+    """The name people read for a figure (`accelkit.profiling.metrics.METRICS`)."""
+    return BY_NAME[name].label
+
+
+def _phases(r: RunReport) -> str:
+    """The run's wall time split into training, evaluation and the rest."""
+    time = run_time(r)
+    chart = caption = None
+    if time is not None and time.phases:
+        chart = svg.parts_bar(
+            "chart-phases",
+            "the run's wall time by phase",
+            [(p.name, p.seconds) for p in time.phases],
+            unit="s",
+            total=time.seconds,
+        )
+        meanings = "; ".join(f"{p.name}: {MEANING[p.name]}" for p in time.phases)
+        caption = (
+            f"Wall time of the run: {describe(time)} ({meanings}). The training figures "
+            "on this page come from the training steps alone."
+        )
+    return _figure(
+        "chart-phases",
+        chart,
+        caption or "",
+        "the run's phases were not recorded (a report saved before accelkit timed "
+        "evaluation and the rest apart from training)",
+    )
+
+
 def _throughput(r: RunReport) -> str:
-    s = r.series
+    s, per_second = r.series, _label("samples_per_second")
     chart = None
     if s.get("time_s") and any(v is not None for v in s.get("samples_per_second", ())):
         chart = svg.line_chart(
             "chart-throughput",
             "samples per second over the run",
             s["time_s"],
-            [("samples/s", s["samples_per_second"])],
+            [(per_second, s["samples_per_second"])],
             x_label="seconds since start",
-            y_label="samples/s",
+            y_label=per_second,
         )
     mean = "-" if r.samples_per_second is None else f"{r.samples_per_second:,.1f}"
     return _figure(
         "chart-throughput",
         chart,
-        f"Samples per second of each steady-state window; {mean} samples/s over the steady state.",
+        f"Samples per second of each steady-state window; {mean} {per_second} over the "
+        "steady state.",
         _why(r, "samples_per_second", default="no steady-state window measured"),
     )
 
@@ -138,7 +175,8 @@ def breakdown(r: RunReport) -> dict[str, list[float | None]]:
     s = r.series
     times, steps, waits = s.get("time_s", []), s.get("step_time_s", []), s.get("input_wait_s", [])
     gpu_t, gpu_u = s.get("gpu_time_s", []), s.get("gpu_utilization", [])
-    out: dict[str, list[float | None]] = {"compute": [], "input wait": [], "idle": []}
+    wait_name = _label("input_wait_share")
+    out: dict[str, list[float | None]] = {"compute": [], wait_name: [], "idle": []}
     # A saved report's columns may differ in length: draw what pairs up.
     for i, (end, step) in enumerate(zip(times, steps, strict=False)):
         if step is None or end is None:
@@ -156,7 +194,7 @@ def breakdown(r: RunReport) -> dict[str, list[float | None]]:
         busy = sum(window) / len(window) if window else r.gpu_utilization
         share = 1.0 if busy is None else max(0.0, min(1.0, busy / 100))
         out["compute"].append((step - wait) * share)
-        out["input wait"].append(wait)
+        out[wait_name].append(wait)
         out["idle"].append((step - wait) * (1 - share))
     return out
 
@@ -167,7 +205,7 @@ def _breakdown(r: RunReport) -> str:
     if any(v is not None for v in parts["compute"]):
         chart = svg.stacked_bars(
             "chart-step-breakdown",
-            "step time: compute, input wait, idle",
+            f"step time: compute, {_label('input_wait_share')}, idle",
             r.series["time_s"],
             [
                 (name, [None if v is None else v * 1e3 for v in values])
@@ -187,7 +225,8 @@ def _breakdown(r: RunReport) -> str:
         "chart-step-breakdown",
         chart,
         f"Milliseconds per step of each window: compute (the GPU busy share of "
-        f"the rest, by NVML), input wait ({wait} of steady-state time) and idle.{reduce}",
+        f"the rest, by NVML), {_label('input_wait_share')} ({wait} of steady-state time) "
+        f"and idle.{reduce}",
         _why(r, "step_time_s", default="no steady-state window measured"),
     )
 
@@ -205,9 +244,10 @@ def _mfu(r: RunReport) -> str:
         items.append(("measured ceiling", r.calibrated_tflops))
     if r.peak_tflops is not None:
         items.append(("datasheet peak", r.peak_tflops))
-    chart = svg.bars("chart-mfu", "achieved TFLOP/s against the peaks", items, unit="TFLOP/s")
+    tflops, mfu = _label("achieved_tflops"), _label("mfu")
+    chart = svg.bars("chart-mfu", f"achieved {tflops} against the peaks", items, unit=tflops)
     parts = [
-        f"MFU {r.mfu:.1%} of the datasheet peak ({r.peak_source})"
+        f"{mfu} {r.mfu:.1%} of the datasheet peak ({r.peak_source})"
         if r.mfu is not None
         else f"no datasheet peak: {r.notes.get('mfu', r.peak_source or 'unknown')}"
     ]
@@ -216,18 +256,19 @@ def _mfu(r: RunReport) -> str:
     return _figure("chart-mfu", chart, "; ".join(parts) + ".", "")
 
 
+# (chart, the figure it draws, the unit on its axis)
 _GPU = (
-    ("chart-gpu-utilization", "gpu_utilization", "GPU utilisation", "percent"),
-    ("chart-gpu-power", "power_w", "power draw", "W"),
-    ("chart-gpu-memory", "gpu_memory_used_bytes", "memory used", "GB"),
+    ("chart-gpu-utilization", "gpu_utilization", "percent"),
+    ("chart-gpu-power", "power_w", "W"),
+    ("chart-gpu-memory", "gpu_memory_used_bytes", "GB"),
 )
 
 
 def _gpu(r: RunReport) -> list[str]:
     s = r.series
     out = []
-    for chart_id, key, title, unit in _GPU:
-        values = s.get(key, [])
+    for chart_id, key, unit in _GPU:
+        values, title = s.get(key, []), _label(key)
         chart = None
         if s.get("gpu_time_s") and any(v is not None for v in values):
             shown = [None if v is None else v / 1e9 for v in values] if unit == "GB" else values
@@ -243,7 +284,7 @@ def _gpu(r: RunReport) -> list[str]:
             _figure(
                 chart_id,
                 chart,
-                f"{title.capitalize()} ({unit}) from NVML, sampled about ten times a second.",
+                f"{title} over the run ({unit}), from NVML, sampled about ten times a second.",
                 _why(r, "gpu_utilization", default="no NVML samples"),
             )
         )

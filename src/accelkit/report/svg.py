@@ -41,10 +41,7 @@ def _frame(
     esc = html.escape
     bottom, right = HEIGHT - _BOTTOM, WIDTH - _RIGHT
     parts = [
-        (
-            f'<svg id="{esc(chart_id)}" class="chart" xmlns="http://www.w3.org/2000/svg" '
-            f'viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{esc(title)}">'
-        ),
+        _open(chart_id, title),
         f'<line class="axis" x1="{_LEFT}" y1="{bottom}" x2="{right}" y2="{bottom}"/>',
         f'<line class="axis" x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{bottom}"/>',
         *(
@@ -191,3 +188,92 @@ def _bar_label_place(length: float, plot_w: float) -> str:
     if length > plot_w / 2:
         return f'x="{_LEFT + length - 4:.1f}" text-anchor="end" fill="#fff"'
     return f'x="{_LEFT + length + 4:.1f}"'
+
+
+_BAR = 34  # the height of a parts_bar's bar
+
+
+def parts_bar(
+    chart_id: str,
+    title: str,
+    parts: Sequence[tuple[str, float]],
+    *,
+    unit: str,
+    total: float | None = None,
+) -> str:
+    """One horizontal bar of `total` (default: the parts' sum) split into `parts`, left to
+    right, each labelled inside with its share where it is wide enough; under it a scale
+    and a legend naming each part with its value and share. Each part carries its
+    number in ``data-value``.
+
+    Example:
+        >>> 'data-value="8.0"' in parts_bar("c", "time", [("a", 8.0), ("b", 2.0)], unit="s")
+        True
+    """
+    whole = max(total or 0.0, sum(v for _, v in parts)) or 1.0
+    body, texts, x = [], [], float(_LEFT)
+    for n, (name, value) in enumerate(parts):
+        share = f"{value / whole:.0%}"
+        texts.append(f"{name} {_fmt(value)} {unit} ({share})")
+        length = value / whole * (WIDTH - _LEFT - _RIGHT)
+        body.append(_part(name, value, share, texts[-1], (x, length), COLORS[n % len(COLORS)]))
+        x += length
+    bottom = _TOP + _BAR + 4
+    body += [
+        f'<line class="axis" x1="{_LEFT}" y1="{bottom}" x2="{WIDTH - _RIGHT}" y2="{bottom}"/>',
+        f'<text x="{_LEFT}" y="{bottom + 14}">0</text>',
+        (
+            f'<text x="{WIDTH - _RIGHT}" y="{bottom + 14}" text-anchor="end">'
+            f"{html.escape(_fmt(whole))} {html.escape(unit)}</text>"
+        ),
+    ]
+    legend, height = _legend(texts, top=bottom + 24)
+    return "\n".join([_open(chart_id, title, height), *body, legend, "</svg>"])
+
+
+def _open(chart_id: str, title: str, height: int = HEIGHT) -> str:
+    """The opening tag of a chart's svg element."""
+    esc = html.escape
+    return (
+        f'<svg id="{esc(chart_id)}" class="chart" xmlns="http://www.w3.org/2000/svg" '
+        f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{esc(title)}">'
+    )
+
+
+def _part(
+    name: str, value: float, share: str, text: str, span: tuple[float, float], color: str
+) -> str:
+    """One part of a `parts_bar` at `span` (x, length): its rectangle, its `share` inside
+    when it fits, and its whole label, `text`, as the tooltip."""
+    x, length = span
+    inside = (
+        f'<text x="{x + length / 2:.1f}" y="{_TOP + _BAR / 2 + 4:.1f}" '
+        f'text-anchor="middle" fill="#fff">{html.escape(share)}</text>'
+        if length >= 8 * len(share) + 8
+        else ""
+    )
+    return (
+        f'<g class="part" data-name="{html.escape(name)}" data-value="{value!r}">'
+        f'<rect x="{x:.2f}" y="{_TOP}" width="{length:.2f}" height="{_BAR}" fill="{color}"/>'
+        f"{inside}<title>{html.escape(text)}</title></g>"
+    )
+
+
+_CHAR_W = 6.5  # about the width of an 11 px character, for laying out a legend
+
+
+def _legend(texts: Sequence[str], *, top: float) -> tuple[str, int]:
+    """A colour key per text (in `COLORS` order), as many to a line as fit; the legend
+    and the chart height that holds it."""
+    keys, x, y = [], float(_LEFT), top
+    for n, text in enumerate(texts):
+        width = 14 + _CHAR_W * len(text)
+        if x > _LEFT and x + width > WIDTH - _RIGHT:
+            x, y = float(_LEFT), y + 16
+        keys.append(
+            f'<rect x="{x:.1f}" y="{y - 9:.1f}" width="10" height="10" '
+            f'fill="{COLORS[n % len(COLORS)]}"/>'
+            f'<text x="{x + 14:.1f}" y="{y:.1f}">{html.escape(text)}</text>'
+        )
+        x += width + 18
+    return f'<g class="legend">{"".join(keys)}</g>', int(y + 8)
