@@ -12,9 +12,10 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from accelkit.profiling.clock import EVALUATION, OTHER
 from accelkit.profiling.metrics import BY_NAME
 from accelkit.report import svg
-from accelkit.report.phases import MEANING, describe, run_time
+from accelkit.report.phases import MEANING, TRAINING, describe, run_time
 from accelkit.report.render import describe_hardware, render_run
 from accelkit.report.text import DEFAULT_WIDTH
 
@@ -117,6 +118,10 @@ def _label(name: str) -> str:
     return BY_NAME[name].label
 
 
+# training in the colour of the throughput line, evaluation green, the rest grey
+_PHASE_COLORS = {TRAINING: svg.COLORS[0], EVALUATION: svg.COLORS[3], OTHER: svg.COLORS[2]}
+
+
 def _phases(r: RunReport) -> str:
     """The run's wall time split into training, evaluation and the rest."""
     time = run_time(r)
@@ -128,11 +133,14 @@ def _phases(r: RunReport) -> str:
             [(p.name, p.seconds) for p in time.phases],
             unit="s",
             total=time.seconds,
+            colors=[_PHASE_COLORS[p.name] for p in time.phases],
         )
-        meanings = "; ".join(f"{p.name}: {MEANING[p.name]}" for p in time.phases)
+        meanings = "".join(
+            f"; {p.name}: {MEANING[p.name]}" for p in time.phases if p.name in MEANING
+        )
         caption = (
-            f"Wall time of the run: {describe(time)} ({meanings}). The training figures "
-            "on this page come from the training steps alone."
+            f"Wall time of the run: {describe(time)}{meanings}. The training figures on "
+            "this page come from the training steps alone."
         )
     return _figure(
         "chart-phases",

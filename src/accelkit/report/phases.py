@@ -25,11 +25,10 @@ FIELDS = (
     (EVALUATION, "evaluation_seconds"),
     (OTHER, "other_seconds"),
 )
-# What each phase holds, for a reader who has not read the clock.
+# What a phase holds, where its name does not say it all.
 MEANING = {
-    TRAINING: "training steps, warm-up included",
-    EVALUATION: "evaluation",
-    OTHER: "the rest: epoch boundaries, checkpoints, other callbacks",
+    TRAINING: "the training steps, warm-up included",
+    OTHER: "the rest of the run (epoch boundaries, checkpoints, other callbacks)",
 }
 
 

@@ -14,6 +14,9 @@ from collections.abc import Sequence
 WIDTH, HEIGHT = 640, 220
 _LEFT, _RIGHT, _TOP, _BOTTOM = 64, 16, 12, 34
 COLORS = ("#1f77b4", "#d62728", "#7f7f7f", "#2ca02c", "#9467bd", "#ff7f0e")
+# Text drawn on a coloured bar: a style, since the page's stylesheet colours every svg
+# text and outranks a fill attribute.
+_ON_COLOR = "fill:#fff"
 
 Values = Sequence[float | None]
 
@@ -186,7 +189,7 @@ def _bar_label_place(length: float, plot_w: float) -> str:
     """A bar's label after its end, or inside it (right-aligned, white) when the bar
     is long enough that a label after it would run off the chart."""
     if length > plot_w / 2:
-        return f'x="{_LEFT + length - 4:.1f}" text-anchor="end" fill="#fff"'
+        return f'x="{_LEFT + length - 4:.1f}" text-anchor="end" style="{_ON_COLOR}"'
     return f'x="{_LEFT + length + 4:.1f}"'
 
 
@@ -200,11 +203,12 @@ def parts_bar(
     *,
     unit: str,
     total: float | None = None,
+    colors: Sequence[str] = COLORS,
 ) -> str:
     """One horizontal bar of `total` (default: the parts' sum) split into `parts`, left to
     right, each labelled inside with its share where it is wide enough; under it a scale
     and a legend naming each part with its value and share. Each part carries its
-    number in ``data-value``.
+    number in ``data-value``; `colors` are the parts' in turn.
 
     Example:
         >>> 'data-value="8.0"' in parts_bar("c", "time", [("a", 8.0), ("b", 2.0)], unit="s")
@@ -216,7 +220,7 @@ def parts_bar(
         share = f"{value / whole:.0%}"
         texts.append(f"{name} {_fmt(value)} {unit} ({share})")
         length = value / whole * (WIDTH - _LEFT - _RIGHT)
-        body.append(_part(name, value, share, texts[-1], (x, length), COLORS[n % len(COLORS)]))
+        body.append(_part(name, value, share, texts[-1], (x, length), colors[n % len(colors)]))
         x += length
     bottom = _TOP + _BAR + 4
     body += [
@@ -227,7 +231,7 @@ def parts_bar(
             f"{html.escape(_fmt(whole))} {html.escape(unit)}</text>"
         ),
     ]
-    legend, height = _legend(texts, top=bottom + 24)
+    legend, height = _legend(texts, colors, top=bottom + 34)
     return "\n".join([_open(chart_id, title, height), *body, legend, "</svg>"])
 
 
@@ -248,7 +252,7 @@ def _part(
     x, length = span
     inside = (
         f'<text x="{x + length / 2:.1f}" y="{_TOP + _BAR / 2 + 4:.1f}" '
-        f'text-anchor="middle" fill="#fff">{html.escape(share)}</text>'
+        f'text-anchor="middle" style="{_ON_COLOR}">{html.escape(share)}</text>'
         if length >= 8 * len(share) + 8
         else ""
     )
@@ -262,9 +266,9 @@ def _part(
 _CHAR_W = 6.5  # about the width of an 11 px character, for laying out a legend
 
 
-def _legend(texts: Sequence[str], *, top: float) -> tuple[str, int]:
-    """A colour key per text (in `COLORS` order), as many to a line as fit; the legend
-    and the chart height that holds it."""
+def _legend(texts: Sequence[str], colors: Sequence[str], *, top: float) -> tuple[str, int]:
+    """A colour key per text (`colors` in turn), as many to a line as fit; the legend and
+    the chart height that holds it."""
     keys, x, y = [], float(_LEFT), top
     for n, text in enumerate(texts):
         width = 14 + _CHAR_W * len(text)
@@ -272,7 +276,7 @@ def _legend(texts: Sequence[str], *, top: float) -> tuple[str, int]:
             x, y = float(_LEFT), y + 16
         keys.append(
             f'<rect x="{x:.1f}" y="{y - 9:.1f}" width="10" height="10" '
-            f'fill="{COLORS[n % len(COLORS)]}"/>'
+            f'fill="{colors[n % len(colors)]}"/>'
             f'<text x="{x + 14:.1f}" y="{y:.1f}">{html.escape(text)}</text>'
         )
         x += width + 18
