@@ -3,8 +3,9 @@
 hardware -> planning -> frameworks/configure -> profiling -> advisor -> report,
 with the user-facing packages (accelkit.torch, accelkit.keras, bench, cli) on
 top. A module imports only from its own stage or the stages before it, at
-module level or inside a function; docs/architecture.md lists the few
-forwarding methods allowed to look the other way.
+module level or inside a function, without exception: what a plan or a run report
+offers from a later stage (its table, its HTML page, a plan's PyTorch helpers) is
+given to it by `accelkit/__init__.py` (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -38,14 +39,6 @@ STAGES = [
     ),
 ]
 
-# (importer, imported): thin forwarding methods, imported on call (docs/architecture.md).
-FORWARDING = {
-    ("accelkit.planning.types", "accelkit.torch"),  # Plan.autocast(), Plan.grad_scaler()
-    ("accelkit.planning.types", "accelkit.report.render"),  # Plan.__str__
-    ("accelkit.profiling.run_report", "accelkit.report.render"),  # RunReport.__str__
-    ("accelkit.profiling.run_report", "accelkit.report.html"),  # RunReport.to_html()
-}
-
 # Where a framework may be imported (lazily everywhere: `import accelkit` imports none).
 FRAMEWORK_HOMES = (
     "accelkit.torch",
@@ -53,6 +46,7 @@ FRAMEWORK_HOMES = (
     "accelkit.lightning",
     "accelkit.hf",
     "accelkit.frameworks.torch_adapter",
+    "accelkit.frameworks.torch_precision",
     "accelkit.frameworks.tensorflow_adapter",
     "accelkit.profiling.flops_",
     "accelkit.profiling.calibrate",
@@ -103,9 +97,7 @@ def test_imports_flow_down_the_stages(module) -> None:
     for imported, line in _imports(module):
         if not imported.startswith("accelkit") or imported == "accelkit._version":
             continue
-        if _stage(imported) > stage and not any(
-            module == a and (imported == b or imported.startswith(b + ".")) for a, b in FORWARDING
-        ):
+        if _stage(imported) > stage:
             pytest.fail(
                 f"{module}:{line} imports {imported}, a later stage ({_stage(imported)} > {stage})"
             )

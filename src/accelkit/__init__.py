@@ -14,15 +14,48 @@ from typing import Any
 from accelkit._version import __version__
 from accelkit.configure import apply, auto_configure, current_plan, plan_for
 from accelkit.dispatch import fit
+from accelkit.frameworks import torch_precision as _torch_precision
 from accelkit.hardware import detect
 from accelkit.hardware import environment as _environment
 from accelkit.hardware.info import GpuInfo, HardwareInfo
 from accelkit.hardware.what_if import UnknownGPUError, what_if
 from accelkit.planning import Distribution, Framework, Plan, Precision, Request, Setting, Status
+from accelkit.planning import types as _plan_types
+from accelkit.profiling import run_report as _run_report
 from accelkit.profiling.run_report import RunReport
 from accelkit.utils import log as _log
 
 _log.setup(_environment.is_rank_zero, *_environment.log_level())
+
+
+# A plan and a run report are data: planning and profiling import no framework and no
+# report. Their tables, the report's HTML page and the plan's PyTorch helpers are given
+# to them here, from the stages that own them (docs/architecture.md); the report's
+# modules are imported on first use, so that `import accelkit` stays fast.
+def _plan_table(plan: Plan) -> str:
+    from accelkit.report.render import render_plan
+
+    return render_plan(plan)
+
+
+def _run_table(report: RunReport) -> str:
+    from accelkit.report.render import render_run
+
+    return render_run(report)
+
+
+def _run_page(report: RunReport) -> str:
+    from accelkit.report.html import render_html
+
+    return render_html(report)
+
+
+_plan_types.GIVEN = _plan_types.Given(
+    table=_plan_table,
+    autocast=_torch_precision.autocast,
+    grad_scaler=_torch_precision.grad_scaler,
+)
+_run_report.GIVEN = _run_report.Given(table=_run_table, html=_run_page)
 
 __all__ = [
     "Distribution",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from accelkit.hardware import capabilities
@@ -296,25 +296,23 @@ class Plan:
             self, precision=Precision.FP32, settings=kept, notes=(*self.notes, note)
         )
 
-    # -- PyTorch helpers ---------------------------------------------------------
-    # Thin forwarding to `accelkit.torch.precision`, imported on call: the only
-    # imports in planning that point down the stack (docs/architecture.md).
+    # -- given by the stages above -------------------------------------------------
+    # A plan is data: planning imports no framework and no report. What a person or a
+    # PyTorch loop wants of it is given by the stages that own it (`GIVEN`).
 
     def autocast(self, device_type: str | None = None) -> Any:
         """A context manager running its body in the plan's precision (PyTorch).
 
         `torch.autocast` in bf16 or fp16 for `device_type` (default: "cuda" when
-        CUDA is available, else "cpu"); a do-nothing context for tf32/fp32 plans.
+        CUDA is available, else "cpu"); a do-nothing context for tf32/fp32 plans
+        (`accelkit.frameworks.torch_precision.autocast`).
         """
-        from accelkit.torch import precision
-
-        return precision.autocast(self, device_type)
+        return GIVEN.autocast(self, device_type)
 
     def grad_scaler(self) -> Any:
-        """A `torch.amp.GradScaler`, enabled only for fp16 plans (a no-op otherwise)."""
-        from accelkit.torch import precision
-
-        return precision.grad_scaler(self)
+        """A `torch.amp.GradScaler`, enabled only for fp16 plans (a no-op otherwise;
+        `accelkit.frameworks.torch_precision.grad_scaler`)."""
+        return GIVEN.grad_scaler(self)
 
     # -- rendering -------------------------------------------------------------
 
@@ -346,7 +344,34 @@ class Plan:
         )
 
     def __str__(self) -> str:
-        # Forwarding to the renderer, imported on call (docs/architecture.md).
-        from accelkit.report.render import render_plan
+        """The plan's table (``print(plan)``, the logs, ``accelkit plan``): `GIVEN.table`."""
+        return GIVEN.table(self)
 
-        return render_plan(self)
+
+def _one_line(plan: Plan) -> str:
+    return (
+        f"Plan({plan.framework.value}, {plan.precision.value}, {plan.distribution.value}, "
+        f"{len(plan.settings)} settings)"
+    )
+
+
+def _not_given(plan: Plan, *args: Any) -> Any:
+    raise RuntimeError("the PyTorch helpers of a plan are given by `import accelkit`")
+
+
+@dataclasses.dataclass
+class Given:
+    """What the stages above planning give every plan, so that a plan stays data.
+
+    `accelkit/__init__.py`, which Python runs before any accelkit module, sets them:
+    the table people read (`accelkit.report.render.render_plan`) and the PyTorch
+    helpers (`accelkit.frameworks.torch_precision`). Until then a plan prints as one
+    line.
+    """
+
+    table: Callable[[Plan], str] = _one_line
+    autocast: Callable[[Plan, str | None], Any] = _not_given
+    grad_scaler: Callable[[Plan], Any] = _not_given
+
+
+GIVEN = Given()

@@ -14,7 +14,7 @@ import logging
 import math
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from accelkit.hardware import environment
@@ -67,6 +67,8 @@ class RunReport:
             figure above (step time, throughput, MFU, input wait, GPU figures) comes
             from the training steps alone.
         evaluation_share: evaluation_seconds / run_seconds.
+        losses, eval_losses: the mean training loss of each epoch, and the mean loss of
+            each evaluation where the door evaluates (``accelkit.torch.fit(eval_loader=)``).
         advice: the advisor's verdicts (`Advice.to_dict()`), most important first.
         facts: what the meters noticed for the advisor (layer sizes, loader settings,
             loss scale...; `accelkit.advisor.context` lists them).
@@ -133,6 +135,7 @@ class RunReport:
     other_seconds: float | None = None
     evaluation_share: float | None = None
     losses: list[float] = dataclasses.field(default_factory=list)
+    eval_losses: list[float] = dataclasses.field(default_factory=list)
     interrupted: bool = False
     advice: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     facts: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -251,10 +254,8 @@ class RunReport:
             raise ValueError(f"{os.fspath(path)}: {error}") from None
 
     def __str__(self) -> str:
-        # Forwarding to the renderer, imported on call (docs/architecture.md).
-        from accelkit.report.render import render_run
-
-        return render_run(self)
+        """The report's table (``print(report)``, ``accelkit report``): `GIVEN.table`."""
+        return GIVEN.table(self)
 
     def to_html(self) -> str:
         """The report as one self-contained HTML page: charts of the run, plan, advice.
@@ -262,10 +263,30 @@ class RunReport:
         Example:
             >>> Path("run.html").write_text(report.to_html())  # doctest: +SKIP
         """
-        # Forwarding to the renderer, imported on call (docs/architecture.md).
-        from accelkit.report.html import render_html
+        return GIVEN.html(self)
 
-        return render_html(self)
+
+def _one_line(report: RunReport) -> str:
+    return f"RunReport({report.framework}, {report.steps} steps)"
+
+
+def _no_page(report: RunReport) -> str:
+    raise RuntimeError("a report's HTML page is given by `import accelkit`")
+
+
+@dataclasses.dataclass
+class Given:
+    """What the stage above gives every report, so that the record stays data that the
+    report reads and never calls: its table (`accelkit.report.render.render_run`) and its
+    HTML page (`accelkit.report.html.render_html`), set by `accelkit/__init__.py`, which
+    Python runs before any accelkit module. Until then a report prints as one line.
+    """
+
+    table: Callable[[RunReport], str] = _one_line
+    html: Callable[[RunReport], str] = _no_page
+
+
+GIVEN = Given()
 
 
 def _json_safe(value: Any, where: str = "") -> tuple[Any, list[str]]:

@@ -13,11 +13,11 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from accelkit.frameworks import torch_precision
 from accelkit.planning import Plan
 from accelkit.profiling import torch_batches
 from accelkit.profiling.flop_count import FlopCount
 from accelkit.profiling.flops_torch import count_train_step_flops
-from accelkit.torch import precision
 from accelkit.torch.training.prepare import Prepared
 from accelkit.utils.imports import require
 
@@ -103,15 +103,15 @@ def make_step(
     device_type = run.device.type
     # Loss scaling exists for fp16 on CUDA; elsewhere the scaler passes calls through.
     scaler = (
-        precision.grad_scaler(plan, device_type)
+        torch_precision.grad_scaler(plan, device_type)
         if device_type == "cuda"
         else torch.amp.GradScaler(device_type, enabled=False)
     )
     # Compiling forward and loss together lets the compiler fuse the loss into the
     # output layer's epilogue.
     compiled = plan.compile if compile is None else compile
-    autocast = functools.partial(precision.autocast, plan, device_type)
-    dtype = precision.autocast_dtype(plan)
+    autocast = functools.partial(torch_precision.autocast, plan, device_type)
+    dtype = torch_precision.autocast_dtype(plan)
     optimizer_step = _optimizer_step(torch, run.model, optimizer, scaler, max_grad_norm)
     count_flops = functools.partial(_count, run.module, loss_fn, autocast)
 

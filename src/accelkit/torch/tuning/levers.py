@@ -40,8 +40,8 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from accelkit.frameworks import torch_precision
 from accelkit.planning import Plan
-from accelkit.torch import precision
 from accelkit.torch.distributed.communication import BF16, NONE
 from accelkit.torch.distributed.wrapping import COMPRESSION, Wrapping
 from accelkit.utils.imports import require
@@ -138,7 +138,7 @@ class Levers:
             skip = f"compression={self._wrapping.compression!r} was set by the script"
         elif not self._wrapping.hooked:
             skip = f"no accelkit communication hook on the wrapper ({self._wrapping.note})"
-        elif precision.autocast_dtype(self._plan) is not torch.bfloat16:
+        elif torch_precision.autocast_dtype(self._plan) is not torch.bfloat16:
             skip = (
                 f"the plan trains in {self._plan.precision.value}, so gradients are "
                 "all-reduced as computed (bf16 only under a bf16 plan)"

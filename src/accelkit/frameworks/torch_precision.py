@@ -1,7 +1,9 @@
 """The plan's precision inside a PyTorch step: autocast and the gradient scaler.
 
-`plan.autocast()` and `plan.grad_scaler()` forward here; `accelkit.torch.fit`
-uses the same two functions.
+Applied per step, where the adapter (`accelkit.frameworks.torch_adapter`) applies the
+process-wide settings once. `plan.autocast()` and `plan.grad_scaler()` are these two
+functions, given to every plan by `accelkit/__init__.py` (a plan imports no framework);
+`accelkit.torch.fit` and `Meter` use the same ones. torch is imported on call.
 """
 
 from __future__ import annotations
