@@ -122,17 +122,7 @@ def project(
         6.41
     """
     data = report.to_dict() if hasattr(report, "to_dict") else dict(report)
-    # Callers without a type checker pass anything; True is an int to Python, not a count.
-    if (
-        isinstance(count, bool)
-        or not isinstance(count, int)  # type: ignore[redundant-expr]
-        or count < 1
-    ):
-        raise ValueError(f"count={count!r} is not valid; use a whole number >= 1")
-    if mfu is not None and not 0 < mfu <= 1:  # NaN fails this too
-        raise ValueError(f"mfu={mfu!r} must be in (0, 1]")
-    if price_per_hour is not None and not (math.isfinite(price_per_hour) and price_per_hour >= 0):
-        raise ValueError(f"price_per_hour={price_per_hour!r} must be a finite number >= 0")
+    _check(count, mfu, price_per_hour)
     flops = data.get("flops_per_step")
     if not flops:
         raise ValueError(
@@ -143,12 +133,7 @@ def project(
     if spec is None:
         raise UnknownGPUError(specs.unknown_message(gpu))
     facts = data.get("facts") or {}
-    framework = str(data.get("framework") or "torch")
-    on_gpu = data.get("mfu") is not None
-    target = plan(
-        what_if(spec.key, count), Request(framework=framework, precision=precision or "auto")
-    )
-    dtype, dtype_note = _dtype(data, spec, target, precision, on_gpu)
+    dtype, dtype_note = _dtype(data, spec, count, precision)
     peak = spec.peak(dtype)
     if not peak:
         raise ValueError(f"{spec.name} has no dense {dtype} peak in its datasheet")
@@ -171,17 +156,8 @@ def project(
         f"{per_gpu_flops:.3e} FLOPs per GPU step"
         + (f", {per_gpu_batch:g} samples per GPU" if per_gpu_batch else ""),
         steps_note,
+        *_input_and_scaling(wait, count, measured_devices),
     ]
-    if wait:
-        assumptions.append(
-            f"{duration(wait)} per step waiting for input, as measured "
-            "(host-side: a faster GPU does not shorten it)"
-        )
-    if count > 1 or measured_devices > 1:
-        assumptions.append(
-            f"data parallel over {count} GPU(s) with perfect scaling "
-            "(NCCL all-reduce adds a few percent)"
-        )
     return Projection(
         gpu=spec.name,
         key=spec.key,
@@ -202,10 +178,48 @@ def project(
     )
 
 
+def _input_and_scaling(wait: float, count: int, measured_devices: int) -> list[str]:
+    """The assumptions about the input wait and data parallelism, where they apply."""
+    notes = []
+    if wait:
+        notes.append(
+            f"{duration(wait)} per step waiting for input, as measured "
+            "(host-side: a faster GPU does not shorten it)"
+        )
+    if count > 1 or measured_devices > 1:
+        notes.append(
+            f"data parallel over {count} GPU(s) with perfect scaling "
+            "(NCCL all-reduce adds a few percent)"
+        )
+    return notes
+
+
+def _check(count: int, mfu: float | None, price_per_hour: float | None) -> None:
+    """Raise ValueError for a bad count, MFU or price, naming the valid ones."""
+    # Callers without a type checker pass anything; True is an int to Python, not a count.
+    if (
+        isinstance(count, bool)
+        or not isinstance(count, int)  # type: ignore[redundant-expr]
+        or count < 1
+    ):
+        raise ValueError(f"count={count!r} is not valid; use a whole number >= 1")
+    if mfu is not None and not 0 < mfu <= 1:  # NaN fails this too
+        raise ValueError(f"mfu={mfu!r} must be in (0, 1]")
+    if price_per_hour is not None and not (math.isfinite(price_per_hour) and price_per_hour >= 0):
+        raise ValueError(f"price_per_hour={price_per_hour!r} must be a finite number >= 0")
+
+
 def _dtype(
-    data: Mapping[str, Any], spec: Any, plan: Any, precision: str | None, on_gpu: bool
+    data: Mapping[str, Any], spec: Any, count: int, precision: str | None
 ) -> tuple[str, str]:
-    planned = Context.build(plan.hardware, plan, {}).matmul_dtype
+    """The matmul dtype assumed on `count` x `spec`, and why: the one asked, else the
+    measured run's when it ran on a GPU and `spec` has it, else accelkit's plan's."""
+    framework = str(data.get("framework") or "torch")
+    on_gpu = data.get("mfu") is not None
+    target = plan(
+        what_if(spec.key, count), Request(framework=framework, precision=precision or "auto")
+    )
+    planned = Context.build(target.hardware, target, {}).matmul_dtype
     if precision:
         return planned, f"matmuls in {planned} (precision={precision!r} asked)"
     measured = str(data.get("matmul_dtype") or "")

@@ -125,70 +125,83 @@ def build(
     name: str, batch_size: int | None, device: Any
 ) -> tuple[nn.Module, Any, Any, dict[str, Any]]:
     """(model, one synthetic batch on `device`, loss_fn, facts) for a built-in model."""
-    generator = torch.Generator().manual_seed(0)
-    if name == "mlp":
-        batch_size = batch_size or 256
-        model = nn.Sequential(
-            nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)
+    builder = _BUILDERS.get(name)
+    if builder is None:
+        raise ValueError(
+            f"model={name!r} is not a built-in PyTorch model; use one of {', '.join(MODELS)}"
         )
-        x = torch.randn(batch_size, 784, generator=generator)
-        y = torch.randint(0, 10, (batch_size,), generator=generator)
-        return model, (x.to(device), y.to(device)), nn.CrossEntropyLoss(), {}
-    if name == "cnn":
-        batch_size = batch_size or 128
-        model = nn.Sequential(
-            nn.Conv2d(3, 32, 3, padding=1),
-            nn.BatchNorm2d(32),
-            nn.ReLU(),
-            nn.Conv2d(32, 64, 3, padding=1),
-            nn.BatchNorm2d(64),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Conv2d(64, 128, 3, padding=1),
-            nn.BatchNorm2d(128),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Flatten(),
-            nn.Linear(128 * 8 * 8, 10),
-        )
-        x = torch.randn(batch_size, 3, 32, 32, generator=generator)
-        y = torch.randint(0, 10, (batch_size,), generator=generator)
-        return model, (x.to(device), y.to(device)), nn.CrossEntropyLoss(), {}
-    if name in ("gpt", "gpt2"):
-        config = (
-            GPTConfig(vocab_size=4096, block_size=256, n_layer=4, n_head=4, n_embd=256)
-            if name == "gpt"
-            else GPTConfig()
-        )
-        batch_size = batch_size or (8 if name == "gpt" else 16)
-        model = GPT(config)
-        tokens = torch.randint(
-            0, config.vocab_size, (batch_size, config.block_size + 1), generator=generator
-        )
-        batch = (tokens[:, :-1].contiguous().to(device), tokens[:, 1:].contiguous().to(device))
-        facts = {
-            "tokens_per_sample": config.block_size,
-            "analytic_flops_per_step": batch_size
-            * config.block_size
-            * gpt_flops_per_token(config, model.matmul_params()),
-            "parameters": sum(p.numel() for p in model.parameters()),
-        }
-        return model, batch, lm_loss, facts
-    if name == "resnet50":
-        try:
-            import torchvision
-        except ImportError as error:
-            raise ValueError(
-                "model 'resnet50' needs torchvision (pip install torchvision)"
-            ) from error
-        batch_size = batch_size or 64
-        model = torchvision.models.resnet50()
-        x = torch.randn(batch_size, 3, 224, 224, generator=generator)
-        y = torch.randint(0, 1000, (batch_size,), generator=generator)
-        return model, (x.to(device), y.to(device)), nn.CrossEntropyLoss(), {}
-    raise ValueError(
-        f"model={name!r} is not a built-in PyTorch model; use one of {', '.join(MODELS)}"
+    model, batch, loss_fn, facts = builder(name, batch_size, torch.Generator().manual_seed(0))
+    return model, tuple(tensor.to(device) for tensor in batch), loss_fn, facts
+
+
+Built = tuple[nn.Module, tuple[Any, Any], Any, dict[str, Any]]  # the batch on the CPU
+
+
+def _mlp(name: str, batch_size: int | None, generator: Any) -> Built:
+    batch_size = batch_size or 256
+    model = nn.Sequential(
+        nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10)
     )
+    x = torch.randn(batch_size, 784, generator=generator)
+    y = torch.randint(0, 10, (batch_size,), generator=generator)
+    return model, (x, y), nn.CrossEntropyLoss(), {}
 
 
+def _cnn(name: str, batch_size: int | None, generator: Any) -> Built:
+    batch_size = batch_size or 128
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(64, 128, 3, padding=1),
+        nn.BatchNorm2d(128),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(128 * 8 * 8, 10),
+    )
+    x = torch.randn(batch_size, 3, 32, 32, generator=generator)
+    y = torch.randint(0, 10, (batch_size,), generator=generator)
+    return model, (x, y), nn.CrossEntropyLoss(), {}
+
+
+def _gpt(name: str, batch_size: int | None, generator: Any) -> Built:
+    """ "gpt": a small GPT (4 layers of 256); "gpt2": GPT-2 small's shape."""
+    config = (
+        GPTConfig(vocab_size=4096, block_size=256, n_layer=4, n_head=4, n_embd=256)
+        if name == "gpt"
+        else GPTConfig()
+    )
+    batch_size = batch_size or (8 if name == "gpt" else 16)
+    model = GPT(config)
+    tokens = torch.randint(
+        0, config.vocab_size, (batch_size, config.block_size + 1), generator=generator
+    )
+    facts = {
+        "tokens_per_sample": config.block_size,
+        "analytic_flops_per_step": batch_size
+        * config.block_size
+        * gpt_flops_per_token(config, model.matmul_params()),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    return model, (tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()), lm_loss, facts
+
+
+def _resnet50(name: str, batch_size: int | None, generator: Any) -> Built:
+    try:
+        import torchvision
+    except ImportError as error:
+        raise ValueError("model 'resnet50' needs torchvision (pip install torchvision)") from error
+    batch_size = batch_size or 64
+    model = torchvision.models.resnet50()
+    x = torch.randn(batch_size, 3, 224, 224, generator=generator)
+    y = torch.randint(0, 1000, (batch_size,), generator=generator)
+    return model, (x, y), nn.CrossEntropyLoss(), {}
+
+
+_BUILDERS = {"mlp": _mlp, "cnn": _cnn, "gpt": _gpt, "gpt2": _gpt, "resnet50": _resnet50}
 MODELS = ("mlp", "cnn", "gpt", "gpt2", "resnet50")

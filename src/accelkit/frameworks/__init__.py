@@ -138,6 +138,14 @@ def decide(
     if not named and keras_on is not None and backend_source.startswith("KERAS_BACKEND="):
         return Decision(keras_on, f"{backend_source} ({_silent(source)})")
     # 4. Both or neither: each framework is configured when the script imports it.
+    return _at_import(named, installed, source)
+
+
+def _at_import(
+    named: Mapping[Framework, Use], installed: Iterable[Framework], source: Script
+) -> Decision:
+    """The decision when the script names both frameworks or neither: each installed
+    one is configured when the script imports it (neither named: the first it imports)."""
     candidates = tuple(f for f in MODULES if f in set(installed))
     if not candidates:
         return Decision(Framework.TORCH, "neither torch nor tensorflow is installed")

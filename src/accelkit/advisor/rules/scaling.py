@@ -285,20 +285,7 @@ def _action(
     cap: float = 1.0,
     evidence: dict[str, Any] | None = None,
 ) -> str:
-    steps: list[str] = []
-    if starved is not None:
-        steps.append(
-            f"rank {starved} waits longer for input than the others: look at its "
-            "input pipeline first (more loader workers or tf.data parallelism, "
-            "data on local disk, no shared-filesystem hot spot): every rank waits "
-            "for it at each all-reduce"
-        )
-    if wait is not None and wait.for_slowest > wait.seconds and starved is None:
-        steps.append(
-            f"the ranks wait up to {wait.for_slowest * 1e3:.2f} ms per step for the slowest "
-            "one at the all-reduce: a rank that computes slower (a throttled or shared GPU: "
-            "nvidia-smi -q -d PERFORMANCE) holds every rank back"
-        )
+    steps = _slowest_rank_steps(starved, wait)
     batch = ctx.batch_size
     bigger = f"a per-device batch of {batch * 2}" if batch else "a larger per-device batch"
     hardware = ctx.hardware
@@ -347,6 +334,29 @@ def _action(
         ]
     steps.extend(_link_steps(hardware))
     return "\n".join(steps)
+
+
+def _slowest_rank_steps(starved: int | None, wait: Wait | None) -> list[str]:
+    """What holds every rank back at the all-reduce, when one rank is slower: its input
+    (`starved`, its rank) or its compute (the ranks wait for the slowest)."""
+    if starved is not None:
+        return [
+            (
+                f"rank {starved} waits longer for input than the others: look at its "
+                "input pipeline first (more loader workers or tf.data parallelism, "
+                "data on local disk, no shared-filesystem hot spot): every rank waits "
+                "for it at each all-reduce"
+            )
+        ]
+    if wait is not None and wait.for_slowest > wait.seconds:
+        return [
+            (
+                f"the ranks wait up to {wait.for_slowest * 1e3:.2f} ms per step for the "
+                "slowest one at the all-reduce: a rank that computes slower (a throttled or "
+                "shared GPU: nvidia-smi -q -d PERFORMANCE) holds every rank back"
+            )
+        ]
+    return []
 
 
 def _link_steps(hardware: HardwareInfo) -> list[str]:
