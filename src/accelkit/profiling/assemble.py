@@ -42,6 +42,7 @@ class Measurements:
     calibration: Any = None  # accelkit.profiling.calibrate.Calibration
     epochs: int | None = None
     losses: Sequence[float] = ()
+    eval_losses: Sequence[float] = ()
     interrupted: bool = False
     notes: dict[str, str] = dataclasses.field(default_factory=dict)
     # What the advisor reads besides the figures (accelkit.advisor.context lists them).
@@ -78,6 +79,7 @@ def report_from(m: Measurements) -> RunReport:
         steady_seconds=clock.steady_s,
         step_time_s=clock.step_s,
         losses=[float(v) for v in m.losses],
+        eval_losses=[float(v) for v in m.eval_losses],
         interrupted=m.interrupted,
         peak_memory_bytes=m.peak_memory_bytes,
         hardware=_plain(m.hardware.to_dict()),

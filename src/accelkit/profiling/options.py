@@ -87,3 +87,7 @@ class MeterOptions:
                 f"valid ones are {', '.join(names)}"
             )
         return cls(**{**defaults, **options})
+
+    def to_kwargs(self, **changes: Any) -> dict[str, Any]:
+        """The options as a door's ``**options`` (with `changes`), to hand them on."""
+        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, **changes}

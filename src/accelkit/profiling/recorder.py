@@ -57,6 +57,7 @@ class Recorder:
         notes: why a figure is missing or how it was had, by `RunReport` field.
         facts: what the advisor reads besides the figures (`accelkit.advisor.context`).
         losses: one mean training loss per epoch, as the door reads them.
+        eval_losses: one mean evaluation loss per evaluation, where the door reads them.
         peak: the dense peak MFU is taken against (`set_peak`), or None.
 
     Example:
@@ -93,6 +94,7 @@ class Recorder:
         self.notes: dict[str, str] = {}
         self.facts: dict[str, Any] = {}
         self.losses: list[float] = []
+        self.eval_losses: list[float] = []
         self.flops: FlopCount | None = None
         self.peak: mfu.Peak | None = None
         self._listeners: list[Callable[[float, int], None]] = []
@@ -211,6 +213,7 @@ class Recorder:
             flops_per_step=self.options.flops_per_step,
             sampler=self.sampler.summary(self.clock.warmup_end, None),
             losses=list(self.losses),
+            eval_losses=list(self.eval_losses),
             notes={**notes, **door.pop("notes", {})},
             single_device_samples_per_second=self.options.single_device,
             **door,

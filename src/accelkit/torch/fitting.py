@@ -15,12 +15,13 @@ from typing import Any
 
 from accelkit.configure import auto_configure, current_plan
 from accelkit.planning import Plan
-from accelkit.profiling import world
+from accelkit.profiling.options import MeterOptions
 from accelkit.profiling.run_report import RunReport
 from accelkit.torch.distributed import parallel, wrapping
 from accelkit.torch.measuring.facts import loader_facts, steps_per_epoch
 from accelkit.torch.measuring.meter import Meter
 from accelkit.torch.training import loop
+from accelkit.torch.training.evaluate import evaluator
 from accelkit.torch.training.loop import Schedule
 from accelkit.torch.training.prepare import Prepared, prepare, restore
 from accelkit.torch.training.step import Step, make_step
@@ -47,16 +48,12 @@ def fit(
     compile: bool | None = None,
     channels_last: bool | None = None,
     max_grad_norm: float | None = None,
-    flops_per_step: float | None = None,
-    tokens_per_sample: int | None = None,
-    warmup: int = 3,
-    window: int = 50,
-    calibrate: bool = False,
+    eval_loader: Iterable[Any] | None = None,
     progress: bool = True,
     distributed: bool = True,
-    single_device: Any = None,
     tune: bool | str = "auto",
     ddp: Mapping[str, Any] | None = None,
+    **options: Any,
 ) -> RunReport:
     """Train `model` on `loader` with the plan's settings and return the measured run.
 
@@ -105,17 +102,14 @@ def fit(
         compile: ``torch.compile`` the model (default: the plan's choice).
         channels_last: convert conv models to channels-last (default: the plan's choice).
         max_grad_norm: clip gradients to this norm.
-        flops_per_step: FLOPs of one step, if known; counted automatically otherwise.
-        tokens_per_sample: for tokens/s when the batch has no (B, T) token-id tensor.
-        warmup, window: see `accelkit.torch.Meter`.
-        calibrate: also report MFU against a matmul rate measured on this device.
+        eval_loader: batches to evaluate on after each epoch (eval mode, no gradients,
+            the plan's autocast, the fit's loss); ``report.eval_losses`` has the mean
+            loss of each evaluation, and its time is reported apart from training
+            (``report.evaluation_seconds``): it counts in no training figure.
         progress: print live throughput to stderr every `window` steps (rank 0 only).
         distributed: use DistributedDataParallel when a process group of several
             ranks is initialised; False trains this process alone (no sampler, no
             gathering), e.g. for a single-device reference run on rank 0.
-        single_device: the same run on one device, for ``report.scaling_efficiency``:
-            a `RunReport`, the path of one saved with ``report.save``, or its samples/s
-            (same per-device batch).
         tune: measure the options on this model during the first steps and keep the
             fastest (`accelkit.torch.tune`: the optimizer's fused implementation, then
             ``torch.compile``; only those the script left open). ``"auto"`` tunes a GPU
@@ -127,6 +121,12 @@ def fit(
         ddp: options of the `DistributedDataParallel` accelkit builds (``{"bucket_cap_mb":
             100}``; ``"compression": "bf16"``: a bf16 all-reduce), kept, not tuned. The
             wait for the all-reduce is measured (``report.communication_share``, per rank).
+        **options: what to measure and how, as in every door
+            (`accelkit.profiling.options.MeterOptions`): ``flops_per_step``,
+            ``tokens_per_sample``, ``warmup``, ``window``, ``sample_gpu``, ``calibrate``,
+            ``single_device`` (the same run on one device, for
+            ``report.scaling_efficiency``: a `RunReport`, the path of one saved with
+            ``report.save``, or its samples/s, same per-device batch).
 
     The model is changed in place where the plan says (moved to the device, converted
     to channels-last); ``report.facts["model_changes"]`` lists what was done, and the
@@ -160,21 +160,23 @@ def fit(
     """
     require("torch")  # the install hint comes before any argument error
     schedule = Schedule(epochs=epochs, steps=steps, accumulation_steps=accumulation_steps)
-    arguments.whole("warmup", warmup, 0)
-    arguments.whole("window", window, 1)
+    measuring = MeterOptions.of(options)
     arguments.positive("max_grad_norm", max_grad_norm, none="no clipping")
-    arguments.positive("flops_per_step", flops_per_step, none="counting them")
-    arguments.whole("tokens_per_sample", tokens_per_sample, 1, none="finding them")
     check_mode(tune)
-    options = wrapping.check_options(ddp)
-    single = world.single_device_rate(single_device)
+    ddp_options = wrapping.check_options(ddp)
     plan, held_back = _plan_to_follow(plan)
     group = parallel.world() if distributed else None
     rank_zero = group.is_zero if group is not None else (not distributed or parallel.is_rank_zero())
     progress = progress and rank_zero
     alone = parallel.why_alone(plan, group, distributed, chatty=progress)
     run = prepare(
-        model, loader, plan, device=device, channels_last=channels_last, group=group, ddp=options
+        model,
+        loader,
+        plan,
+        device=device,
+        channels_last=channels_last,
+        group=group,
+        ddp=ddp_options,
     )
     try:
         report = _train(
@@ -186,12 +188,8 @@ def fit(
             tune=tune,
             compile=compile,
             max_grad_norm=max_grad_norm,
-            flops_per_step=flops_per_step,
-            tokens_per_sample=tokens_per_sample,
-            warmup=warmup,
-            window=window,
-            calibrate=calibrate,
-            single=single,
+            measuring=measuring,
+            evaluate=evaluator(run, eval_loader) if eval_loader is not None else None,
             progress=progress,
         )
     except BaseException:
@@ -231,12 +229,8 @@ def _train(
     tune: bool | str,
     compile: bool | None,
     max_grad_norm: float | None,
-    flops_per_step: float | None,
-    tokens_per_sample: int | None,
-    warmup: int,
-    window: int,
-    calibrate: bool,
-    single: float | None,
+    measuring: MeterOptions,
+    evaluate: Callable[[Step], float | None] | None,
     progress: bool,
 ) -> RunReport:
     """Build the step, the tuner and the meter for `run` and train it."""
@@ -244,20 +238,15 @@ def _train(
     epochs = schedule.epochs
     step = make_step(run, plan, loss_fn, optimizer, compile=compile, max_grad_norm=max_grad_norm)
     tuner = _tuner(tune, step, run, optimizer, plan, compile, schedule)
+    warmup = max(measuring.warmup, 1) if tuner is not None else measuring.warmup
     meter = Meter(
         run.module,
-        plan=plan,
-        flops_per_step=flops_per_step,
-        tokens_per_sample=tokens_per_sample,
-        warmup=max(warmup, 1) if tuner is not None else warmup,
-        window=window,
-        calibrate=calibrate,
         epochs=epochs,
         count_flops=False,
         optimizer=optimizer,
         grad_scaler=step.scaler,
         gather=group is not None,
-        single_device=single,
+        **measuring.to_kwargs(plan=plan, warmup=warmup),
     )
     meter.facts.update(_loader_facts(run.loader), compiled=step.compiled)
     if run.wrapping is not None:
@@ -271,9 +260,10 @@ def _train(
             step,
             meter,
             schedule,
-            count_flops=flops_per_step is None,
+            count_flops=measuring.flops_per_step is None,
             progress=progress,
             tuner=tuner,
+            evaluate=evaluate,
         )
         meter.facts["compiled"] = kept.compiled
         if kept.ddp:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
+from accelkit.profiling.clock import EVALUATION, OTHER
 from accelkit.torch.distributed import parallel
 from accelkit.torch.measuring.meter import Meter
 from accelkit.torch.training.prepare import Prepared, to_device
@@ -78,6 +79,7 @@ def train(
     count_flops: bool,
     progress: bool,
     tuner: Trials | None = None,
+    evaluate: Callable[[Step], float | None] | None = None,
 ) -> Step:
     """Train `run` through `step` for `schedule`, each step measured by `meter`.
 
@@ -96,6 +98,8 @@ def train(
         count_flops: count the first step's FLOPs (with ``step.count_flops``).
         progress: print live throughput to stderr every window.
         tuner: tries the options on the first batches (`accelkit.torch.tune`'s `Tuner`).
+        evaluate: run after each epoch, in the meter's evaluation phase; its mean loss
+            goes to ``meter.eval_losses`` (`accelkit.torch.training.evaluate`).
 
     Returns:
         The step the run ended with (the tuner's choice, when it tuned).
@@ -174,9 +178,7 @@ def train(
                         break
                     meter.facts.setdefault("steps_per_epoch", epoch_steps)
             if epoch_steps:
-                meter.record_loss((running / epoch_steps).item())
-                if not math.isfinite(meter.losses[-1]):
-                    meter.facts.setdefault("first_nonfinite_loss_step", done)
+                _end_epoch(meter, running / epoch_steps, done, evaluate, step)
             if limit_reached():
                 break
         if done == 0:
@@ -192,6 +194,26 @@ def train(
             "accelkit: %sinterrupted after %d steps; returning a partial report", where, done
         )
     return step
+
+
+def _end_epoch(
+    meter: Meter,
+    mean_loss: Any,
+    done: int,
+    evaluate: Callable[[Step], float | None] | None,
+    step: Step,
+) -> None:
+    """The epoch's end, which is not training: its mean loss (one read, after the pause's
+    synchronisation) and the evaluation."""
+    meter.recorder.pause(OTHER)
+    meter.record_loss(mean_loss.item())
+    if not math.isfinite(meter.losses[-1]):
+        meter.facts.setdefault("first_nonfinite_loss_step", done)
+    if evaluate is not None:
+        with meter.phase(EVALUATION):
+            loss = evaluate(step)
+        if loss is not None:
+            meter.recorder.eval_losses.append(loss)
 
 
 def _ran_dry(meter: Meter, trained: int, asked: int) -> None:

@@ -1,0 +1,99 @@
+"""Evaluation is not training, in the torch doors: `Meter` and `accelkit.torch.fit`.
+
+A run that evaluates must report the training figures of the same run without
+evaluation: the evaluation's time is reported beside them (`evaluation_seconds`) and
+counts in no step time, throughput, MFU or input wait.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+import accelkit
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+from ..helpers.torch_data import CPU_PLAN, batches, mlp, train
+
+
+def _input_bound(report) -> bool:
+    return any(item["id"] == "input_bound" for item in report.advice)
+
+
+def _meter_run(evaluate: bool):
+    """A hand-written loop of 4 epochs x 12 steps; with `evaluate`, each epoch ends in
+    an evaluation about as long as the epoch's training."""
+    model, data = mlp(512, 512, 8), batches(n=12, batch=128, dim=512)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    meter = accelkit.torch.Meter(model, plan=CPU_PLAN, warmup=2, window=5)
+    with meter:
+        for _ in range(4):
+            for x, y in data:
+                with meter.step((x, y)):
+                    torch.nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+            if evaluate:
+                with meter.phase("evaluation"), torch.no_grad():
+                    for x, _ in data * 3:
+                        model(x)
+    return meter.report()
+
+
+def _paired(run, rounds: int = 5) -> tuple[float, list]:
+    """Median of (with evaluation / without) training samples/s over alternating rounds."""
+    ratios, reports = [], []
+    for index in range(rounds):
+        first = index % 2 == 0
+        a, b = (run(True), run(False)) if first else (run(False), run(True))
+        with_eval, without = (a, b) if first else (b, a)
+        ratios.append(with_eval.samples_per_second / without.samples_per_second)
+        reports.append(with_eval)
+    return statistics.median(ratios), reports
+
+
+def test_meter_evaluation_phase_leaves_training_figures_as_without() -> None:
+    ratio, reports = _paired(_meter_run)
+    assert 0.9 <= ratio <= 1.1, f"training samples/s with evaluation x{ratio:.3f}"
+    report = reports[0]
+    assert report.evaluation_seconds > 0.3 * report.run_seconds
+    assert report.evaluation_share == pytest.approx(report.evaluation_seconds / report.run_seconds)
+    assert report.training_seconds + report.evaluation_seconds + report.other_seconds == (
+        pytest.approx(report.run_seconds)
+    )
+    assert report.input_wait_share < 0.2 and not _input_bound(report)
+
+
+def _fit_run(evaluate: bool):
+    data = batches(n=12, batch=128, dim=512)
+    return train(
+        mlp(512, 512, 8),
+        data,
+        epochs=4,
+        warmup=2,
+        window=5,
+        eval_loader=data * 3 if evaluate else None,
+    )
+
+
+def test_fit_evaluates_each_epoch_apart_from_training() -> None:
+    ratio, reports = _paired(_fit_run)
+    assert 0.9 <= ratio <= 1.1, f"training samples/s with evaluation x{ratio:.3f}"
+    report = reports[0]
+    assert len(report.eval_losses) == 4 and all(loss > 0 for loss in report.eval_losses)
+    assert report.evaluation_seconds > 0.3 * report.run_seconds
+    assert not _input_bound(report)
+
+
+def test_fit_evaluation_keeps_each_submodules_mode() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(256, 16), torch.nn.BatchNorm1d(16))
+    model.append(torch.nn.Linear(16, 8))
+    model[1].eval()  # frozen on purpose: fit trains the rest
+    model.train = lambda mode=True: model  # the fit's own train() is not under test here
+    data = batches(n=4)
+    report = train(model, data, epochs=2, warmup=0, eval_loader=data)
+    assert len(report.eval_losses) == 2
+    assert model[0].training and not model[1].training
