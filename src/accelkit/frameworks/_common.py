@@ -85,7 +85,7 @@ def _outcome(setting: Setting, appliers: Appliers, framework: str) -> Outcome:
     applier = appliers.get(setting.key)
     if applier is None and registered.kind is Kind.ENV:
         applier = _set_env
-    if applier is None:  # tests/frameworks/test_contract.py keeps this from happening
+    if applier is None:  # tests/planning/test_keys.py keeps this from happening
         return Status.FAILED, "no applier for this setting in this accelkit version"
     return _guarded(applier, setting)
 

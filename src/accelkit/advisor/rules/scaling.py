@@ -34,7 +34,6 @@ SLOW_INPUT = 0.05  # the slowest rank waits this much more of its step for input
 # elsewhere (a run without a single-device figure gets a verdict from this share alone).
 NOTABLE = 0.10
 SEVERE = 0.25  # ...and a warning from this one
-DDP_BUCKET_MB = 25  # DistributedDataParallel's default bucket_cap_mb
 
 
 @needs(

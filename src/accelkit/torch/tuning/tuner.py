@@ -176,11 +176,6 @@ class Tuner:
         _log.log(level, "tune: %s", trials.summary(self.result))
         return best
 
-    @property
-    def ended(self) -> bool:
-        """The loader ran out, or the run's step limit was reached, during the trials."""
-        return self._ended
-
     def _name(self, step: Step, optimizer: str) -> str:
         extra = "" if optimizer == "default" else f"+{optimizer}"
         return ("compile" if step.compiled else "eager") + extra + levers.label(step.ddp)
