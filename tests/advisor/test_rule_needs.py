@@ -141,6 +141,29 @@ EXAMPLES: dict[str, Callable[[], Example]] = {
             facts={"loader": {"type": "DataLoader", "num_workers": 0, "pin_memory": False}},
         ),
     ),
+    "evaluation_time": lambda: (
+        CPU,
+        None,
+        measured_on(
+            CPU,
+            run_seconds=100.0,
+            training_seconds=60.0,
+            evaluation_seconds=37.0,
+            eval_losses=[0.9, 0.7, 0.6, 0.55],
+        ),
+    ),
+    "other_time": lambda: (
+        H200,
+        None,
+        measured_on(
+            H200,
+            run_seconds=100.0,
+            training_seconds=70.0,
+            other_seconds=30.0,
+            epochs=10,
+            facts={"loader": {"type": "DataLoader", "num_workers": 4}},
+        ),
+    ),
     "launch_overhead": lambda: (
         A100,
         None,
