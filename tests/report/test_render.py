@@ -49,10 +49,10 @@ def test_only_a_true_interrupted_flag_reads_as_interrupted() -> None:
         assert ("INTERRUPTED" in render_run(report)) is shown
 
 
-def _time(text: str) -> str | None:
-    """The value of the table's "time" row, or None when it has none."""
-    rows = [line.split(None, 1) for line in text.splitlines()]
-    return next((row[1] for row in rows if row[0] == "time"), None)
+def _row(text: str, figure: str) -> str | None:
+    """The value of the table's row for `figure`, or None when it has none."""
+    rows = [line for line in text.splitlines() if line.startswith(f"{figure}  ")]
+    return rows[0][len(figure) :].strip() if rows else None
 
 
 def _timed(**phases) -> RunReport:
@@ -68,7 +68,7 @@ def test_the_run_s_time_is_shown_by_phase_beside_the_training_figures() -> None:
         evaluation_share=30.2 / 120.0,
     )
     text = render_run(report, 120)
-    assert _time(text) == (
+    assert _row(text, "time") == (
         "120.0 s = training 80.1 s (67%), evaluation 30.2 s (25%), other 9.7 s (8%)"
     )
     assert text.index("time ") < text.index("samples/s")
@@ -76,12 +76,19 @@ def test_the_run_s_time_is_shown_by_phase_beside_the_training_figures() -> None:
 
 def test_a_phase_that_took_no_time_is_left_out_and_an_unknown_one_is_not_added_up() -> None:
     whole = _timed(run_seconds=10.0, training_seconds=10.0, evaluation_seconds=0.0, other_seconds=0)
-    assert _time(render_run(whole, 100)) == "10.0 s = training 10.0 s (100%)"
+    assert _row(render_run(whole, 100), "time") == "10.0 s = training 10.0 s (100%)"
     partial = _timed(run_seconds=10.0, evaluation_seconds=4.0)
-    assert _time(render_run(partial, 100)) == "10.0 s of which evaluation 4.0 s (40%)"
+    assert _row(render_run(partial, 100), "time") == "10.0 s of which evaluation 4.0 s (40%)"
 
 
 def test_a_report_from_before_the_phases_has_no_time_line() -> None:
     text = render_run(_timed(facts={"run_seconds": 50.0}), 100)
-    assert _time(text) is None
+    assert _row(text, "time") is None
     assert "training" not in text and "evaluation" not in text
+
+
+def test_the_evaluation_losses_follow_the_training_losses() -> None:
+    text = render_run(_timed(losses=[2.0, 1.5, 1.0], eval_losses=[1.8, 1.6, 1.3]), 100)
+    assert _row(text, "loss") == "2 -> 1.5 -> 1"
+    assert _row(text, "evaluation loss") == "1.8 -> 1.6 -> 1.3"
+    assert _row(render_run(_timed(losses=[2.0]), 100), "evaluation loss") is None

@@ -69,9 +69,11 @@ def _seconds(value: object) -> float | None:
 
 
 def run_time(report: RunReport) -> RunTime | None:
-    """The run's wall time and its phases; None for a report that holds none of them.
+    """The run's wall time and its phases; None for a report that holds neither the run's
+    time nor a phase that took any.
 
-    Phases of 0 seconds (a run that did not evaluate) are left out.
+    Phases of 0 seconds (a run that did not evaluate) are left out; a negative or
+    non-finite figure (a damaged file) is read as unknown.
 
     Example:
         >>> from accelkit.profiling.run_report import RunReport
@@ -82,13 +84,13 @@ def run_time(report: RunReport) -> RunTime | None:
     """
     run = _seconds(report.run_seconds)
     known = [(name, _seconds(getattr(report, field))) for name, field in FIELDS]
-    if run is None and all(seconds is None for _, seconds in known):
-        return None
     phases = tuple(
         Phase(name, seconds, seconds / run if run else None)
         for name, seconds in known
         if seconds  # neither unknown nor 0
     )
+    if run is None and not phases:
+        return None
     return RunTime(run, phases, complete=all(s is not None for _, s in known))
 
 

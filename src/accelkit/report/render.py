@@ -97,8 +97,11 @@ def render_run(report: RunReport, width: int | None = None) -> str:
     """
     r, width = report, terminal_width(width)
     rows = [*_time_rows(r), *_training_rows(r), *_device_rows(r), *_world_rows(r)]
-    if r.losses:
-        rows.append(("loss", " -> ".join(f"{v:.4g}" for v in _ends(r.losses))))
+    rows += [
+        (name, " -> ".join(f"{v:.4g}" for v in _ends(values)))
+        for name, values in (("loss", r.losses), ("evaluation loss", r.eval_losses))
+        if values
+    ]
     body = table(("figure", "value"), rows, width=width)
     tuning = "\n" + render_tuning(r.tuning, width) if r.tuning else ""
     notes = "".join("\n" + paragraph(f"note: {k}: {v}", width) for k, v in r.notes.items())
