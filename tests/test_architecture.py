@@ -11,7 +11,10 @@ given to it by `accelkit/__init__.py` (docs/architecture.md).
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -111,9 +114,45 @@ def test_frameworks_are_imported_only_in_their_homes(module) -> None:
         assert imported.split(".")[0] not in FRAMEWORKS, f"{module}:{line} imports {imported}"
 
 
-def test_no_module_is_over_400_lines() -> None:
-    long = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > 400}
-    assert not long
+MAX_FUNCTION_LINES = 60  # STYLE.md 18: a function does one thing and reads on one screen
+
+
+def test_no_function_is_over_60_lines_of_code() -> None:
+    """A file holds one idea whatever its length; a function reads on one screen: at most
+    60 lines of code in its body, not counting its docstring, blank lines and comments."""
+    long = {
+        f"{module}:{node.lineno} {node.name}": n
+        for module, path in MODULES.items()
+        for node, n in _function_lengths(path.read_text())
+        if n > MAX_FUNCTION_LINES
+    }
+    assert not long, f"over {MAX_FUNCTION_LINES} lines of code: {long}"
+
+
+def _function_lengths(text: str) -> Iterator[tuple[ast.FunctionDef | ast.AsyncFunctionDef, int]]:
+    """Each function in `text` and the lines of code of its body (nested functions
+    included), without its docstring, blank lines and comment-only lines."""
+    code = {
+        line
+        for token in tokenize.generate_tokens(io.StringIO(text).readline)
+        if token.type not in _NOT_CODE
+        for line in range(token.start[0], token.end[0] + 1)
+    }
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body[1:] if ast.get_docstring(node, clean=False) is not None else node.body
+            if body:
+                yield node, len(code & set(range(body[0].lineno, (node.end_lineno or 0) + 1)))
+
+
+_NOT_CODE = {
+    tokenize.COMMENT,
+    tokenize.NL,
+    tokenize.NEWLINE,
+    tokenize.INDENT,
+    tokenize.DEDENT,
+    tokenize.ENDMARKER,
+}
 
 
 @pytest.mark.parametrize(

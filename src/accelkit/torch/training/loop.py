@@ -181,19 +181,32 @@ def train(
                 _end_epoch(meter, running / epoch_steps, done, evaluate, step)
             if limit_reached():
                 break
-        if done == 0:
-            raise ValueError("the loader yielded no batch: nothing to train on")
-        if done % accumulation_steps:
-            if run.group is not None:  # ddp: the last micro-steps ran under no_sync()
-                parallel.sync_gradients(model, run.group)
-            step.optimizer_step()
+        _last_step(run, step, done, accumulation_steps)
     except KeyboardInterrupt:
-        meter.interrupted = True
-        where = f"rank {run.group.rank}: " if run.group is not None else ""
-        _log.warning(
-            "accelkit: %sinterrupted after %d steps; returning a partial report", where, done
-        )
+        _interrupted(meter, run, done)
     return step
+
+
+def _last_step(run: Prepared, step: Step, done: int, accumulation_steps: int) -> None:
+    """After the last batch: the optimizer step of a run that ended part-way through an
+    accumulation (its gradients synchronised first under DDP).
+
+    Raises:
+        ValueError: the loader yielded no batch.
+    """
+    if done == 0:
+        raise ValueError("the loader yielded no batch: nothing to train on")
+    if done % accumulation_steps:
+        if run.group is not None:  # ddp: the last micro-steps ran under no_sync()
+            parallel.sync_gradients(run.model, run.group)
+        step.optimizer_step()
+
+
+def _interrupted(meter: Meter, run: Prepared, done: int) -> None:
+    """A KeyboardInterrupt ended the run after `done` steps: the report is partial."""
+    meter.interrupted = True
+    where = f"rank {run.group.rank}: " if run.group is not None else ""
+    _log.warning("accelkit: %sinterrupted after %d steps; returning a partial report", where, done)
 
 
 def _end_epoch(
