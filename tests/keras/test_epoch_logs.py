@@ -1,4 +1,5 @@
-"""ProfileCallback's figures in Keras' logs: History, CSVLogger (real fits on the CPU)."""
+"""ProfileCallback's figures in Keras' logs at every epoch's end: History, CSVLogger (real
+fits on the CPU)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,9 @@ import pytest
 
 import accelkit
 from accelkit.hardware.info import HardwareInfo
-from accelkit.keras.epoch_logs import (
-    INPUT_WAIT_SHARE,
-    MFU,
-    SAMPLES_PER_SECOND,
-    TOKENS_PER_SECOND,
-    EpochClock,
-)
 from accelkit.planning import Request, plan
+from accelkit.profiling import mfu
+from accelkit.profiling.metrics import spell
 
 from ..helpers import keras_models
 from ..helpers.keras_models import classification_data
@@ -25,6 +21,12 @@ keras = pytest.importorskip("keras")
 pytest.importorskip("tensorflow")
 
 CPU_PLAN = plan(HardwareInfo(source="snapshot"), Request(framework="tensorflow"))
+SAMPLES_PER_SECOND = spell("samples_per_second", "keras")
+TOKENS_PER_SECOND = spell("tokens_per_second", "keras")
+STEP_TIME = spell("step_time_s", "keras")
+MFU = spell("mfu", "keras")
+ACHIEVED = spell("achieved_tflops", "keras")
+INPUT_WAIT_SHARE = spell("input_wait_share", "keras")
 
 
 @pytest.fixture(autouse=True)
@@ -98,25 +100,33 @@ def test_steps_per_execution_counts_every_batch_of_the_epoch() -> None:
     assert INPUT_WAIT_SHARE not in history.history
 
 
-def test_an_epoch_where_no_window_ended_adds_nothing() -> None:
-    x, y = classification_data(128)  # 4 steps an epoch, a window of 50
+def test_every_epoch_has_its_figures_when_epochs_are_shorter_than_the_window(tmp_path) -> None:
+    x, y = classification_data(320)  # 10 steps an epoch, the default window of 50
+    logger = keras.callbacks.CSVLogger(str(tmp_path / "log.csv"))
+    callback = accelkit.keras.ProfileCallback(CPU_PLAN)
     history = keras_models.mlp().fit(
-        x,
-        y,
-        batch_size=32,
-        epochs=2,
-        verbose=0,
-        callbacks=[accelkit.keras.ProfileCallback(CPU_PLAN)],
+        x, y, batch_size=32, epochs=3, verbose=0, callbacks=[callback, logger]
     )
-    assert not any(key.startswith("accelkit_") for key in history.history)
+    for key in (SAMPLES_PER_SECOND, STEP_TIME, INPUT_WAIT_SHARE):
+        assert len(history.history[key]) == 3, key
+    assert [float(r[SAMPLES_PER_SECOND]) for r in rows(tmp_path / "log.csv")] == pytest.approx(
+        history.history[SAMPLES_PER_SECOND]
+    )
+    # The epochs' figures are the run's, cut at the epochs' ends (the first after warm-up).
+    steps = [7, 10, 10]
+    seconds = sum(n * s for n, s in zip(steps, history.history[STEP_TIME], strict=True))
+    assert callback.report.steady_seconds == pytest.approx(seconds, rel=1e-6)
 
 
-def test_mfu_from_the_flops_and_the_peak() -> None:
-    clock = EpochClock(None, warmup=2, window=4)
-    for _ in range(10):  # 2 warm-up steps, two windows of 4
-        clock.fetched(0.0)
-        clock.step_done(samples=16, tokens=0)
-    logs = clock.epoch_logs(flops_per_step=1e9, peak_tflops=100.0)
-    assert set(logs) == {SAMPLES_PER_SECOND, MFU, INPUT_WAIT_SHARE}
-    assert logs[MFU] == pytest.approx(1e9 * 8 * logs[SAMPLES_PER_SECOND] / (16 * 8) / 1e14)
-    assert clock.epoch_logs(1e9, 100.0) == {}  # the next epoch has no window yet
+def test_mfu_of_each_epoch_is_the_reports_arithmetic(monkeypatch) -> None:
+    # A CPU has no datasheet peak: give one, for the epochs' MFU and the report's.
+    monkeypatch.setattr(mfu, "peak", lambda *a, **k: mfu.Peak(0.5, "fp32", "a test peak"))
+    x, y = classification_data(640)
+    callback = accelkit.keras.ProfileCallback(CPU_PLAN, warmup=2, window=4, sample_gpu=False)
+    history = keras_models.mlp().fit(x, y, batch_size=32, epochs=2, verbose=0, callbacks=[callback])
+    report, logs = callback.report, history.history
+    assert logs[MFU] == pytest.approx([a / 0.5 for a in logs[ACHIEVED]])
+    assert logs[ACHIEVED] == pytest.approx(
+        [report.flops_per_step / s / 1e12 for s in logs[STEP_TIME]]
+    )
+    assert min(logs[MFU]) * 0.999 <= report.mfu <= max(logs[MFU]) * 1.001

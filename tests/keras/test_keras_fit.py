@@ -61,6 +61,15 @@ def test_fit_learns_and_reports_consistent_figures() -> None:
     assert report.framework == "tensorflow" and report.device == "cpu"
 
 
+def test_a_fit_from_initial_epoch_reports_the_epochs_it_trained() -> None:
+    x, y = classification_data(320)  # D08: epochs=5 was reported, 2 were trained
+    report = accelkit.keras.fit(
+        mlp(), x, y, batch_size=32, initial_epoch=3, epochs=5, verbose=0, plan=CPU_PLAN
+    )
+    assert report.epoch == [3, 4] and report.steps == 20
+    assert report.epochs == 2 and len(report.losses) == 2
+
+
 def test_tf_data_input_and_tokens_per_sample() -> None:
     x, y = classification_data()
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(64).prefetch(2)

@@ -20,6 +20,7 @@ figures, calibration.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import MutableMapping
 from typing import Any
 
 import keras
@@ -28,21 +29,36 @@ import numpy as np
 from accelkit.configure import current_plan
 from accelkit.hardware import detect, environment
 from accelkit.keras import batches, checks, head, strategies
-from accelkit.keras.epoch_logs import EpochClock
 from accelkit.keras.facts import device_label, loss_scale
 from accelkit.keras.train_function import StepCounter
 from accelkit.planning import Plan, Request
 from accelkit.planning import plan as make_plan
-from accelkit.profiling import mfu, world
+from accelkit.profiling import metrics, world
 from accelkit.profiling.assemble import Measurements
+from accelkit.profiling.clock import EVALUATION, OTHER
 from accelkit.profiling.flop_count import FlopCount
+from accelkit.profiling.options import MeterOptions
+from accelkit.profiling.recorder import Recorder
 from accelkit.profiling.run_report import RunReport
-from accelkit.profiling.sampler import NvmlSampler
 from accelkit.report.assemble import build_report, with_advice
 from accelkit.utils import arguments
 
 # single_device=, and the name it had before accelkit.torch.fit's was chosen for both.
 SINGLE_DEVICE = ("single_device", "single_device_samples_per_second")
+# The measurement options a door takes by name (`MeterOptions`; the plan is positional).
+OPTIONS = tuple(f.name for f in dataclasses.fields(MeterOptions) if f.name != "plan")
+
+
+def measurement_options(kwargs: MutableMapping[str, Any]) -> dict[str, Any]:
+    """Take the `MeterOptions` names out of `kwargs` (a fit's arguments): the rest are
+    `model.fit`'s.
+
+    Example:
+        >>> kwargs = {"epochs": 2, "window": 10}
+        >>> measurement_options(kwargs), kwargs
+        ({'window': 10}, {'epochs': 2})
+    """
+    return {name: kwargs.pop(name) for name in OPTIONS if name in kwargs}
 
 
 class ProfileCallback(keras.callbacks.Callback):
@@ -50,25 +66,33 @@ class ProfileCallback(keras.callbacks.Callback):
 
     Args:
         plan: the plan in force (default: the last `auto_configure()` plan).
-        flops_per_step: FLOPs of one step, if known; counted from the first batch otherwise.
-        tokens_per_sample: for tokens/s (found automatically for integer (B, T) inputs).
-        warmup: steps left out of steady-state figures (tracing, autotuning).
-        window: steps between device synchronisations.
-        sample_gpu: sample NVML in a background thread.
-        calibrate: measure the achievable matmul rate after the run.
-        single_device: the same training on one device, for `report.scaling_efficiency`:
-            samples/s, a `RunReport` or the path of a saved one
-            (``single_device_samples_per_second=`` is its former name).
         allow_float_ids: True (the default): token ids rounded by a 16-bit float are a
             critical verdict in the report; False: the fit stops with
             `accelkit.keras.checks.UnsafeMixedPrecision` at the first batch that shows them
             (`accelkit.keras.fit` passes False unless told otherwise).
+        options: the measurement options of every door (`accelkit.profiling.options`):
+            ``flops_per_step`` (counted from the first batch otherwise),
+            ``tokens_per_sample`` (found for integer (B, T) inputs), ``warmup=3``,
+            ``window=50``, ``sample_gpu=True``, ``calibrate=False``, ``single_device``
+            (``single_device_samples_per_second=`` is its former name).
+
+    Raises:
+        ValueError, TypeError: an option out of range, of the wrong type or unknown,
+            when the callback is built.
+
+    Training is what the fit's training steps take. Validation inside the fit
+    (``validation_data``, ``validation_split``: Keras' ``on_test_begin`` to
+    ``on_test_end``) is evaluation, and each epoch's boundary (from its end to the next
+    epoch's first batch: the callbacks, checkpoints, the new iterator) is the rest;
+    both are reported beside the training figures (`report.evaluation_seconds`,
+    `report.other_seconds`, `report.evaluation_share`) and count in none of them (step
+    time, samples/s, MFU, input wait).
 
     At each epoch's end the callback adds the epoch's figures to Keras' ``logs``
-    (``accelkit_samples_per_second``, ``accelkit_tokens_per_second``, ``accelkit_mfu``,
-    ``accelkit_input_wait_share``; see `accelkit.keras.epoch_logs`), so `History`,
-    `CSVLogger` and `TensorBoard` record them. Keras calls callbacks in list order
-    with one ``logs`` dict: put this callback before `CSVLogger` and `TensorBoard`
+    (``accelkit_samples_per_second``, ``accelkit_step_time_s``, ``accelkit_mfu``,
+    ``accelkit_input_wait_share``... as `accelkit.profiling.metrics` spells them), so
+    `History`, `CSVLogger` and `TensorBoard` record them. Keras calls callbacks in list
+    order with one ``logs`` dict: put this callback before `CSVLogger` and `TensorBoard`
     (`accelkit.keras.fit` puts it first).
 
     Under a distribution strategy the figures are this process's: its replicas'
@@ -78,6 +102,8 @@ class ProfileCallback(keras.callbacks.Callback):
     `ranks`, `slowest_rank` and `global_samples_per_second` for the whole cluster.
 
     Attributes:
+        options: the validated `MeterOptions`.
+        recorder: the fit's `accelkit.profiling.recorder.Recorder` (from the fit's start).
         facts: what the advisor reads besides the figures (layer sizes, dtype policy,
             loss scale, input pipeline...; see `accelkit.advisor.context`); add your own
             before the fit, e.g. ``callback.facts["loader"] = {"type": "PyDataset", ...}``.
@@ -90,9 +116,12 @@ class ProfileCallback(keras.callbacks.Callback):
         >>> model.compile(optimizer="adam", loss="mse")
         >>> callback = accelkit.keras.ProfileCallback(window=4)
         >>> history = model.fit(np.zeros((256, 4)), np.zeros((256, 2)), epochs=2, verbose=0,
+        ...                     validation_data=(np.zeros((64, 4)), np.zeros((64, 2))),
         ...                     callbacks=[callback])
-        >>> callback.report.steps
-        16
+        >>> callback.report.steps, callback.report.evaluation_seconds > 0
+        (16, True)
+        >>> len(history.history["accelkit_samples_per_second"])   # one figure an epoch
+        2
         >>> print(callback.report)  # doctest: +SKIP
         accelkit run: tensorflow, sequential on cpu, precision fp32 (matmuls fp32), 16 steps ...
     """
@@ -101,32 +130,22 @@ class ProfileCallback(keras.callbacks.Callback):
         self,
         plan: Plan | None = None,
         *,
-        flops_per_step: float | None = None,
-        tokens_per_sample: int | None = None,
-        warmup: int = 3,
-        window: int = 50,
-        sample_gpu: bool = True,
-        calibrate: bool = False,
-        single_device: float | RunReport | str | None = None,
-        single_device_samples_per_second: float | RunReport | str | None = None,
         allow_float_ids: bool = True,
+        single_device_samples_per_second: float | RunReport | str | None = None,
+        **options: Any,
     ) -> None:
         super().__init__()
-        if warmup < 0 or window < 1:
-            raise ValueError(f"warmup={warmup} must be >= 0 and window={window} >= 1")
-        self.single_device_samples_per_second = world.single_device_rate(
-            arguments.renamed(single_device, single_device_samples_per_second, SINGLE_DEVICE)
+        single = arguments.renamed(
+            options.pop("single_device", None), single_device_samples_per_second, SINGLE_DEVICE
         )
+        self.options = MeterOptions.of({**options, "single_device": single}, plan=plan)
         self.plan = plan
-        self.flops_per_step = flops_per_step
-        self.tokens_per_sample = tokens_per_sample
-        self.warmup, self.window = warmup, window
-        self.sample_gpu, self.calibrate = sample_gpu, calibrate
         self.allow_float_ids = allow_float_ids
         self.report: RunReport | None = None
         self.interrupted = False
-        self._notes: dict[str, str] = {}
         self.facts: dict[str, Any] = {}
+        self.recorder: Recorder | None = None
+        self._fitting = False
 
     # -- Keras hooks -----------------------------------------------------------------
 
@@ -136,65 +155,62 @@ class ProfileCallback(keras.callbacks.Callback):
             or current_plan("tensorflow")
             or make_plan(detect(), Request(framework="tensorflow"))
         )
-        # Token ids through a 16-bit float, 16-bit outputs: critical verdicts in the report.
-        self.facts.update(checks.mixed_precision_facts(self.model))
         self._tf = _tensorflow()
         self._gpus = (
             self._tf.config.list_physical_devices("GPU")
             if self._tf is not None
-            else list(self.plan.hardware.gpus)
+            else list(self._plan.hardware.gpus)
         )
-        self._flops: FlopCount | None = None
-        self._count_first = self.flops_per_step is None
-        self._batch: tuple[int | None, int] = (None, 0)  # (samples, tokens) of the last batch
-        self._losses: list[float] = []
+        self.recorder = recorder = Recorder(
+            self.options,
+            plan=self._plan,
+            sync=self._sync,
+            gpus=[g.index for g in self._plan.hardware.gpus[: len(self._gpus)]],
+        )
+        # Token ids through a 16-bit float, 16-bit outputs: critical verdicts in the report.
+        recorder.facts.update(checks.mixed_precision_facts(self.model))
+        recorder.facts.update(self.facts)  # the caller's, given before the fit
+        self.facts = recorder.facts
+        self._count_first = self.options.flops_per_step is None
         self._epochs = 0
         self._first_batch_size: int | None = None
         self._scales: list[list[float]] = []
         self._read_scale(0, initial=True)
         self.report = None
-        self.clock = EpochClock(self._sync, warmup=self.warmup, window=self.window)
-        self._peak: mfu.Peak | None = None
-        nvml = [g.index for g in self.plan.hardware.gpus[: len(self._gpus)]]
-        self._sampler = NvmlSampler(nvml if self.sample_gpu and self._gpus else [])
         if self._gpus and self._tf is not None:
             self._tf.config.experimental.reset_memory_stats("GPU:0")
         self._wrap_train_function()
-        self._sampler.start()
+        self._fitting = True
+        recorder.start()
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self._steps.epoch_begin((self.params or {}).get("steps"))
 
+    def on_test_begin(self, logs: Any = None) -> None:
+        # The fit's validation; a model.evaluate outside the fit measures nothing here.
+        if self._fitting:
+            self._recorder.pause(EVALUATION)
+
+    def on_test_end(self, logs: Any = None) -> None:
+        if self._fitting:
+            self._recorder.resume()
+
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-        self._epochs = epoch + 1
+        recorder = self._recorder
+        # From here to the next epoch's first batch is the rest (the counting train
+        # function resumes): the other callbacks, checkpoints, the next iterator.
+        recorder.pause(OTHER)
+        self._epochs += 1  # epochs trained, whatever initial_epoch was
         if logs and "loss" in logs:
-            self._losses.append(float(logs["loss"]))
-        self._read_scale(self.clock.steps)
+            recorder.losses.append(float(logs["loss"]))
+        self._read_scale(recorder.clock.steps)
+        if recorder.peak is None:
+            self._set_peak()
+        # Keras has waited for the device to read the epoch's logs: closing the open
+        # window here costs nothing, so every epoch has its figures whatever the window.
+        figures = recorder.take_figures(close=True)
         if logs is not None:  # for the callbacks after this one: CSVLogger, History...
-            logs.update(self._epoch_logs())
-
-    def _epoch_logs(self) -> dict[str, float]:
-        """The figures of the windows that ended in this epoch (`keras.epoch_logs`)."""
-        if self._peak is None:
-            from accelkit.hardware.capabilities import matmul_dtype
-
-            hardware = (
-                self._plan.hardware
-                if self._gpus
-                else environment.cpu_host(self._plan.hardware.launcher)
-            )
-            precision = head.precision_ran(self.model, self._plan) or self._plan.precision
-            self._peak = mfu.peak(
-                hardware, matmul_dtype(precision, self._tf32_enabled()), devices=self._replicas()
-            )
-        flops = self.flops_per_step or (self._flops.total if self._flops is not None else None)
-        return self.clock.epoch_logs(flops, self._peak.tflops, set(self._notes))
-
-    def _read_scale(self, step: int, initial: bool = False) -> None:
-        """The loss scale of a LossScaleOptimizer (mixed_float16), once per epoch."""
-        scale = loss_scale(getattr(self.model, "optimizer", None), initial=initial)
-        if scale is not None:
-            self._scales.append([step, scale])
+            logs.update(metrics.spelled(figures, "keras"))
 
     def on_train_end(self, logs: Any = None) -> None:
         self.finish()
@@ -202,7 +218,8 @@ class ProfileCallback(keras.callbacks.Callback):
     def finish(self) -> RunReport:
         """Stop the sampler and build the report (idempotent)."""
         if self.report is None:
-            self._sampler.stop()
+            self._fitting = False
+            self._recorder.stop()
             self._restore_train_function()
             self.report = self._build()
         return self.report
@@ -210,10 +227,34 @@ class ProfileCallback(keras.callbacks.Callback):
     def stop_sampler(self) -> None:
         """For a fit that raised: stop measuring, build nothing (a fit that raised before
         it began has nothing to stop)."""
-        sampler = getattr(self, "_sampler", None)
-        if sampler is not None:
-            sampler.stop()
+        self._fitting = False
+        if self.recorder is not None:
+            self.recorder.stop()
         self._restore_train_function()
+
+    @property
+    def _recorder(self) -> Recorder:
+        """The recorder, once the fit has begun (`on_train_begin` makes it)."""
+        if self.recorder is None:
+            raise RuntimeError("ProfileCallback: the fit has not begun (no on_train_begin)")
+        return self.recorder
+
+    def _set_peak(self) -> None:
+        """The dense peak of the devices used, for the epochs' MFU (the report's own)."""
+        from accelkit.hardware.capabilities import matmul_dtype
+
+        precision = head.precision_ran(self.model, self._plan) or self._plan.precision
+        self._recorder.set_peak(
+            self._hardware(),
+            matmul_dtype(precision, self._tf32_enabled()),
+            devices=self._replicas(),
+        )
+
+    def _read_scale(self, step: int, initial: bool = False) -> None:
+        """The loss scale of a LossScaleOptimizer (mixed_float16), once per epoch."""
+        scale = loss_scale(getattr(self.model, "optimizer", None), initial=initial)
+        if scale is not None:
+            self._scales.append([step, scale])
 
     # -- the train function ------------------------------------------------------------
 
@@ -222,24 +263,23 @@ class ProfileCallback(keras.callbacks.Callback):
     # (`accelkit.keras.train_function`), every batch of a multi-step call included.
 
     def _wrap_train_function(self) -> None:
+        notes = self._recorder.notes
         if self._count_first and self._tf is None:
-            self._notes["flops_per_step"] = (
+            notes["flops_per_step"] = (
                 f"counted on the TensorFlow backend only (Keras runs on "
                 f"{keras.config.backend()}): pass flops_per_step="
             )
             self._count_first = False
         elif self._count_first and getattr(self.model, "run_eagerly", False):
-            self._notes["flops_per_step"] = (
-                "not counted with run_eagerly=True: pass flops_per_step="
-            )
+            notes["flops_per_step"] = "not counted with run_eagerly=True: pass flops_per_step="
             self._count_first = False
         self._steps = StepCounter(
             self.model,
-            self.clock,
+            self._recorder.clock,
             self._tf,
-            tokens_per_sample=self.tokens_per_sample,
+            tokens_per_sample=self.options.tokens_per_sample,
             first_batch=self._first_batch,
-            notes=self._notes,
+            notes=notes,
         )
         self._steps.wrap()
 
@@ -252,7 +292,7 @@ class ProfileCallback(keras.callbacks.Callback):
             self.facts["ids_over_float16"] = found
         if self._count_first:
             self._count_first = False
-            self._flops = self._count(data)
+            self._recorder.set_flops(self._count(data))
 
     def _restore_train_function(self) -> None:
         steps = getattr(self, "_steps", None)
@@ -287,53 +327,13 @@ class ProfileCallback(keras.callbacks.Callback):
             logs = logs[0]
         if logs:
             np.asarray(next(iter(logs.values())))
-        if self.clock.warmup_end is not None:  # from here on the sampler keeps totals
-            self._sampler.keep_totals_from(self.clock.warmup_end)
 
     # -- report ------------------------------------------------------------------------
 
     def _build(self) -> RunReport:
-        summary = self.clock.finish()
-        plan = self._plan
-        hardware = plan.hardware if self._gpus else environment.cpu_host(plan.hardware.launcher)
-        notes = dict(self._notes)
-        if self._sampler.notes:
-            notes["gpu_utilization"] = "; ".join(self._sampler.notes)
-        replicas = self._replicas()
-        try:
-            facts = self._facts(replicas)
-        except Exception as error:  # noqa: BLE001 - facts feed advice, never fail a run
-            facts = {"facts_error": f"{type(error).__name__}: {error}"}
-        names = [gpu.name for gpu in plan.hardware.gpus]
-        device = device_label(replicas, len(self._gpus), names[0] if names else None)
-        report = build_report(
-            Measurements(
-                framework="tensorflow",
-                model=self.model.name,
-                device=device,
-                plan=plan,
-                hardware=hardware,
-                clock=summary,
-                precision=head.precision_ran(self.model, plan),
-                tf32_enabled=self._tf32_enabled(),
-                devices=replicas,
-                flops=self._flops,
-                flops_per_step=self.flops_per_step,
-                sampler=self._sampler.summary(self.clock.warmup_end, None),
-                peak_memory_bytes=(
-                    int(self._tf.config.experimental.get_memory_info("GPU:0")["peak"])
-                    if self._gpus and self._tf is not None
-                    else None
-                ),
-                calibration=self._calibrate() if self.calibrate else None,
-                epochs=self._epochs,
-                losses=self._losses,
-                interrupted=self.interrupted,
-                notes=notes,
-                facts=facts,
-                single_device_samples_per_second=self.single_device_samples_per_second,
-            )
-        )
+        measured = self._measurements()
+        report = build_report(measured)
+        notes = measured.notes
         if "input_wait_share" in notes:  # the clock saw no wait where none was timed
             report.input_wait_share = None
         if not self._gpus:
@@ -343,12 +343,50 @@ class ProfileCallback(keras.callbacks.Callback):
         strategy = getattr(self.model, "distribute_strategy", None)
         if self._tf is not None and strategies.is_multi_worker(strategy):
             ranks = strategies.gather_world(
-                report, strategy, summary.steady_samples, replicas, interrupted=self.interrupted
+                report,
+                strategy,
+                measured.clock.steady_samples,
+                measured.devices,
+                interrupted=self.interrupted,
             )
             if ranks is not None:
-                world.aggregate(report, ranks, self.single_device_samples_per_second)
-                with_advice(report, hardware, plan)
+                world.aggregate(report, ranks, self.options.single_device)
+                with_advice(report, measured.hardware, measured.plan)
         return report
+
+    def _measurements(self) -> Measurements:
+        """What the recorder measured, with what only Keras can say."""
+        plan, replicas = self._plan, self._replicas()
+        try:
+            facts = self._facts(replicas)
+        except Exception as error:  # noqa: BLE001 - facts feed advice, never fail a run
+            facts = {"facts_error": f"{type(error).__name__}: {error}"}
+        names = [gpu.name for gpu in plan.hardware.gpus]
+        measured = self._recorder.measurements(
+            framework="tensorflow",
+            model=self.model.name,
+            device=device_label(replicas, len(self._gpus), names[0] if names else None),
+            hardware=self._hardware(),
+            precision=head.precision_ran(self.model, plan),
+            tf32_enabled=self._tf32_enabled(),
+            devices=replicas,
+            peak_memory_bytes=(
+                int(self._tf.config.experimental.get_memory_info("GPU:0")["peak"])
+                if self._gpus and self._tf is not None
+                else None
+            ),
+            epochs=self._epochs,
+            interrupted=self.interrupted,
+            facts=facts,
+        )
+        if self.options.calibrate:  # after the clock's end: not the run's time
+            measured.calibration = self._calibrate(measured.notes)
+        return measured
+
+    def _hardware(self) -> Any:
+        """The devices the figures are against: the plan's GPUs, or this host's CPU."""
+        plan = self._plan
+        return plan.hardware if self._gpus else environment.cpu_host(plan.hardware.launcher)
 
     def _facts(self, replicas: int) -> dict[str, Any]:
         from accelkit.keras.facts import model_facts
@@ -379,14 +417,14 @@ class ProfileCallback(keras.callbacks.Callback):
             and self._tf.config.experimental.tensor_float_32_execution_enabled()
         )
 
-    def _calibrate(self) -> Any:
+    def _calibrate(self, notes: dict[str, str]) -> Any:
         if self._tf is None:
-            self._notes["calibrated_tflops"] = "calibrated on the TensorFlow backend only"
+            notes["calibrated_tflops"] = "calibrated on the TensorFlow backend only"
             return None
         from accelkit.profiling import calibrate
 
         measure = calibrate.matmul_tflops_tensorflow
-        return calibrate.for_run(measure, self._plan.precision, self._tf32_enabled(), self._notes)
+        return calibrate.for_run(measure, self._plan.precision, self._tf32_enabled(), notes)
 
 
 def _tensorflow() -> Any:

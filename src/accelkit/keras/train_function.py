@@ -9,6 +9,10 @@ Later calls on TensorFlow with `steps_per_execution > 1` run Keras' own compiled
 loop untouched (taking its batches in Python would undo what the setting is
 for); their batches are counted from the epoch's length and sized by the first
 batch.
+
+The first call after a break (validation, an epoch's boundary: the clock paused by
+`accelkit.keras.ProfileCallback`) resumes the clock, so the time until this call is
+the rest of the run, not training, and so is its first batch's wait (a new iterator).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ class StepCounter:
 
     Args:
         model: the Keras model being fitted.
-        clock: the clock that counts the steps.
+        clock: the clock that counts the steps (`Recorder.clock`); a call resumes it.
         tensorflow: the TensorFlow module on the TensorFlow backend, else None.
         tokens_per_sample: see `ProfileCallback`.
         first_batch: called once per fit with the first batch and its sample count.
@@ -63,8 +67,8 @@ class StepCounter:
         >>> import keras
         >>> import numpy as np
         >>> import tensorflow as tf
-        >>> from accelkit.keras.epoch_logs import EpochClock
-        >>> clock = EpochClock(None, warmup=0, window=2)
+        >>> from accelkit.profiling.clock import StepClock
+        >>> clock = StepClock(None, warmup=0, window=2)
         >>> class Counting(keras.callbacks.Callback):   # as ProfileCallback uses it
         ...     def on_train_begin(self, logs=None):
         ...         self.counter = StepCounter(self.model, clock, tf, tokens_per_sample=None,
@@ -125,6 +129,7 @@ class StepCounter:
         )
 
         def counted(*args: Any) -> Any:
+            self.clock.resume()  # a no-op unless paused (the epoch's end, validation)
             *head, source = args
             per_call = steps_per_execution(model)
             if eager or (self._first is not None and per_call > 1 and self._compiled_loop(source)):

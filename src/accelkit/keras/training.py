@@ -15,7 +15,7 @@ import tensorflow as tf
 from accelkit.configure import auto_configure, current_plan
 from accelkit.hardware.environment import dist_timeout
 from accelkit.keras import _multi_worker, checks, strategies
-from accelkit.keras.callback import SINGLE_DEVICE, ProfileCallback
+from accelkit.keras.callback import SINGLE_DEVICE, ProfileCallback, measurement_options
 from accelkit.keras.facts import input_facts
 from accelkit.keras.head import float32_head, outputs_float32
 from accelkit.planning import Distribution, Plan
@@ -31,23 +31,17 @@ def fit(
     y: Any = None,
     *fit_args: Any,
     plan: Plan | None = None,
-    flops_per_step: float | None = None,
-    tokens_per_sample: int | None = None,
-    warmup: int = 3,
-    window: int = 50,
-    calibrate: bool = False,
-    sample_gpu: bool = True,
-    single_device: float | RunReport | str | None = None,
-    single_device_samples_per_second: float | RunReport | str | None = None,
     allow_float_ids: bool = False,
-    **fit_kwargs: Any,
+    single_device_samples_per_second: float | RunReport | str | None = None,
+    **kwargs: Any,
 ) -> RunReport:
-    """Run `model.fit(x, y, *fit_args, **fit_kwargs)` measured, and return its `RunReport`.
+    """Run `model.fit(x, y, *fit_args, **kwargs)` measured, and return its `RunReport`.
 
     Every `model.fit` argument passes through, positional or by name (`batch_size`,
-    `epochs`, `validation_data`, `callbacks`, ...). The report stands in for the `History` that
-    `model.fit` returns: `report.history["loss"]`, `report.epoch`, `report.params`;
-    `report.trained_model` is the model trained. Under a mixed policy, a model
+    `epochs`, `validation_data`, `callbacks`, ...); the measurement options
+    (``warmup=``, ``window=``, ...) go to `ProfileCallback`. The report stands in for
+    the `History` that `model.fit` returns: `report.history["loss"]`, `report.epoch`,
+    `report.params`; `report.trained_model` is the model trained. Under a mixed policy, a model
     whose outputs are not float32 gets a float32 head (`float32_head`) and is
     compiled again with the same optimizer, loss and metrics: the report says so.
     A KeyboardInterrupt ends the fit early with a partial report
@@ -66,14 +60,19 @@ def fit(
     Args:
         model: a compiled Keras model, or a function without arguments that builds and
             compiles one (needed to train on several devices).
-        x, y, fit_args, fit_kwargs: as for `model.fit`.
+        x, y, fit_args: as for `model.fit`.
         plan: the plan in force; defaults to the last `auto_configure()` plan, or calls
             `auto_configure(framework="tensorflow")` when there is none.
-        flops_per_step, tokens_per_sample, warmup, window, calibrate, sample_gpu, single_device:
-            see `ProfileCallback` (``single_device_samples_per_second=`` is its former
-            name).
         allow_float_ids: train a model whose token ids pass through a 16-bit float
             (reported as a critical verdict instead of refused).
+        kwargs: `model.fit`'s, and the measurement options of `ProfileCallback`
+            (`accelkit.profiling.options`: ``flops_per_step``, ``tokens_per_sample``,
+            ``warmup``, ``window``, ``sample_gpu``, ``calibrate``, ``single_device``;
+            ``single_device_samples_per_second=`` is the last one's former name).
+
+    Training figures come from the training steps alone: validation
+    (``validation_data``, ``validation_split``) and the epochs' boundaries are
+    reported beside them (`report.evaluation_seconds`, `report.other_seconds`).
 
     Raises:
         ValueError: the model (or the one the function returned) is not compiled.
@@ -97,29 +96,29 @@ def fit(
         ...                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         ...     return model
         >>> x, y = np.random.rand(256, 4), np.random.randint(0, 3, 256)
-        >>> report = accelkit.keras.fit(build, x, y, epochs=3, verbose=0)   # on every GPU
-        >>> len(report.history["loss"])                 # as model.fit's History
-        3
+        >>> report = accelkit.keras.fit(build, x, y, epochs=3, verbose=0,   # on every GPU
+        ...                             validation_split=0.25, window=10)
+        >>> len(report.history["loss"]), report.epochs  # as model.fit's History
+        (3, 3)
+        >>> report.evaluation_seconds > 0               # validation: not training time
+        True
     """
     plan = (
         plan or current_plan("tensorflow") or auto_configure(framework="tensorflow", verbose=False)
     )
+    options = measurement_options(kwargs)  # checked here, before the model is built
+    single_device = options.pop("single_device", None)
+    callback = ProfileCallback(
+        plan,
+        allow_float_ids=allow_float_ids,
+        single_device=renamed(single_device, single_device_samples_per_second, SINGLE_DEVICE),
+        **options,
+    )
     model, notes = _prepare(model, plan)
     # Token ids rounded by a 16-bit policy train a wrong model without an error: refuse.
     checks.check_before_training(model, allow_float_ids=allow_float_ids)
-    callback = ProfileCallback(
-        plan,
-        flops_per_step=flops_per_step,
-        tokens_per_sample=tokens_per_sample,
-        warmup=warmup,
-        window=window,
-        sample_gpu=sample_gpu,
-        calibrate=calibrate,
-        single_device=renamed(single_device, single_device_samples_per_second, SINGLE_DEVICE),
-        allow_float_ids=allow_float_ids,
-    )
     callback.facts["loader"] = input_facts(x)
-    arguments = _fit_arguments(model, x, y, fit_args, fit_kwargs)
+    arguments = _fit_arguments(model, x, y, fit_args, kwargs)
     _check_epochs(arguments.get("epochs", 1), arguments.get("initial_epoch", 0))
     history = _train(model, callback, arguments)
     report = callback.finish()
