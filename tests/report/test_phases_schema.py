@@ -4,6 +4,7 @@ loads and renders, and whatever numbers a file holds there, the text and the pag
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -65,5 +66,6 @@ def test_any_numbers_the_file_holds_for_the_phases_draw(values) -> None:
     report = RunReport.from_dict({**saved_report(), **values})
     text, page = render_run(report, 80), render_html(report)
     assert "chart-phases" in page
-    shown = any(line.startswith("time ") for line in text.splitlines())
-    assert shown == (run_time(report) is not None)  # negative seconds read as unknown
+    time = run_time(report)
+    assert bool(re.search(r"^time\b", text, re.MULTILINE)) == (time is not None)
+    assert all(0 <= p.share <= 1 for p in (time.phases if time else ()) if p.share is not None)

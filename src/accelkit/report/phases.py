@@ -84,8 +84,10 @@ def run_time(report: RunReport) -> RunTime | None:
     """
     run = _seconds(report.run_seconds)
     known = [(name, _seconds(getattr(report, field))) for name, field in FIELDS]
+    # Shares of the run; of the phases' sum where a damaged file has them exceed it.
+    whole = max(run or 0.0, sum(seconds or 0.0 for _, seconds in known))
     phases = tuple(
-        Phase(name, seconds, seconds / run if run else None)
+        Phase(name, seconds, seconds / whole if run else None)
         for name, seconds in known
         if seconds  # neither unknown nor 0
     )
