@@ -134,6 +134,7 @@ def _phases(r: RunReport) -> str:
             unit="s",
             total=time.seconds,
             colors=[_PHASE_COLORS[p.name] for p in time.phases],
+            number="{:,.1f}",  # as the caption and the text table write seconds
         )
         meanings = "".join(
             f"; {p.name}: {MEANING[p.name]}" for p in time.phases if p.name in MEANING

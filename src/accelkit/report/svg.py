@@ -204,11 +204,13 @@ def parts_bar(
     unit: str,
     total: float | None = None,
     colors: Sequence[str] = COLORS,
+    number: str = "{:,.4g}",
 ) -> str:
     """One horizontal bar of `total` (default: the parts' sum) split into `parts`, left to
     right, each labelled inside with its share where it is wide enough; under it a scale
     and a legend naming each part with its value and share. Each part carries its
-    number in ``data-value``; `colors` are the parts' in turn.
+    number in ``data-value``; `colors` are the parts' in turn, `number` the format of
+    the values in the legend.
 
     Example:
         >>> 'data-value="8.0"' in parts_bar("c", "time", [("a", 8.0), ("b", 2.0)], unit="s")
@@ -218,7 +220,7 @@ def parts_bar(
     body, texts, x = [], [], float(_LEFT)
     for n, (name, value) in enumerate(parts):
         share = f"{value / whole:.0%}"
-        texts.append(f"{name} {_fmt(value)} {unit} ({share})")
+        texts.append(f"{name} {number.format(value)} {unit} ({share})")
         length = value / whole * (WIDTH - _LEFT - _RIGHT)
         body.append(_part(name, value, share, texts[-1], (x, length), colors[n % len(colors)]))
         x += length
