@@ -7,8 +7,10 @@
 #   bash benchmarks/h200_session.sh tests "$OUT"     # the PyTorch tests, GPU-marked ones included
 #   bash benchmarks/h200_session.sh lightning "$OUT" MODEL...  # Lightning with and without AccelkitCallback
 #   bash benchmarks/h200_session.sh examples "$OUT"  # examples/*.py --smoke, on the GPU
+#   bash benchmarks/h200_session.sh doors "$OUT"     # what measuring costs: Meter, the HF and
+#                                                    # Lightning callbacks, Keras (JAX backend)
 set -uo pipefail
-usage="usage: h200_session.sh core|gpt2|resnet50|models|tests|lightning|examples OUT_DIR [MODEL...]"
+usage="usage: h200_session.sh core|gpt2|resnet50|models|tests|lightning|examples|doors OUT_DIR [MODEL...]"
 phase=${1:?$usage}
 out=${2:?$usage}
 shift 2
@@ -59,6 +61,17 @@ examples)
     torchrun --nproc-per-node 1 --standalone examples/torch_ddp.py --smoke \
         > "$out/example_torch_ddp.txt" 2>&1
     echo "torch_ddp exit $?" >> "$out/examples.txt"
+    ;;
+doors)
+    $py benchmarks/meter_overhead.py --framework torch --model gpt2 --steps 40 --repeats 5 \
+        --out "$out/meter_overhead_gpt2.json" > "$out/meter_overhead_gpt2.txt" 2>&1
+    for trainer in hf lightning; do
+        $py benchmarks/trainer_overhead.py --trainer "$trainer" --steps 30 --rounds 6 \
+            --out "$out/trainer_overhead_$trainer.json" > "$out/trainer_overhead_$trainer.txt" 2>&1
+    done
+    KERAS_BACKEND=jax $py benchmarks/meter_overhead.py --framework keras --model mlp \
+        --steps 200 --repeats 5 --out "$out/keras_jax_callback_mlp.json" \
+        > "$out/keras_jax_callback_mlp.txt" 2>&1
     ;;
 tests)
     $py -m pytest tests/torch tests/profiling tests/advisor tests/report -q -p no:cacheprovider \

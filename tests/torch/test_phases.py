@@ -2,12 +2,16 @@
 
 A run that evaluates must report the training figures of the same run without
 evaluation: the evaluation's time is reported beside them (`evaluation_seconds`) and
-counts in no step time, throughput, MFU or input wait.
+counts in no step time, throughput, MFU or input wait. The with/without comparisons
+train a model whose step is mostly a fixed sleep (a stand-in for device work), so
+that a loaded CI machine's noise cannot hide a clock that counts evaluation; the
+same-run check compares the meter with a stopwatch around each real step.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 
 import pytest
 
@@ -18,24 +22,43 @@ pytestmark = pytest.mark.torch
 
 from ..helpers.torch_data import CPU_PLAN, batches, mlp, train
 
+STEP_S = 0.006
+
+
+class Sleepy(torch.nn.Module):
+    """A linear layer whose training forward also waits `STEP_S` (device work's
+    stand-in); evaluation waits as long per batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(64, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(STEP_S)
+        return self.linear(x)
+
 
 def _input_bound(report) -> bool:
     return any(item["id"] == "input_bound" for item in report.advice)
 
 
-def _meter_run(evaluate: bool):
+def _meter_run(evaluate: bool, model=None, data=None, stopwatch: list | None = None):
     """A hand-written loop of 4 epochs x 12 steps; with `evaluate`, each epoch ends in
-    an evaluation about as long as the epoch's training."""
-    model, data = mlp(512, 512, 8), batches(n=12, batch=128, dim=512)
+    an evaluation three times as long as the epoch's training."""
+    model = model or Sleepy()
+    data = data or batches(n=12, dim=64)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     meter = accelkit.torch.Meter(model, plan=CPU_PLAN, warmup=2, window=5)
     with meter:
         for _ in range(4):
             for x, y in data:
                 with meter.step((x, y)):
+                    began = time.perf_counter()
                     torch.nn.functional.cross_entropy(model(x), y).backward()
                     optimizer.step()
                     optimizer.zero_grad()
+                    if stopwatch is not None:
+                        stopwatch.append(time.perf_counter() - began)
             if evaluate:
                 with meter.phase("evaluation"), torch.no_grad():
                     for x, _ in data * 3:
@@ -43,7 +66,7 @@ def _meter_run(evaluate: bool):
     return meter.report()
 
 
-def _paired(run, rounds: int = 5) -> tuple[float, list]:
+def _paired(run, rounds: int = 3) -> tuple[float, list]:
     """Median of (with evaluation / without) training samples/s over alternating rounds."""
     ratios, reports = [], []
     for index in range(rounds):
@@ -59,23 +82,28 @@ def test_meter_evaluation_phase_leaves_training_figures_as_without() -> None:
     ratio, reports = _paired(_meter_run)
     assert 0.9 <= ratio <= 1.1, f"training samples/s with evaluation x{ratio:.3f}"
     report = reports[0]
-    assert report.evaluation_seconds > 0.3 * report.run_seconds
+    assert report.evaluation_seconds > 0.5 * report.run_seconds
     assert report.evaluation_share == pytest.approx(report.evaluation_seconds / report.run_seconds)
     assert report.training_seconds + report.evaluation_seconds + report.other_seconds == (
         pytest.approx(report.run_seconds)
     )
-    assert report.input_wait_share < 0.2 and not _input_bound(report)
+    assert report.input_wait_share < 0.1 and not _input_bound(report)
+
+
+def test_meter_step_time_is_the_training_steps_own() -> None:
+    # A real model's steps, evaluating between epochs: the meter's step time is what a
+    # stopwatch around the steps gives (the meter adds only the gaps between steps).
+    stopwatch: list[float] = []
+    model, data = mlp(256, 256, 8), batches(n=12, dim=256)
+    report = _meter_run(True, model, data, stopwatch)
+    steady = stopwatch[2:]  # the meter's warm-up is 2 steps
+    assert report.step_time_s == pytest.approx(statistics.fmean(steady), rel=0.05)
 
 
 def _fit_run(evaluate: bool):
-    data = batches(n=12, batch=128, dim=512)
+    data = batches(n=12, dim=64)
     return train(
-        mlp(512, 512, 8),
-        data,
-        epochs=4,
-        warmup=2,
-        window=5,
-        eval_loader=data * 3 if evaluate else None,
+        Sleepy(), data, epochs=4, warmup=2, window=5, eval_loader=data * 3 if evaluate else None
     )
 
 
@@ -84,7 +112,7 @@ def test_fit_evaluates_each_epoch_apart_from_training() -> None:
     assert 0.9 <= ratio <= 1.1, f"training samples/s with evaluation x{ratio:.3f}"
     report = reports[0]
     assert len(report.eval_losses) == 4 and all(loss > 0 for loss in report.eval_losses)
-    assert report.evaluation_seconds > 0.3 * report.run_seconds
+    assert report.evaluation_seconds > 0.5 * report.run_seconds
     assert not _input_bound(report)
 
 

@@ -116,7 +116,7 @@ def count_train_step_flops(
     """
     try:
         import torch
-        from torch.utils.flop_counter import FlopCounterMode
+        import torch.utils.flop_counter
     except ImportError as error:
         return _failed(f"{error}; FlopCounterMode needs `pip install 'torch>=2.1'`")
 
@@ -126,7 +126,7 @@ def count_train_step_flops(
     forward: int | None = None
     try:
         with _restored(model, batch_inputs, torch), torch.enable_grad():
-            counter = FlopCounterMode(display=False, custom_mapping=_extra_formulas(torch))
+            counter = flop_counter()
             with counter:
                 with _autocast_context(autocast):
                     output = torch_batches.call(model, batch_inputs)
@@ -165,6 +165,23 @@ def _unwrap(model: Any, torch: Any, notes: list[str]) -> Any:
             model = model.module
         else:
             return model
+
+
+def flop_counter() -> Any:
+    """A `FlopCounterMode` with accelkit's formulas for what PyTorch's registry misses
+    (`_extra_formulas`): the counter every door counts a step with.
+
+    Example:
+        >>> import torch
+        >>> with flop_counter() as counter:
+        ...     _ = torch.nn.Linear(4, 2)(torch.randn(8, 4))
+        >>> counter.get_total_flops()
+        128
+    """
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    return FlopCounterMode(display=False, custom_mapping=_extra_formulas(torch))
 
 
 def _extra_formulas(torch: Any) -> dict[Any, Callable[..., int]]:

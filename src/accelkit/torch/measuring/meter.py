@@ -274,9 +274,9 @@ class Meter:
 
     def _flop_counter(self) -> Any:
         try:
-            from torch.utils.flop_counter import FlopCounterMode
+            from accelkit.profiling.flops_torch import flop_counter
 
-            return FlopCounterMode(display=False)
+            return flop_counter()
         except Exception as error:  # noqa: BLE001 - counting is optional
             self.note("flops_per_step", f"FLOP counting unavailable: {error}")
             return None
