@@ -31,24 +31,27 @@ def float32_policy():
 
 
 class Stopwatch(keras.callbacks.Callback):
-    """Times the fit's validation from outside, as a user's callback would."""
+    """Times the fit's validation from outside, as a user's callback would: from the
+    epoch's last step (Keras prepares the validation from there) to its end."""
 
     def __init__(self, sleep_s: float = 0.0) -> None:
         super().__init__()
-        self.sleep_s, self.seconds, self.began = sleep_s, 0.0, 0.0
+        self.sleep_s, self.seconds, self.step_end = sleep_s, 0.0, 0.0
+
+    def on_train_batch_end(self, batch, logs=None) -> None:
+        self.step_end = time.perf_counter()
 
     def on_test_begin(self, logs=None) -> None:
-        self.began = time.perf_counter()
         time.sleep(self.sleep_s)  # a slow evaluation, without CPU load
 
     def on_test_end(self, logs=None) -> None:
-        self.seconds += time.perf_counter() - self.began
+        self.seconds += time.perf_counter() - self.step_end
 
 
 def test_validation_is_reported_beside_training_not_in_it() -> None:
     x, y = classification_data(320)
     callback, stopwatch = accelkit.keras.ProfileCallback(CPU_PLAN, window=4), Stopwatch(0.2)
-    keras_models.mlp().fit(
+    history = keras_models.mlp().fit(
         x,
         y,
         batch_size=32,
@@ -58,6 +61,7 @@ def test_validation_is_reported_beside_training_not_in_it() -> None:
         callbacks=[callback, stopwatch],
     )
     report = callback.report
+    assert report.eval_losses == pytest.approx(history.history["val_loss"])
     assert report.evaluation_seconds == pytest.approx(stopwatch.seconds, rel=0.05, abs=0.02)
     assert report.evaluation_share == pytest.approx(report.evaluation_seconds / report.run_seconds)
     phases = report.training_seconds + report.evaluation_seconds + report.other_seconds

@@ -81,12 +81,13 @@ class ProfileCallback(keras.callbacks.Callback):
             when the callback is built.
 
     Training is what the fit's training steps take. Validation inside the fit
-    (``validation_data``, ``validation_split``: Keras' ``on_test_begin`` to
-    ``on_test_end``) is evaluation, and each epoch's boundary (from its end to the next
-    epoch's first batch: the callbacks, checkpoints, the new iterator) is the rest;
-    both are reported beside the training figures (`report.evaluation_seconds`,
-    `report.other_seconds`, `report.evaluation_share`) and count in none of them (step
-    time, samples/s, MFU, input wait).
+    (``validation_data``, ``validation_split``: from the epoch's last step, where Keras
+    sets it up, to its ``on_test_end``) is evaluation, with each validation's loss in
+    `report.eval_losses`; each epoch's boundary (from its end to the next epoch's first
+    batch: the callbacks, checkpoints, the new iterator) is the rest. Both are reported
+    beside the training figures (`report.evaluation_seconds`, `report.other_seconds`,
+    `report.evaluation_share`) and count in none of them (step time, samples/s, MFU,
+    input wait).
 
     At each epoch's end the callback adds the epoch's figures to Keras' ``logs``
     (``accelkit_samples_per_second``, ``accelkit_step_time_s``, ``accelkit_mfu``,
@@ -189,11 +190,16 @@ class ProfileCallback(keras.callbacks.Callback):
     def on_test_begin(self, logs: Any = None) -> None:
         # The fit's validation; a model.evaluate outside the fit measures nothing here.
         if self._fitting:
+            # Since the last step Keras has been setting up the validation (its iterator,
+            # its test function): evaluation too.
+            self._recorder.attribute(EVALUATION)
             self._recorder.pause(EVALUATION)
 
     def on_test_end(self, logs: Any = None) -> None:
         if self._fitting:
             self._recorder.resume()
+            if logs and "loss" in logs:
+                self._recorder.eval_losses.append(float(logs["loss"]))
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         recorder = self._recorder
