@@ -8,7 +8,8 @@ import threading
 import pytest
 
 import accelkit
-from accelkit.lightning import metrics, trainer_kwargs
+from accelkit.lightning import trainer_kwargs
+from accelkit.profiling.metrics import spell
 
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
@@ -85,13 +86,16 @@ def test_fit_logs_window_figures_and_reports(tmp_path) -> None:
 
     with open(trainer.logger.experiment.metrics_file_path) as file:
         rows = list(csv.DictReader(file))
-    window_rows = [r for r in rows if r.get(metrics.SAMPLES_PER_SECOND)]
+    samples_per_second = "accelkit/samples_per_second"  # as the HF callback names it
+    assert spell("samples_per_second", "lightning") == samples_per_second
+    window_rows = [r for r in rows if r.get(samples_per_second)]
     assert len(window_rows) >= 3  # boundaries after warmup, then every 4 steps
     for row in window_rows:
-        assert float(row[metrics.SAMPLES_PER_SECOND]) > 0
-        assert float(row[metrics.ACHIEVED_TFLOPS]) > 0
-        assert 0 <= float(row[metrics.INPUT_WAIT_SHARE]) <= 1
-    assert not any(r.get(metrics.MFU) for r in rows)  # a CPU has no datasheet peak
+        assert float(row[samples_per_second]) > 0
+        assert float(row[spell("step_time_s", "lightning")]) > 0
+        assert float(row[spell("achieved_tflops", "lightning")]) > 0
+        assert 0 <= float(row[spell("input_wait_share", "lightning")]) <= 1
+    assert not any(r.get(spell("mfu", "lightning")) for r in rows)  # a CPU has no peak
     assert any(r.get("train_loss") for r in rows)  # the user's own logging still works
 
     # Each epoch's mean loss, read once an epoch: the mean of what training_step logged.
@@ -104,6 +108,27 @@ def test_fit_logs_window_figures_and_reports(tmp_path) -> None:
     assert report.losses[1] < report.losses[0]
     assert report.facts["loader"]["type"] == "DataLoader"
     assert report.facts["loader"]["batch_size"] == 32
+
+
+class EpochLoss(Classifier):
+    """Logs its epoch's mean loss, as Lightning averages it (equal batches: the mean)."""
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self.net(x), y)
+        self.log("epoch_loss", loss, on_step=False, on_epoch=True)
+        return loss
+
+
+def test_losses_are_the_users_under_gradient_accumulation(tmp_path) -> None:
+    # Lightning hands on_train_batch_end the loss divided by accumulate_grad_batches.
+    callback = AccelkitCallback(CPU_PLAN, warmup=1, window=4, sample_gpu=False)
+    trainer = _trainer(tmp_path, callback, max_epochs=2, accumulate_grad_batches=4)
+    trainer.fit(EpochLoss(), separable(n=256, batch=32))
+    with open(trainer.logger.experiment.metrics_file_path) as file:
+        logged = [float(r["epoch_loss"]) for r in csv.DictReader(file) if r.get("epoch_loss")]
+    assert trainer.global_step == 4  # 8 batches an epoch, 2 optimizer steps
+    assert callback.report.losses == pytest.approx(logged, rel=1e-5)
 
 
 def test_users_error_passes_through_and_the_sampler_stops(tmp_path) -> None:

@@ -9,8 +9,9 @@ from a plan.
 
 Works with the `lightning` package, or `pytorch_lightning` where only that is
 installed. `import accelkit.lightning` imports neither (nor torch): the callback's
-module is imported when `AccelkitCallback` is first used. The names of the figures
-logged every window are in `accelkit.lightning.metrics`.
+module is imported when `AccelkitCallback` is first used. The figures logged every
+window are named as in every accelkit logger integration (`accelkit.profiling.metrics`:
+``accelkit/step_time_s``, ``accelkit/samples_per_second``...).
 """
 
 from __future__ import annotations
