@@ -114,10 +114,10 @@ def fit(
             fastest (`accelkit.torch.tune`: the optimizer's fused implementation, then
             ``torch.compile``; only those the script left open). ``"auto"`` tunes a GPU
             run of 200 steps or more estimated at 10 minutes or more from the baseline's
-            step time (`accelkit.torch.trials`), unless the script asked for
+            step time (`accelkit.torch.tuning.trials`), unless the script asked for
             deterministic algorithms; True always; False never. ``report.tuning`` says
             what was measured and kept. Under DDP it also tries bf16 gradients, larger
-            buckets and a static graph (`accelkit.torch.levers`).
+            buckets and a static graph (`accelkit.torch.tuning.levers`).
         ddp: options of the `DistributedDataParallel` accelkit builds (``{"bucket_cap_mb":
             100}``; ``"compression": "bf16"``: a bf16 all-reduce), kept, not tuned. The
             wait for the all-reduce is measured (``report.communication_share``, per rank).
@@ -290,7 +290,7 @@ def tune(
 ) -> TuneResult:
     """Measure the fit's options on `model` and keep the fastest, for a hand-written loop.
 
-    Trains the first batches of `loader` (at most `accelkit.torch.trials.trial_steps`:
+    Trains the first batches of `loader` (at most `accelkit.torch.tuning.trials.trial_steps`:
     30 optimizer steps) through each candidate in turn, exactly as ``fit(tune=True)``
     does: the plan's settings, the optimizer's fused (or foreach) implementation, and
     ``torch.compile`` of forward and loss. These are real training steps: the model
