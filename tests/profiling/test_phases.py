@@ -146,3 +146,31 @@ def test_options_are_checked_once_naming_the_option(options: dict, message: str)
 def test_unknown_option_names_the_valid_ones() -> None:
     with pytest.raises(TypeError, match="valid ones are plan, flops_per_step"):
         MeterOptions.of({"windw": 3})
+
+
+def test_the_wait_for_queued_device_work_at_a_pause_stays_training() -> None:
+    queued = [0.08]  # the last steps' device work, still running when evaluation begins
+
+    def sync() -> None:
+        time.sleep(queued.pop() if queued else 0.0)
+
+    clock = StepClock(sync, warmup=0, window=100)
+    _train(clock, 4)
+    clock.pause(EVALUATION)
+    clock.resume()
+    summary = clock.finish()
+    assert summary.steady_s >= 0.08 + 4 * STEP_S
+    assert summary.phase_s.get(OTHER, 0.0) < 0.02
+
+
+def test_closing_a_window_then_pausing_counts_the_gap_once() -> None:
+    clock = StepClock(None, warmup=0, window=100)
+    _train(clock, 4)
+    time.sleep(0.05)  # an epoch's end: the window closes here, then evaluation begins
+    clock.take(close=True)
+    clock.pause(EVALUATION)
+    clock.resume()
+    summary = clock.finish()
+    assert summary.steady_s + sum(summary.phase_s.values()) == pytest.approx(
+        summary.total_s, abs=1e-3
+    )

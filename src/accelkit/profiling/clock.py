@@ -346,9 +346,13 @@ class StepClock:
             if self._paused[0] == phase:
                 return
             self.resume()
+        began = _now()
         if self._sync is not None:
             self._sync()
-        self.attribute(OTHER)
+        if self._last_step_end is not None:
+            # The wait for the last steps' queued work is training; the gap before it is not.
+            self._stop_hands(OTHER, self._t() - self._last_step_end - (_now() - began))
+            self._last_step_end = self._t()
         self._paused = (phase, _now())
 
     def resume(self) -> None:
@@ -385,6 +389,11 @@ class StepClock:
         self._after_break = True
         if self.on_break is not None:
             self.on_break(end - seconds, end)
+
+    @property
+    def phase_s(self) -> dict[str, float]:
+        """Seconds of each phase besides training so far (`PHASES`)."""
+        return dict(self._phase_s)
 
     @property
     def paused(self) -> str | None:
@@ -440,6 +449,8 @@ class StepClock:
         """
         if close and self.steps > self._last_boundary_step:
             self._boundary()
+            if self._last_step_end is not None:  # the gap up to here is in the window now
+                self._last_step_end = max(self._last_step_end, self._window_start)
         taken, self._taken = self._taken, WindowSums()
         return taken
 
