@@ -72,7 +72,7 @@ def main() -> None:
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
     )
-    profile = accelkit.keras.ProfileCallback(window=window)  # window: at most an epoch
+    profile = accelkit.keras.ProfileCallback(window=window)  # figures in logs every epoch
     callbacks = [profile]
     if args.csv:
         callbacks.append(keras.callbacks.CSVLogger(args.csv))  # after ProfileCallback
