@@ -15,57 +15,31 @@ pytest.importorskip("accelerate", reason="the Trainer needs accelerate")
 pytestmark = pytest.mark.torch
 
 from accelkit.hf import AccelkitCallback, training_arguments
+from accelkit.profiling.options import MeterOptions
 
 from ..helpers.torch_data import CPU_PLAN
-from ..helpers.transformers_models import gpt2, lm_batches
-
-BATCH, LENGTH, VOCAB = 4, 32, 256
-
-
-class _Rows(torch.utils.data.Dataset):
-    """Dict rows as a tokenized dataset gives them, the last 8 positions padding."""
-
-    def __init__(self, rows: int = 48) -> None:
-        batches = lm_batches(rows // BATCH, BATCH, LENGTH, VOCAB, real=[LENGTH - 8] * BATCH)
-        self.rows = [{k: v[i] for k, v in b.items()} for b in batches for i in range(BATCH)]
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, index: int) -> dict:
-        return self.rows[index]
-
-
-def _train(tmp_path, callback, model=None, **arguments):
-    arguments = {"max_steps": 12, "logging_steps": 4, **arguments}
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp_path),
-        report_to=[],
-        use_cpu=True,
-        per_device_train_batch_size=BATCH,
-        save_strategy="no",
-        **arguments,
-    )
-    trainer = transformers.Trainer(
-        model=model or gpt2(vocab=VOCAB, context=LENGTH),
-        args=args,
-        train_dataset=_Rows(),
-        callbacks=[callback],
-    )
-    with callback:
-        trainer.train()
-    return trainer
+from ..helpers.transformers_models import gpt2
+from .runs import BATCH, LENGTH, VOCAB, train
 
 
 def test_figures_reach_the_log_history_and_the_report(tmp_path) -> None:
-    callback = AccelkitCallback(plan=CPU_PLAN)
-    trainer = _train(tmp_path, callback)
+    callback = AccelkitCallback(plan=CPU_PLAN, warmup=1)
+    trainer = train(tmp_path, callback)
     logged = [e for e in trainer.state.log_history if "accelkit/samples_per_second" in e]
-    assert len(logged) >= 2  # windows, then the whole run with train_runtime
-    assert "train_runtime" in logged[-1] and "accelkit/flops_per_step" in logged[-1]
-    assert logged[0]["accelkit/tokens_per_second"] == pytest.approx(
-        logged[0]["accelkit/samples_per_second"] * LENGTH
-    )
+    assert [e["step"] for e in logged] == [4, 8, 12, 12]  # each log, then the whole run
+    final = logged[-1]
+    assert "train_runtime" in final and final["accelkit/flops_per_step"] > 0
+    assert final["accelkit/evaluation_share"] == 0.0
+    for window in logged[:-1]:
+        # the figures of exactly the steps since the last log: BATCH samples a step
+        assert window["accelkit/samples_per_second"] * window["accelkit/step_time_s"] == (
+            pytest.approx(BATCH)
+        )
+        assert window["accelkit/tokens_per_second"] == pytest.approx(
+            window["accelkit/samples_per_second"] * LENGTH
+        )
+        assert 0.0 <= window["accelkit/input_wait_share"] < 1.0
+        assert window["accelkit/achieved_tflops"] > 0 and "accelkit/step_seconds" not in window
     report = callback.report
     assert report.steps == trainer.state.global_step == 12
     assert report.samples_per_second > 0
@@ -83,12 +57,22 @@ def test_figures_reach_the_log_history_and_the_report(tmp_path) -> None:
 
 def test_gradient_accumulation_counts_every_micro_batch(tmp_path) -> None:
     callback = AccelkitCallback(plan=CPU_PLAN)
-    trainer = _train(tmp_path, callback, gradient_accumulation_steps=2, max_steps=5)
+    trainer = train(tmp_path, callback, gradient_accumulation_steps=2, max_steps=5)
     assert callback.report.steps == trainer.state.global_step == 5
     assert callback.meter.facts["batch_size"] == 2 * BATCH
     single = AccelkitCallback(plan=CPU_PLAN)
-    _train(tmp_path, single, max_steps=3)
+    train(tmp_path, single, max_steps=3)
     assert callback.report.flops_per_step == pytest.approx(2 * single.report.flops_per_step)
+
+
+def test_each_train_call_is_measured_afresh(tmp_path) -> None:
+    callback = AccelkitCallback(plan=CPU_PLAN, warmup=1)
+    run = train(tmp_path, callback, max_steps=6)
+    first = callback.report
+    with callback:
+        run.train()
+    assert callback.report is not first
+    assert callback.report.steps == first.steps == 6
 
 
 class _Broken(torch.nn.Module):
@@ -103,9 +87,17 @@ class _Broken(torch.nn.Module):
 def test_the_users_error_passes_through_and_the_sampler_stops(tmp_path) -> None:
     callback = AccelkitCallback(plan=CPU_PLAN)
     with pytest.raises(RuntimeError, match="the user's model failed"):
-        _train(tmp_path, callback, model=_Broken(), remove_unused_columns=False)
+        train(tmp_path, callback, model=_Broken(), remove_unused_columns=False)
     assert not any(t.name == "accelkit-nvml" for t in threading.enumerate())
     assert callback.report is None
+
+
+def test_options_are_checked_when_the_callback_is_built() -> None:
+    with pytest.raises(ValueError, match="window=0"):
+        AccelkitCallback(window=0)
+    with pytest.raises(TypeError, match=r"logging_steps.*valid ones are plan"):
+        AccelkitCallback(logging_steps=5)
+    assert AccelkitCallback().options == MeterOptions()
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,11 @@ pre-hook on the model that keeps the keyword arguments of each training-mode cal
 while a step is open (the Trainer's batch dicts: ``input_ids``, ``attention_mask``,
 ``labels``), and closes the step on the meter's public clock with their samples and
 tokens. Nothing here changes what the Trainer computes.
+
+A step that a break follows (the Trainer logs, evaluates, saves, or the epoch or the
+training ends) is closed after a device synchronisation: the Trainer waits for that
+step's queued work anyway (reading the loss, or in the evaluation), and the wait belongs
+to the step, not to the break the hooks time after it.
 """
 
 from __future__ import annotations
@@ -72,11 +77,14 @@ class TrainerSteps:
         self.meter.clock.step_begin()
         self._batches = []
 
-    def end(self, model: Any) -> None:
-        """Close the open step (no-op when none is open)."""
+    def end(self, model: Any, *, synchronize: bool = False) -> None:
+        """Close the open step (no-op when none is open); with `synchronize`, once the
+        device has finished the step's queued work."""
         batches, self._batches = self._batches, None
         if batches is None:
             return
+        if synchronize:
+            _synchronize(model)
         samples = sum(torch_batches.batch_size(b) or 0 for b in batches)
         tokens, real = 0, None if not batches else 0
         for batch in batches:
@@ -123,3 +131,14 @@ class TrainerSteps:
             )
         self.flops = count.total
         self.meter.set_flops(count)
+
+
+def _synchronize(model: Any) -> None:
+    """Wait for the queued work of the device the meter measures (`Meter`'s: the model's)."""
+    import torch
+
+    from accelkit.torch.measuring.facts import model_device
+
+    device = model_device(torch, model)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,36 +1,58 @@
-"""`AccelkitCallback`: the profiled-fit measurements for a Hugging Face `Trainer`.
+"""`AccelkitCallback`: the profiled-fit measurements for a Hugging Face `Trainer`, a thin
+adapter of the Trainer's hooks over `accelkit.torch.Meter` (one measurement core:
+`accelkit.profiling.recorder.Recorder`).
 
     callback = accelkit.hf.AccelkitCallback()
-    trainer = Trainer(model, args, train_dataset=data, callbacks=[callback])
+    trainer = Trainer(model, args, train_dataset=data, eval_dataset=held_out,
+                      callbacks=[callback])
     with callback:                 # optional: stops the NVML sampler if training raises
         trainer.train()
     print(callback.report)
 
-One measured step is one optimizer step (``trainer.state.global_step``), with all its
-micro-batches under gradient accumulation. The Trainer gives its callbacks no batch, so
-a forward pre-hook on the model reads the batch dicts the Trainer passes to
-``model(**inputs)`` during each step (samples, tokens, real tokens from
-``attention_mask``; `accelkit.hf._steps`). FLOPs are counted after the first step by
-`count_train_step_flops` on that step's first micro-batch (times the micro-batches),
-which restores the model, its gradients and the RNGs: no extra batch is drawn from the
-train dataloader (drawing one would move its sampler and change the data order), and no
-counting mode stays open across callbacks if the step raises.
+**Steps.** One measured step is one optimizer step (``state.global_step``) with all its
+micro-batches, from ``on_step_begin`` to ``on_step_end``; a forward pre-hook reads the
+batch dicts the Trainer passes to ``model(**inputs)`` (samples, tokens, real tokens;
+FLOPs counted on the first step's first micro-batch: `accelkit.hf._steps`). The gap
+between two steps is input wait: the Trainer fetches a step's batches before
+``on_step_begin``.
 
-Figures reach the Trainer's logs in `on_log`, in the `logs` dict and in the
-``state.log_history`` entry the Trainer has just written for it (the Trainer copies
-`logs` into the history before calling `on_log`, and runs its `report_to` callbacks
-before the callbacks you pass, so those see the keys only if this callback is placed
-first: ``trainer.callback_handler.callbacks.insert(0, callback)``). Keys, numbers only,
-left out when unknown: ``accelkit/step_seconds``, ``accelkit/samples_per_second``,
-``accelkit/tokens_per_second``, ``accelkit/achieved_tflops``, ``accelkit/mfu`` for the
-last synchronised window (the window is ``logging_steps``); the final log (with
-``train_runtime``) carries the whole run's figures under the same keys plus
-``accelkit/real_tokens_per_second``, ``accelkit/flops_per_step``,
-``accelkit/input_wait_share``, ``accelkit/gpu_utilization``,
-``accelkit/peak_memory_bytes`` and ``accelkit/advice`` (how many items).
+**Phases.** Evaluation, checkpoints and logging are not training; the Trainer runs them
+between steps, after ``on_step_end``, and tells its callbacks only once each is done:
+``on_log``, ``on_evaluate`` (``on_prediction_step`` during it), ``on_save``. Each of
+those hooks gives the time since the last step (or the last such hook) to its phase
+(`Recorder.attribute`): ``"evaluation"`` for ``on_evaluate``, ``"other"`` for the
+logging, the checkpoint and the epoch's end; the evaluation's own ``on_log`` (its
+metrics) waits for ``on_evaluate``. That time counts in no step time, throughput, MFU
+or input wait, and the report shows it beside them (``evaluation_seconds``...).
 
-Time between optimizer steps counts as input wait: fetching the batches, and also the
-Trainer's evaluation and checkpointing when they run.
+The device runs behind the host: when ``on_step_end`` returns, the step's kernels may
+still be queued, and the Trainer's next wait for them (its ``.item()`` on the loss
+before logging, or the evaluation's first result) would fall inside the phase timed
+after it. So ``on_step_end`` closes a step that a break follows only after a device
+synchronisation, and that wait is the step's. It knows a break follows from the flags
+``DefaultFlowCallback`` sets in the same hook (``control.should_log``,
+``should_evaluate``, ``should_save``, ``should_training_stop``) and from the epoch's
+end; it costs nothing, since the Trainer synchronises right after. Other steps stay
+asynchronous (the meter synchronises every ``window`` steps). A mid-epoch break leaves
+the next fetch as input wait; after an epoch's end the new iterator and its first batch
+count as the rest.
+
+**Figures.** Each training ``on_log`` adds the figures of exactly the training since
+the previous one (`Meter.take_figures(close=True)`: the Trainer has just synchronised to
+read its loss), keyed as `accelkit.profiling.metrics` spells them for Hugging Face:
+``accelkit/step_time_s``, ``accelkit/samples_per_second``, ``accelkit/tokens_per_second``,
+``accelkit/achieved_tflops``, ``accelkit/mfu``, ``accelkit/input_wait_share`` and, with
+NVML, the GPU figures (numbers only; a figure not known is left out). The final log
+(with ``train_runtime``) carries the whole run's under the same keys plus
+``accelkit/evaluation_share``, ``accelkit/real_tokens_per_second``,
+``accelkit/flops_per_step``, ``accelkit/peak_memory_bytes`` and ``accelkit/advice``
+(how many items).
+
+**Every logger.** The ``report_to`` loggers (TensorBoard, W&B, MLflow...) come before
+the callbacks you pass in the Trainer's list, and write ``logs`` in their own
+``on_log``. At ``on_train_begin`` the callback moves itself to just after
+``DefaultFlowCallback`` in the list of the Trainer that calls it (`accelkit.hf._order`),
+so every logger, and ``state.log_history``, gets the figures with ``callbacks=[cb]``.
 """
 
 from __future__ import annotations
@@ -40,28 +62,27 @@ from typing import TYPE_CHECKING, Any
 import transformers
 from typing_extensions import override
 
+from accelkit.hf import _order
 from accelkit.hf._steps import TrainerSteps
-from accelkit.planning import Plan
-from accelkit.profiling import mfu
-from accelkit.profiling.run_report import RunReport
+from accelkit.profiling import metrics
+from accelkit.profiling.clock import EVALUATION, OTHER
+from accelkit.profiling.options import MeterOptions
 from accelkit.torch.distributed import trainer_timing
 from accelkit.torch.measuring.meter import Meter
+from accelkit.utils.log import logger
 
 if TYPE_CHECKING:
     from types import TracebackType
 
     from typing_extensions import Self
 
-PREFIX = "accelkit/"
+    from accelkit.profiling.run_report import RunReport
+
+# The whole run's figures in the final log: the logged window figures, and these.
 _RUN = (
-    "samples_per_second",
-    "tokens_per_second",
+    *(metric.name for metric in metrics.METRICS),
     "real_tokens_per_second",
-    "achieved_tflops",
-    "mfu",
     "flops_per_step",
-    "input_wait_share",
-    "gpu_utilization",
     "peak_memory_bytes",
 )
 
@@ -70,12 +91,15 @@ class AccelkitCallback(transformers.TrainerCallback):
     """Measures a `Trainer` run like `accelkit.torch.Meter`; `report` holds the result.
 
     Args:
-        plan: the plan in force (for MFU's dtype and the advice); as `Meter`.
-        flops_per_step: FLOPs of one optimizer step, if known; else counted.
-        warmup: optimizer steps left out of the steady-state figures (at least 1 when
-            counting FLOPs).
-        window: steps between device synchronisations; None: ``logging_steps``.
-        sample_gpu, calibrate: as `Meter`.
+        **options: the measurement options of every door, checked here
+            (`accelkit.profiling.options.MeterOptions`): ``plan`` (for MFU's dtype and
+            the advice), ``flops_per_step`` (counted when not given), ``warmup``
+            (optimizer steps left out of the figures; at least 1 when counting FLOPs),
+            ``window`` (steps between device synchronisations), ``sample_gpu``,
+            ``calibrate``, ``tokens_per_sample``, ``single_device``.
+
+    Raises:
+        ValueError, TypeError: an option out of range, of the wrong type, or unknown.
 
     Example:
         >>> import tempfile
@@ -83,36 +107,28 @@ class AccelkitCallback(transformers.TrainerCallback):
         >>> from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
         >>> config = GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=16,
         ...                     bos_token_id=0, eos_token_id=0)
-        >>> model = GPT2LMHeadModel(config)
         >>> data = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 100, (32, 16))]
-        >>> args = TrainingArguments(output_dir=tempfile.mkdtemp(), max_steps=4,
-        ...                          per_device_train_batch_size=8, report_to=[])
-        >>> callback = AccelkitCallback()
-        >>> output = Trainer(model, args, train_dataset=data, callbacks=[callback]).train()
-        ... # doctest: +ELLIPSIS
-        {'train_runtime': ..., 'accelkit/samples_per_second': ...}
-        >>> callback.report.steps
-        4
+        >>> args = TrainingArguments(output_dir=tempfile.mkdtemp(), max_steps=4, use_cpu=True,
+        ...                          per_device_train_batch_size=8, report_to=[],
+        ...                          eval_strategy="steps", eval_steps=2, disable_tqdm=True)
+        >>> callback = AccelkitCallback(warmup=1)
+        >>> trainer = Trainer(GPT2LMHeadModel(config), args, train_dataset=data,
+        ...                   eval_dataset=data, callbacks=[callback])
+        >>> output = trainer.train()  # doctest: +ELLIPSIS
+        {'eval_loss': ...}
+        >>> callback.report.steps, callback.report.evaluation_seconds > 0
+        (4, True)
+        >>> trainer.state.log_history[-1]["accelkit/step_time_s"] > 0
+        True
     """
 
-    def __init__(
-        self,
-        *,
-        plan: Plan | None = None,
-        flops_per_step: float | None = None,
-        warmup: int = 1,
-        window: int | None = None,
-        sample_gpu: bool = True,
-        calibrate: bool = False,
-    ) -> None:
-        self.plan, self.flops_per_step, self.warmup = plan, flops_per_step, warmup
-        self.window, self.sample_gpu, self.calibrate = window, sample_gpu, calibrate
+    def __init__(self, **options: Any) -> None:
+        self.options = MeterOptions.of(options)
         self.meter: Meter | None = None
         self.report: RunReport | None = None
         self._steps: TrainerSteps | None = None
-        self._window: dict[str, float | None] = {}
-        self._mark = (0, 0, 0)  # steps, samples, tokens at the last window boundary
-        self._peak: float | None = None
+        self._run: Any = None  # the TrainerState of the run being measured
+        self._evaluating = False  # on_prediction_step seen, on_evaluate not yet
 
     def __enter__(self) -> Self:
         return self
@@ -128,6 +144,10 @@ class AccelkitCallback(transformers.TrainerCallback):
         if self._steps is not None:
             self._steps.detach()
 
+    @property
+    def _measuring(self) -> bool:
+        return self._steps is not None and self.report is None
+
     @override
     def on_train_begin(
         self,
@@ -139,23 +159,19 @@ class AccelkitCallback(transformers.TrainerCallback):
         train_dataloader: Any = None,
         **_: Any,
     ) -> None:
+        if state is self._run:  # called again after moving before the loggers (_order)
+            return
+        if self._measuring:  # an earlier train() that raised outside `with callback:`
+            assert self.meter is not None and self._steps is not None
+            self.meter.recorder.stop()
+            self._steps.detach()
+        self._before_loggers()
+        self._run, self.report, self._evaluating = state, None, False
         from accelkit.torch.measuring.facts import loader_facts
 
-        steps = args.logging_steps if args.logging_strategy == "steps" else 0
-        window = self.window or (int(steps) if steps >= 1 else 50)
-        count = self.flops_per_step is None
-        self.meter = Meter(
-            model,
-            plan=self.plan,
-            flops_per_step=self.flops_per_step,
-            warmup=max(self.warmup, int(count)),
-            window=window,
-            sample_gpu=self.sample_gpu,
-            calibrate=self.calibrate,
-            count_flops=False,
-            optimizer=optimizer,
-        )
-        self.meter.on_window = self._window_end
+        count = self.options.flops_per_step is None
+        warmup = max(self.options.warmup, int(count))  # the counted step runs slower
+        self.meter = Meter(model, optimizer=optimizer, count_flops=False, **_options(self, warmup))
         if train_dataloader is not None:
             self.meter.facts["loader"] = loader_facts(train_dataloader)
         fallback = args.per_device_train_batch_size * args.gradient_accumulation_steps
@@ -163,66 +179,121 @@ class AccelkitCallback(transformers.TrainerCallback):
         self._steps.attach(model)
         # the Trainer wrapped `model` in DDP before this call (its callbacks get the module)
         trainer_timing.time_all_reduce(trainer_timing.wrapper_of(model), self.meter)
-        plan = self.meter.plan
-        if self.meter.device_label != "cpu":
-            device = next(model.parameters()).device
-            self._peak = mfu.peak(plan.hardware, plan.matmul_dtype, gpu=device.index or 0).tflops
+
+    def _before_loggers(self) -> None:
+        handler = _order.handler_calling(self)
+        if handler is None:
+            logger.warning(
+                "AccelkitCallback: not called by a Trainer's CallbackHandler; the "
+                "report_to loggers listed before it will not see its figures"
+            )
+            return
+        _order.after_flow(handler.callbacks, self)
 
     @override
     def on_step_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-        if self._steps is not None and self.report is None:
-            self._steps.begin()
+        if not self._measuring:
+            return
+        assert self._steps is not None
+        if self._evaluating:  # an evaluation that ended without on_evaluate
+            self._break(EVALUATION)
+        self._steps.begin()
 
     @override
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any) -> None:
-        if self._steps is not None:
-            self._steps.end(model)
-
-    def _window_end(self, step_s: float, step: int) -> None:
-        assert self._steps is not None  # made with the meter, which calls this
-        steps, samples, tokens = self._mark
-        count = max(step - steps, 1)
-        seconds = step_s * count
-        flops = self.flops_per_step or self._steps.flops
-        tflops = flops / step_s / 1e12 if flops and step_s > 0 else None
-        self._window = {
-            "step_seconds": step_s,
-            "samples_per_second": (self._steps.samples - samples) / seconds,
-            "tokens_per_second": (self._steps.tokens - tokens) / seconds or None,
-            "achieved_tflops": tflops,
-            "mfu": tflops / self._peak if tflops and self._peak else None,
-        }
-        self._mark = (step, self._steps.samples, self._steps.tokens)
+        if not self._measuring:
+            return
+        assert self._steps is not None
+        epoch = state.epoch
+        break_follows = (
+            control.should_log
+            or control.should_evaluate
+            or control.should_save
+            or control.should_training_stop
+            or control.should_epoch_stop
+            or (epoch is not None and float(epoch).is_integer())  # the epoch's last step
+        )
+        self._steps.end(model, synchronize=bool(break_follows))
 
     @override
     def on_log(
         self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any
     ) -> None:
-        if logs is None or self.meter is None:
+        if logs is None or not self._measuring or self._evaluating:
             return
-        if "train_runtime" in logs:
-            self._close()
-            assert self.report is not None
-            figures = {name: getattr(self.report, name) for name in _RUN}
-            figures["advice"] = len(self.report.advice)
+        assert self.meter is not None
+        self._break(OTHER)  # the Trainer's logging: the loss read, the logs built
+        figures: dict[str, Any]
+        if "train_runtime" in logs:  # the final log: the whole run
+            report = self._close()
+            figures = {name: getattr(report, name) for name in _RUN}
+            figures["advice"] = len(report.advice)
         else:
-            figures = self._window
-        added = {PREFIX + k: v for k, v in figures.items() if isinstance(v, (int, float))}
+            figures = self.meter.take_figures(close=True)
+        numbers = {k: v for k, v in figures.items() if isinstance(v, (int, float))}
+        added = metrics.spelled(numbers, "hf")
         logs.update(added)
+        # Trainer.log appended {**logs, "step": ...} to the history before calling on_log.
         last = state.log_history[-1] if state.log_history else None
-        if (
-            last is not None
-            and last.get("step") == state.global_step
-            and all(last.get(k) == v for k, v in logs.items() if k not in added)
-        ):
+        if last is not None and last.keys() - {"step"} == logs.keys() - added.keys():
             last.update(added)
 
     @override
-    def on_train_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-        self._close()
+    def on_prediction_step(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        self._evaluating = self._measuring
 
-    def _close(self) -> None:
-        if self.meter is not None and self.report is None:
-            assert self._steps is not None  # made with the meter
-            self._steps.detach()
-            self.report = self.meter.close()
+    @override
+    def on_evaluate(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        self._break(EVALUATION)
+
+    @override
+    def on_predict(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        self._break(EVALUATION)
+
+    @override
+    def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        self._break(OTHER)
+
+    @override
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        self._break(OTHER, epoch_over=True)
+
+    @override
+    def on_epoch_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        self._break(OTHER, epoch_over=True)
+
+    @override
+    def on_train_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+        if self._measuring:
+            self._close()
+
+    def _break(self, phase: str, *, epoch_over: bool = False) -> None:
+        """The time since the last step (or break) was `phase`. The batch fetched next is
+        input wait again, unless `epoch_over`: then the new iterator and its first batch
+        are the rest of the run, until the next step (the clock counts the gap after a
+        break so)."""
+        if not self._measuring:
+            return
+        assert self.meter is not None
+        self._evaluating = False
+        self.meter.recorder.attribute(phase)
+        if not epoch_over:
+            # A fetch measured as taking no time ends the break's aftermath.
+            self.meter.clock.fetched(0.0)
+
+    def _close(self) -> RunReport:
+        assert self.meter is not None and self._steps is not None  # made together
+        self.meter.recorder.attribute(OTHER)  # from the last step to the end
+        self._steps.detach()
+        self.report = self.meter.close()
+        return self.report
+
+
+def _options(callback: AccelkitCallback, warmup: int) -> dict[str, Any]:
+    """The callback's checked options, handed on to its `Meter` with `warmup`."""
+    import dataclasses
+
+    options = callback.options
+    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options)} | {
+        "warmup": warmup
+    }
