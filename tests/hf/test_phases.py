@@ -97,3 +97,15 @@ def test_evaluation_every_2_steps_leaves_the_training_figures_as_without(tmp_pat
     )
     assert report.input_wait_share < 0.2
     assert "input_bound" not in {item["id"] for item in report.advice}
+
+
+def test_an_evaluation_before_the_first_step_is_evaluation(tmp_path) -> None:
+    callback = AccelkitCallback(plan=CPU_PLAN, warmup=0, flops_per_step=1e6)
+    run = trainer(tmp_path, callback, max_steps=4, eval_on_start=True, eval_rows=32)
+    with callback:
+        run.train()
+    report = callback.report
+    assert report.evaluation_seconds > 0
+    assert report.training_seconds + report.evaluation_seconds + report.other_seconds == (
+        pytest.approx(report.run_seconds)
+    )

@@ -171,7 +171,8 @@ class AccelkitCallback(transformers.TrainerCallback):
 
         count = self.options.flops_per_step is None
         warmup = max(self.options.warmup, int(count))  # the counted step runs slower
-        self.meter = Meter(model, optimizer=optimizer, count_flops=False, **_options(self, warmup))
+        options = self.options.to_kwargs(warmup=warmup)
+        self.meter = Meter(model, optimizer=optimizer, count_flops=False, **options)
         if train_dataloader is not None:
             self.meter.facts["loader"] = loader_facts(train_dataloader)
         fallback = args.per_device_train_batch_size * args.gradient_accumulation_steps
@@ -240,7 +241,12 @@ class AccelkitCallback(transformers.TrainerCallback):
 
     @override
     def on_prediction_step(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-        self._evaluating = self._measuring
+        if not self._measuring or self._evaluating:
+            return
+        assert self.meter is not None
+        self._evaluating = True
+        if self.meter.clock.steps == 0:  # eval_on_start: no step end to count from
+            self.meter.recorder.pause(EVALUATION)
 
     @override
     def on_evaluate(self, args: Any, state: Any, control: Any, **_: Any) -> None:
@@ -276,6 +282,7 @@ class AccelkitCallback(transformers.TrainerCallback):
             return
         assert self.meter is not None
         self._evaluating = False
+        self.meter.recorder.resume()  # an evaluation before the first step
         self.meter.recorder.attribute(phase)
         if not epoch_over:
             # A fetch measured as taking no time ends the break's aftermath.
@@ -287,13 +294,3 @@ class AccelkitCallback(transformers.TrainerCallback):
         self._steps.detach()
         self.report = self.meter.close()
         return self.report
-
-
-def _options(callback: AccelkitCallback, warmup: int) -> dict[str, Any]:
-    """The callback's checked options, handed on to its `Meter` with `warmup`."""
-    import dataclasses
-
-    options = callback.options
-    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options)} | {
-        "warmup": warmup
-    }
