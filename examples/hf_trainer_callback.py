@@ -74,19 +74,19 @@ def main() -> None:
         learning_rate=5e-5,
         warmup_steps=steps // 10,
         max_steps=steps,
-        logging_steps=2 if args.smoke else 50,  # also the callback's window
+        logging_steps=2 if args.smoke else 50,  # accelkit's figures join each log
         save_strategy="no",
         report_to=args.report_to,
         disable_tqdm=args.smoke,
         **training_arguments(plan),  # bf16/fp16, tf32, torch_compile, dataloader_pin_memory
     )
+    callback = AccelkitCallback(plan=plan)  # its figures reach the report_to loggers too
     trainer = Trainer(
         model=model,
         args=arguments,
         train_dataset=PaddedRows(rows, config.vocab_size, length, config.num_labels),
+        callbacks=[callback],
     )
-    callback = AccelkitCallback(plan=plan)
-    trainer.callback_handler.callbacks.insert(0, callback)  # before the report_to loggers
     with callback:  # stops the GPU sampler if training raises
         trainer.train()
 

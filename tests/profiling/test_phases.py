@@ -174,3 +174,15 @@ def test_closing_a_window_then_pausing_counts_the_gap_once() -> None:
     assert summary.steady_s + sum(summary.phase_s.values()) == pytest.approx(
         summary.total_s, abs=1e-3
     )
+
+
+def test_mid_epoch_break_leaves_the_next_wait_input() -> None:
+    clock = StepClock(None, warmup=0, window=100)
+    _train(clock, 3)
+    time.sleep(0.03)  # a trainer logged mid-epoch
+    clock.attribute(OTHER, mid_epoch=True)
+    time.sleep(0.05)  # then waited for the next batch of the same epoch
+    _train(clock, 3)
+    summary = clock.finish()
+    assert summary.input_wait_s >= 0.045
+    assert summary.phase_s[OTHER] == pytest.approx(0.03, abs=0.02)

@@ -84,7 +84,7 @@ class TrainerSteps:
         if batches is None:
             return
         if synchronize:
-            _synchronize(model)
+            self.meter.clock.synchronize()
         samples = sum(torch_batches.batch_size(b) or 0 for b in batches)
         tokens, real = 0, None if not batches else 0
         for batch in batches:
@@ -131,14 +131,3 @@ class TrainerSteps:
             )
         self.flops = count.total
         self.meter.set_flops(count)
-
-
-def _synchronize(model: Any) -> None:
-    """Wait for the queued work of the device the meter measures (`Meter`'s: the model's)."""
-    import torch
-
-    from accelkit.torch.measuring.facts import model_device
-
-    device = model_device(torch, model)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

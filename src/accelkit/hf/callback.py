@@ -283,10 +283,7 @@ class AccelkitCallback(transformers.TrainerCallback):
         assert self.meter is not None
         self._evaluating = False
         self.meter.recorder.resume()  # an evaluation before the first step
-        self.meter.recorder.attribute(phase)
-        if not epoch_over:
-            # A fetch measured as taking no time ends the break's aftermath.
-            self.meter.clock.fetched(0.0)
+        self.meter.recorder.attribute(phase, mid_epoch=not epoch_over)
 
     def _close(self) -> RunReport:
         assert self.meter is not None and self._steps is not None  # made together

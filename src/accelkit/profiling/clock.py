@@ -366,14 +366,22 @@ class StepClock:
         self._paused = None
         self._stop_hands(phase, _now() - began)
 
-    def attribute(self, phase: str) -> None:
+    def attribute(self, phase: str, *, mid_epoch: bool = False) -> None:
         """The time since the last step (or the last break) was `phase`, not input wait:
-        for hooks that come after the fact (a trainer's "evaluation ended", "saved")."""
+        for hooks that come after the fact (a trainer's "evaluation ended", "saved").
+
+        Args:
+            phase: `EVALUATION` or `OTHER`.
+            mid_epoch: the next batch comes from the same iterator, so the gap to the
+                next step is input wait again (else it is the rest: a new epoch).
+        """
         if phase not in PHASES:
             raise ValueError(f"phase={phase!r}: expected one of {', '.join(PHASES)}")
         if self._paused is not None or self._last_step_end is None:
             return
         self._stop_hands(phase, self._t() - self._last_step_end)
+        if mid_epoch:
+            self._after_break = False
 
     def _stop_hands(self, phase: str, seconds: float) -> None:
         """Move `seconds` that just passed out of training time into `phase`."""
@@ -389,6 +397,11 @@ class StepClock:
         self._after_break = True
         if self.on_break is not None:
             self.on_break(end - seconds, end)
+
+    def synchronize(self) -> None:
+        """Wait for the device's queued work (nothing on the CPU)."""
+        if self._sync is not None:
+            self._sync()
 
     @property
     def phase_s(self) -> dict[str, float]:

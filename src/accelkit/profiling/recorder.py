@@ -162,9 +162,10 @@ class Recorder:
         """Training time runs again (also at the next step, by itself)."""
         self.clock.resume()
 
-    def attribute(self, phase: str) -> None:
-        """The time since the last step was `phase` (a hook that comes afterwards)."""
-        self.clock.attribute(phase)
+    def attribute(self, phase: str, *, mid_epoch: bool = False) -> None:
+        """The time since the last step was `phase` (a hook that comes afterwards);
+        `mid_epoch`: the next batch's wait is input wait (`StepClock.attribute`)."""
+        self.clock.attribute(phase, mid_epoch=mid_epoch)
 
     @contextlib.contextmanager
     def phase(self, phase: str) -> Iterator[None]:
