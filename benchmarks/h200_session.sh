@@ -66,7 +66,7 @@ doors)
     $py benchmarks/meter_overhead.py --framework torch --model gpt2 --steps 40 --repeats 5 \
         --out "$out/meter_overhead_gpt2.json" > "$out/meter_overhead_gpt2.txt" 2>&1
     for trainer in hf lightning; do
-        $py benchmarks/trainer_overhead.py --trainer "$trainer" --steps 30 --rounds 6 \
+        $py benchmarks/trainer_overhead.py --trainer "$trainer" --steps 30 --rounds 4 \
             --out "$out/trainer_overhead_$trainer.json" > "$out/trainer_overhead_$trainer.txt" 2>&1
     done
     KERAS_BACKEND=jax $py benchmarks/meter_overhead.py --framework keras --model mlp \
