@@ -4,6 +4,9 @@ an unwritable path exits 2 with the path named, never a traceback."""
 from __future__ import annotations
 
 import json
+import stat
+
+import pytest
 
 from accelkit.cli import EXIT_USAGE
 from accelkit.report.html import CHARTS
@@ -55,3 +58,25 @@ def test_report_html_to_an_unwritable_path_exits_2_naming_it(tmp_path):
     assert out == ""
     code, _, err = _run("report", _saved(tmp_path), "--html", str(tmp_path))  # a folder
     assert code == EXIT_USAGE and str(tmp_path) in err
+
+
+def test_report_html_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """Issue 25 D09: a page that fails to render leaves the earlier page as it was."""
+    page = tmp_path / "report.html"
+    page.write_text("<html>the earlier page</html>\n")
+    page.chmod(0o644)
+    saved = _saved(tmp_path)
+
+    def broken(report):
+        raise RuntimeError("the renderer failed")
+
+    monkeypatch.setattr("accelkit.cli.report.render_html", broken)
+    with pytest.raises(RuntimeError, match="renderer failed"):
+        _run("report", saved, "--html", str(page))
+    assert page.read_text() == "<html>the earlier page</html>\n"
+    monkeypatch.undo()
+    code, _, err = _run("report", saved, "--html", str(page))
+    assert code == 0, err
+    assert page.read_text().startswith("<!DOCTYPE html>")
+    assert stat.S_IMODE(page.stat().st_mode) == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "run.json"]

@@ -123,3 +123,39 @@ def test_an_mfu_without_its_peak_is_named_not_a_traceback() -> None:
     finally:
         os.unlink(path)
     assert code == EXIT_USAGE and f"{path}: field 'mfu' is 0.5 but 'peak_tflops' is null" in err
+
+
+@pytest.mark.parametrize("depth", [2_000, 100_000])
+def test_a_deeply_nested_file_exits_2_naming_it(depth) -> None:
+    """Issue 25 D14: json's decoder recurses; too deep a document is a bad file, no traceback."""
+    handle, path = tempfile.mkstemp(suffix=".json")
+    with os.fdopen(handle, "w") as out:
+        out.write("[" * depth + "]" * depth)
+    try:
+        code, out, err = _run("report", path)
+    finally:
+        os.unlink(path)
+    assert code == EXIT_USAGE and out == ""
+    assert f"{path} is not a run report: its JSON is nested too deeply" in err
+
+
+# Text with the characters a terminal acts on: ESC and CSI sequences, BEL, CR, backspace.
+hostile = st.lists(
+    st.sampled_from(["\x1b", "\x9b", "\x07", "\r", "\b", "\x00", "\x7f", "]0;", "[2J", "a", " "]),
+    min_size=1,
+    max_size=12,
+).map("".join)
+
+
+@settings(max_examples=60, deadline=None)
+@given(model=hostile, device=hostile, note=hostile, reason=hostile)
+def test_report_prints_no_control_character_from_the_file(model, device, note, reason) -> None:
+    """Issue 25 D19: strings from a report file reach the terminal escaped."""
+    path = _write({**saved_report(), "model": model, "device": device, "notes": {note: reason}})
+    try:
+        code, out, err = _run("report", path)
+    finally:
+        os.unlink(path)
+    assert code == 0, err
+    assert not [c for c in out if c != "\n" and (ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F)]
+    assert "\\x1b" in out or "\x1b" not in model + device + note + reason

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import json
+import math
+import os
+import stat
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from accelkit.profiling.run_report import SCHEMA, RunReport
+from accelkit.profiling.tuning import Trial, TuneResult
+from accelkit.report.render import render_run
 
 
 def _report(**figures) -> RunReport:
@@ -109,3 +116,64 @@ def test_a_skipped_save_says_so(tmp_path, monkeypatch, caplog) -> None:
     with caplog.at_level("INFO", logger="accelkit"):
         assert _report().save(tmp_path / "run.json") is False
     assert "not saved" in caplog.text and "rank 1" in caplog.text
+
+
+finite_or_not = st.floats(allow_nan=True, allow_infinity=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    losses=st.lists(finite_or_not, max_size=4),
+    eval_losses=st.lists(finite_or_not, max_size=3),
+    history=st.dictionaries(st.sampled_from(["loss", "accuracy"]), st.lists(finite_or_not)),
+)
+def test_a_report_with_non_finite_losses_loads_back(
+    tmp_path_factory, losses, eval_losses, history
+) -> None:
+    """Issue 25 D10: save writes NaN and infinity as null; load reads what save wrote."""
+    path = tmp_path_factory.mktemp("diverged") / "run.json"
+    _report(losses=losses, eval_losses=eval_losses, history=history).save(path)
+    loaded = RunReport.load(path)
+
+    def same(saved: list[float], read: list[float]) -> bool:
+        return len(saved) == len(read) and all(
+            a == b or not (math.isfinite(a) or math.isfinite(b))
+            for a, b in zip(saved, read, strict=True)
+        )
+
+    assert same(losses, loaded.losses) and same(eval_losses, loaded.eval_losses)
+    assert history.keys() == loaded.history.keys()
+    assert all(same(history[key], loaded.history[key]) for key in history)
+
+
+def test_a_save_keeps_the_mode_and_refuses_a_fifo(tmp_path) -> None:
+    """Issue 25 D11: the umask's mode for a new report, the old mode for a replaced one,
+    and an error rather than a regular file in place of a FIFO."""
+    saved = os.umask(0o022)
+    try:
+        _report().save(tmp_path / "new.json")
+        shared = tmp_path / "shared.json"
+        shared.write_text("{}")
+        shared.chmod(0o664)
+        _report().save(shared)
+    finally:
+        os.umask(saved)
+    assert stat.S_IMODE((tmp_path / "new.json").stat().st_mode) == 0o644
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o664
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(OSError, match="not a regular file"):
+        _report().save(tmp_path / "fifo")
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "fifo").st_mode)
+
+
+def test_a_tuned_report_with_non_finite_figures_loads_and_renders(tmp_path) -> None:
+    """Issue 25 D10, inside ``tuning``: the nulls save wrote load back, and render."""
+    nan = float("nan")
+    trial = Trial(name="eager", settings={}, status="baseline", step_seconds=nan, spread=[nan, 1.0])
+    tuning = TuneResult("kept", (trial,), compile=False, optimizer="default", seconds=nan, steps=3)
+    _report(tuning=tuning.to_dict()).save(tmp_path / "run.json")
+    loaded = RunReport.load(tmp_path / "run.json")
+    assert math.isnan(loaded.tuning["seconds"])
+    assert math.isnan(loaded.tuning["candidates"][0]["spread"][0])
+    assert loaded.tuning["candidates"][0]["step_seconds"] is None  # optional: null is null
+    assert "tuning: kept" in render_run(loaded, width=100)

@@ -16,6 +16,7 @@ from accelkit.profiling.run_report import RunReport
 from accelkit.report.assemble import with_advice
 from accelkit.report.html import render_html
 from accelkit.report.render import render_projections
+from accelkit.utils.files import write_atomic
 
 EXAMPLES = (
     "accelkit report run.json",
@@ -81,8 +82,7 @@ def run(args: argparse.Namespace) -> int:
     projections = _projections(result, args.project, args.price, args.mfu)
     if args.html:
         try:
-            with open(args.html, "w", encoding="utf-8") as out:
-                out.write(render_html(result))
+            write_atomic(args.html, render_html(result))
         except OSError as error:
             raise ValueError(f"cannot write {args.html}: {error}") from None
     if args.json:

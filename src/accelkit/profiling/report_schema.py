@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import os
 import types
 import typing
@@ -47,13 +48,18 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 
     Raises:
         OSError: the file cannot be opened.
-        ValueError: it is not UTF-8 JSON; the message names the file.
+        ValueError: it is not UTF-8 JSON, or is nested too deeply to decode; the message
+            names the file.
     """
     with open(path, encoding="utf-8") as handle:
         try:
             return json.load(handle)
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise ValueError(f"{os.fspath(path)} is not a JSON file: {error}") from None
+        except RecursionError:  # json's decoder recurses once per nested list or object
+            raise ValueError(
+                f"{os.fspath(path)} is not a run report: its JSON is nested too deeply to read"
+            ) from None
 
 
 def check_report(data: Any, cls: type) -> dict[str, Any]:
@@ -64,7 +70,8 @@ def check_report(data: Any, cls: type) -> dict[str, Any]:
         ValueError: naming the field.
     """
     values = check_fields(data, cls)
-    check_tuning(values.get("tuning"))
+    if "tuning" in values:
+        values["tuning"] = check_tuning(values["tuning"])
     for figure, basis in _NEEDS.items():
         if values.get(figure) is not None and values.get(basis) is None:
             raise ValueError(
@@ -116,11 +123,12 @@ def check_fields(data: Any, cls: type, where: str = "") -> dict[str, Any]:
     values = {name: data[name] for name in fields if name in data}
     for name, value in values.items():
         check_value(value, hints[name], _join(where, name))
-    return values
+    return {name: _restored(value, hints[name]) for name, value in values.items()}
 
 
-def check_tuning(tuning: Any, where: str = "tuning") -> None:
-    """Check ``report.tuning`` (`TuneResult.to_dict`'s mapping, or None).
+def check_tuning(tuning: Any, where: str = "tuning") -> dict[str, Any] | None:
+    """Check ``report.tuning`` (`TuneResult.to_dict`'s mapping, or None), and return it
+    with the nulls that stand for NaN read back as NaN (`check_fields`).
 
     Every key is optional, as `TuneResult.from_dict` reads them; those present must
     have `TuneResult`'s types, and each candidate `Trial`'s.
@@ -129,14 +137,20 @@ def check_tuning(tuning: Any, where: str = "tuning") -> None:
         ValueError: naming the field, e.g. ``tuning.candidates[0].spread``.
     """
     if tuning is None:
-        return
+        return None
     check_value(tuning, dict[str, Any], where)
     expected = {**_hints(TuneResult), **_TUNING_DERIVED}
+    restored = dict(tuning)
     for key, hint in expected.items():
         if key in tuning and key != "trials":
             check_value(tuning[key], hint, _join(where, key))
-    for index, candidate in enumerate(tuning.get("candidates") or ()):
-        check_fields(candidate, Trial, f"{where}.candidates[{index}]")
+            restored[key] = _restored(tuning[key], hint)
+    if tuning.get("candidates"):
+        restored["candidates"] = [
+            {**candidate, **check_fields(candidate, Trial, f"{where}.candidates[{index}]")}
+            for index, candidate in enumerate(tuning["candidates"])
+        ]
+    return restored
 
 
 def check_value(value: Any, hint: Any, where: str) -> None:
@@ -185,6 +199,23 @@ def _mismatch(value: Any, hint: Any, where: str) -> str | None:
     return None if _is_scalar(value, hint) else _wrong(value, hint, where)
 
 
+def _restored(value: Any, hint: Any) -> Any:
+    """`value` (checked against `hint`) with each null where `hint` says a bare float
+    read back as NaN: `RunReport.save` writes NaN and infinity as null (JSON has
+    neither), and a loss that went NaN (``losses: [null]``) must load as it was saved."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is float:
+        return math.nan if value is None else value
+    if origin in (typing.Union, types.UnionType):  # an optional list: null stays null
+        inner = [arg for arg in args if arg is not type(None)]
+        return _restored(value, inner[0]) if len(inner) == 1 and value is not None else value
+    if origin is list and args and isinstance(value, list):
+        return [_restored(item, args[0]) for item in value]
+    if origin in (dict, Mapping) and len(args) == 2 and isinstance(value, dict):
+        return {key: _restored(item, args[1]) for key, item in value.items()}
+    return value  # Any and the other scalars are as read
+
+
 def _is_scalar(value: Any, hint: Any) -> bool:
     if hint is type(None):
         return value is None
@@ -192,8 +223,8 @@ def _is_scalar(value: Any, hint: Any) -> bool:
         return isinstance(value, bool)
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:  # JSON writes 2.0 as 2
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is float:  # JSON writes 2.0 as 2, and save writes NaN and infinity as null
+        return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
     return isinstance(value, hint) if isinstance(hint, type) else True
 
 

@@ -7,18 +7,17 @@ draws it; the record itself calls none of them.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
 import math
 import os
-import tempfile
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from accelkit.hardware import environment
 from accelkit.profiling import report_schema
+from accelkit.utils.files import write_atomic
 from accelkit.utils.log import EVERY_RANK
 
 logger = logging.getLogger("accelkit")
@@ -180,8 +179,13 @@ class RunReport:
         other ranks log that they did not; ``every_rank=True`` writes on every rank,
         e.g. to a path with the rank in it. Returns True when this process wrote the file.
 
+        The file keeps the mode of the report it replaces, or gets the umask's; a path
+        that is not a regular file (a FIFO, a device, a symlink to one) is refused
+        (`accelkit.utils.files.write_atomic`).
+
         Raises:
-            OSError: the file could not be written (the earlier file is untouched).
+            OSError: the file could not be written, or `path` is not a regular file
+                (the earlier file is untouched).
         """
         if not every_rank and not environment.is_rank_zero():
             logger.info(
@@ -198,19 +202,7 @@ class RunReport:
                 **data.get("notes", {}),
                 "saved": "not finite, saved as null: " + ", ".join(replaced),
             }
-        text = json.dumps(data, indent=2, allow_nan=False) + "\n"
-        target = os.fspath(path)
-        handle, temporary = tempfile.mkstemp(
-            prefix=".accelkit-", suffix=".json", dir=os.path.dirname(os.path.abspath(target))
-        )
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as out:
-                out.write(text)
-            os.replace(temporary, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
+        write_atomic(path, json.dumps(data, indent=2, allow_nan=False) + "\n")
         return True
 
     @classmethod

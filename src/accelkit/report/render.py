@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from accelkit.advisor.projection import Projection, duration, ranked
 from accelkit.profiling.metrics import BY_NAME
 from accelkit.report.phases import describe, run_time
-from accelkit.report.text import paragraph, table, terminal_width
+from accelkit.report.text import paragraph, printable, table, terminal_width
 
 if TYPE_CHECKING:
     from accelkit.hardware.info import HardwareInfo
@@ -106,7 +106,8 @@ def render_run(report: RunReport, width: int | None = None) -> str:
     tuning = "\n" + render_tuning(r.tuning, width) if r.tuning else ""
     notes = "".join("\n" + paragraph(f"note: {k}: {v}", width) for k, v in r.notes.items())
     advice = "\nadvice:\n" + render_advice(r.advice, width) if r.advice else ""
-    return f"{paragraph(_run_head(r), width)}\n{body}{tuning}{notes}{advice}"
+    # the strings come from a run or a file: escaped once, here, before any terminal
+    return printable(f"{paragraph(_run_head(r), width)}\n{body}{tuning}{notes}{advice}")
 
 
 def _label(name: str) -> str:

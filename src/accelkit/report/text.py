@@ -13,6 +13,7 @@ clicked and copied; the terminal folds it.
 
 from __future__ import annotations
 
+import re
 import shutil
 import textwrap
 from collections.abc import Sequence
@@ -23,6 +24,20 @@ TEXT_WIDTH = 100  # prose wraps at this at most, however wide the terminal
 MIN_TEXT = 30  # the wrapped column beside the others gets at least this, else goes under
 INDENT = "    "  # the wrapped column under its row
 _KEEP = "\N{NO-BREAK SPACE}"  # textwrap breaks at ASCII whitespace only
+# C0 controls but the newline, DEL and C1 controls: what a terminal acts on (ESC, CSI)
+_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with each control character but the newline written as its escape
+    (``\\x1b``), so that a string from a file (a model's name, a note) cannot send a
+    terminal escape sequence: retitle the window, clear the screen, rewrite lines.
+
+    Example:
+        >>> printable("model\\x1b[2J")
+        'model\\\\x1b[2J'
+    """
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def terminal_width(width: int | None = None) -> int:
