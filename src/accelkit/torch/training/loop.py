@@ -298,9 +298,10 @@ def _length(loader: Any, schedule: Schedule) -> int | None:
 
 def _progress_printer(meter: Meter, total: int | None) -> Callable[[float, int], None]:
     """The live progress line, an INFO record at window boundaries: redrawn in place on
-    a terminal by accelkit's default handler, else one record every 10 s. With the run's
-    length (`total` steps) known, it says step k/N and the time left at the last window's
-    pace."""
+    a terminal by accelkit's default handler (fitted to its width there), else one record
+    every 10 s. With the run's length (`total` steps) known, it says step k/N and the time
+    left at the last window's pace. The loss is the last one the meter has (the mean of
+    the last finished epoch): a list read, never a device sync of its own."""
     interactive = log.live_terminal()
     started = time.perf_counter()
     last = [0.0]
@@ -311,7 +312,8 @@ def _progress_printer(meter: Meter, total: int | None) -> Callable[[float, int],
             return
         last[0] = now
         rate = (meter.last_batch_size or 0) / step_s if step_s else 0.0
-        line = log.progress_text(step, total, rate, step_s, now - started)
-        _log.info("%s", line, extra={log.PROGRESS: True})
+        loss = meter.losses[-1] if meter.losses else None
+        progress = log.Progress(step, total, rate, step_s, now - started, loss)
+        _log.info("%s", progress, extra={log.PROGRESS: progress})
 
     return show
