@@ -119,7 +119,8 @@ def test_progress_is_redrawn_in_place_on_a_terminal(monkeypatch) -> None:
     log.end_progress_line()
     log.end_progress_line()  # nothing open: nothing written
     assert terminal.getvalue() == (
-        "\raccelkit: step 10\raccelkit: step 20\naccelkit: something\n\raccelkit: step 30\n"
+        "\raccelkit: step 10\x1b[K\raccelkit: step 20\x1b[K\naccelkit: something\n"
+        "\raccelkit: step 30\x1b[K\n"
     )
 
 

@@ -1,6 +1,7 @@
 """The live progress line of `accelkit.torch.fit`: step k/N and the time left when the
 run's length is known (``steps=``, or ``len(loader)`` x epochs), a plain count when not;
-redrawn in place on a terminal without leaving a longer line's tail behind."""
+redrawn in place on a terminal without leaving a longer line's tail behind. Its width on
+a terminal: tests/utils/test_progress_line.py and test_progress_tty.py."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def test_a_loader_without_a_length_gives_a_plain_count(caplog) -> None:
 )
 def test_the_time_left_is_the_steps_left_at_the_step_time(step, more, step_s, elapsed) -> None:
     total = step + more
-    line = log.progress_text(step, total, 123.4, step_s, elapsed)
+    line = str(log.Progress(step, total, 123.4, step_s, elapsed))  # every field
     assert line.startswith(f"accelkit: step {step}/{total} (")
     h_or_m, m_or_s, s = ETA.search(line).groups()
     seconds = (
@@ -67,11 +68,11 @@ def test_the_time_left_is_the_steps_left_at_the_step_time(step, more, step_s, el
 
 
 def test_without_a_length_there_is_no_eta() -> None:
-    line = log.progress_text(7, None, 10.0, 0.1, 3.0)
+    line = str(log.Progress(7, None, 10.0, 0.1, 3.0))
     assert line == "accelkit: step 7  10.0 samples/s  100.0 ms/step  0:03 elapsed"
 
 
-def test_a_shorter_redraw_blanks_the_longer_lines_tail(monkeypatch) -> None:
+def test_a_shorter_redraw_clears_the_longer_lines_tail(monkeypatch) -> None:
     import io
     import sys
 
@@ -86,4 +87,4 @@ def test_a_shorter_redraw_blanks_the_longer_lines_tail(monkeypatch) -> None:
     logger.info("accelkit: step 10/10", extra={log.PROGRESS: True})
     log.end_progress_line()
     shown = terminal.getvalue().split("\r")[-1]
-    assert shown == "accelkit: step 10/10" + " " * 9 + "\n"
+    assert shown == "accelkit: step 10/10\x1b[K\n"  # clear to the end of the line
