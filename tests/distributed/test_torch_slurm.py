@@ -140,3 +140,35 @@ def test_no_export_outside_slurm(monkeypatch) -> None:
     _unset(monkeypatch, *SRUN, "SLURM_PROCID", "RANK", "WORLD_SIZE", "LOCAL_RANK")
     before = dict(os.environ)
     assert export_slurm_env() == {} and dict(os.environ) == before
+
+
+_AFTER_FAILED_RENDEZVOUS = r"""
+import json, os, accelkit
+before = dict(os.environ)
+plan = accelkit.auto_configure(framework="torch", verbose=False)
+group = [s for s in plan.settings if s.key.value == "torch.distributed.backend"][0]
+changed = {k: os.environ.get(k) for k in set(before) | set(os.environ)
+           if os.environ.get(k) != before.get(k)}
+print(json.dumps({"status": group.status.value, "detail": group.detail, "changed": changed}))
+"""
+
+
+def test_a_failed_rendezvous_leaves_the_environment_as_it_was() -> None:
+    """Issue 25 D18: rank 0 of two, its peer never starts; the variables exported for
+    ``env://`` (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR) go again, the MASTER_PORT the
+    user set stays, and nothing else changed."""
+    port = 15000 + int(free_job_id()[-4:])
+    done = srun(
+        "-c",
+        _AFTER_FAILED_RENDEZVOUS,
+        tasks=1,  # one process started, of the two SLURM_NTASKS names
+        timeout=60,
+        ACCELKIT_DIST_TIMEOUT="2",
+        SLURM_NTASKS="2",
+        MASTER_PORT=str(port),
+    )[0]
+    assert done.returncode == 0, done.explain()
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["status"] == "could not apply", result
+    assert "removed again" in result["detail"] and "RANK" in result["detail"]
+    assert result["changed"] == {}, result["changed"]

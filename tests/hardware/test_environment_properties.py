@@ -84,3 +84,37 @@ def test_dist_timeout_never_raises_and_says_when_it_ignored_a_value(text) -> Non
     assert bool(note) is (bool(text.strip()) and not valid)
     if note:
         assert "positive number of seconds" in note
+
+
+class _Recording(dict):
+    """An environment that records every variable read from it."""
+
+    def __init__(self, values, read):
+        super().__init__(values)
+        self.read = read
+
+    def get(self, name, default=None):
+        self.read.add(name)
+        return super().get(name, default)
+
+    def __getitem__(self, name):
+        self.read.add(name)
+        return super().__getitem__(name)
+
+    def __contains__(self, name):
+        self.read.add(name)
+        return super().__contains__(name)
+
+
+_LAUNCHER_TEXT = st.one_of(TEXT, st.sampled_from(["2", "4", "gpu[1-2]", "train", "bash"]))
+
+
+@given(st.dictionaries(st.sampled_from(environment.LAUNCHER_VARIABLES), _LAUNCHER_TEXT))
+def test_launcher_variables_name_every_variable_the_launcher_reads(values) -> None:
+    """`environment.launcher` remembers its answer for the values of LAUNCHER_VARIABLES:
+    a variable read_launcher reads outside the list would be missed (issue 25 D16)."""
+    read: set[str] = set()
+    everything = dict.fromkeys(("SLURM_NTASKS", "SLURM_PROCID", "TF_CONFIG"), "1")
+    for environ in (values, {**everything, **values}):
+        assert environment.read_launcher(_Recording(environ, read)) == environment.launcher(environ)
+    assert read <= set(environment.LAUNCHER_VARIABLES), read - set(environment.LAUNCHER_VARIABLES)

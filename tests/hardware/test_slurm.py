@@ -4,20 +4,29 @@ srun, from plain environments."""
 from __future__ import annotations
 
 import itertools
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from accelkit.hardware import detect
+from accelkit.hardware import detect, environment
 from accelkit.hardware.environment import rank, read_launcher, read_slurm_task, world_size
+from accelkit.hardware.info import LauncherEnv
 from accelkit.hardware.slurm import (
+    MAX_HOSTS,
+    count_nodes,
     default_port,
     expand_nodelist,
     first_node,
     process_group_env,
 )
+
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 SRUN_2 = {
     "SLURM_PROCID": "1",
@@ -123,7 +132,72 @@ _HOST = st.builds(
     )
 )
 def test_compressed_hosts_expand_to_themselves(hosts: list[str]) -> None:
-    assert expand_nodelist(_compress(hosts)) == hosts
+    text = _compress(hosts)
+    assert expand_nodelist(text) == hosts
+    # counted and the first one read without expanding, in agreement with the expansion
+    assert count_nodes(text) == len(hosts)
+    assert first_node(text) == (hosts[0] if hosts else None)
+
+
+# -- issue 25 D16: a huge host list is never expanded to be read ------------------------
+
+
+def test_a_huge_host_list_is_counted_and_read_without_expanding() -> None:
+    assert first_node("node[1-100000000]") == "node1"
+    assert first_node("gpu[0007-99999999]-ib[2-9],x") == "gpu0007-ib2"
+    assert count_nodes("node[1-100000000],rack[1-1000]-n[1-1000]") == 101_000_000
+    with pytest.raises(ValueError, match="names 100,000,000 hosts, more than 65,536"):
+        expand_nodelist("node[1-100000000]")
+    assert len(expand_nodelist("n[1-65536]")) == MAX_HOSTS
+
+
+_LOG_RECORDS_UNDER_SRUN = r"""
+import logging, os, resource, time
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))  # a MemoryError, not the OOM killer
+import accelkit
+from accelkit.hardware import environment
+start = time.perf_counter()
+for _ in range(200):
+    logging.getLogger("accelkit").info("x")
+print(environment.rank(), environment.launcher().master_addr, time.perf_counter() - start)
+"""
+
+
+@pytest.mark.parametrize("nodelist", ["node[1-1000000]", "node[1-100000000]"])
+def test_log_records_under_a_huge_host_list_cost_no_expansion(nodelist: str) -> None:
+    """Before: the rank filter expanded the list at each record (1.1 s per record for a
+    million hosts; MemoryError out of the first record for 100 million)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RANK", "WORLD"))}
+    env.update(SLURM_NTASKS="2", SLURM_PROCID="1", SLURM_JOB_NODELIST=nodelist, PYTHONPATH=str(SRC))
+    done = subprocess.run(
+        [sys.executable, "-c", _LOG_RECORDS_UNDER_SRUN],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rank_, address, seconds = done.stdout.split()
+    assert (rank_, address) == ("1", "node1")
+    assert float(seconds) < 5  # 200 records; was 220 s for the million
+
+
+def test_the_rank_check_reads_the_same_variables_once(monkeypatch) -> None:
+    calls = []
+    monkeypatch.setattr(
+        environment, "read_launcher", lambda env, notes=None: calls.append(env) or LauncherEnv()
+    )
+    environment._launcher_of.cache_clear()
+    huge = {**SRUN_2, "SLURM_JOB_NODELIST": "n[1-1000000]"}
+    for _ in range(100):
+        environment.rank(huge)
+        environment.is_rank_zero(huge)
+        environment.world_size(huge)
+    assert len(calls) == 1
+    environment.rank({**huge, "SLURM_PROCID": "0"})  # a variable set later is read
+    assert len(calls) == 2
+    environment._launcher_of.cache_clear()
 
 
 # -- the task's variables --------------------------------------------------------------

@@ -10,7 +10,7 @@ import contextlib
 import datetime
 import gc
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from accelkit.frameworks._common import Outcome, apply_env, is_ours, set_by_us, walk
@@ -143,7 +143,8 @@ def apply_process_group(setting: Setting) -> Outcome:
 
     The group gets a timeout (``ACCELKIT_DIST_TIMEOUT``, default 600 s): a peer that
     never arrives (a wrong world size, a dead node, an unreachable MASTER_ADDR) ends
-    the rendezvous with this setting marked "could not apply" and the reason, and
+    the rendezvous with this setting marked "could not apply" and the reason, the
+    environment as it was before (the variables exported from SLURM removed again), and
     `accelkit.torch.fit` then trains this process alone, saying so; a peer that dies
     later fails its collectives after the same time instead of hanging.
     """
@@ -157,11 +158,18 @@ def apply_process_group(setting: Setting) -> Outcome:
     if backend == "nccl" and not torch.cuda.is_available():
         backend = "gloo"
     seconds, note, _ = dist_timeout()
+    before = dict(os.environ)
     exported = export_slurm_env()
     try:
         dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=seconds))
     except Exception as error:  # noqa: BLE001 - the run goes on without a process group
-        return Status.FAILED, _rendezvous_failure(error, seconds)
+        why = _rendezvous_failure(error, seconds)  # names the variables in force
+        restore_environ(before)
+        return Status.FAILED, why + (
+            f"; the variables exported from SLURM ({', '.join(exported)}) were removed again"
+            if exported
+            else ""
+        )
     atexit.register(_destroy_at_exit, dist, id(dist.group.WORLD))
     detail = f"backend={backend}, world size {dist.get_world_size()}, timeout {seconds:g} s"
     if exported:
@@ -181,6 +189,19 @@ def export_slurm_env() -> dict[str, str]:
     exported = {name: value for name, value in wanted.items() if name not in os.environ}
     os.environ.update(exported)
     return exported
+
+
+def restore_environ(before: Mapping[str, str]) -> None:
+    """Put ``os.environ`` back as `before` was: what was added since is removed, what was
+    changed or removed is set back. After a failed rendezvous the process trains alone,
+    and must not tell the libraries that read RANK or WORLD_SIZE otherwise; a variable the
+    user set stays as the user set it.
+    """
+    for name in [name for name in os.environ if name not in before]:
+        del os.environ[name]
+    for name, value in before.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
 
 
 def _destroy_at_exit(dist: Any, started: int) -> None:

@@ -6,7 +6,8 @@ visible devices, host facts. The one place that parses them.
   host lists and ports from `accelkit.hardware.slurm`), TF_CONFIG,
   CUDA_VISIBLE_DEVICES), and from it `rank`, `is_rank_zero` and `world_size`, which
   every part of accelkit uses (a RANK that is empty or not an integer is no launcher's:
-  rank 0, as for a process started alone);
+  rank 0, as for a process started alone), through `launcher`, which reads the same
+  values once;
 - accelkit's variables: `flag` (``0/false/no/off`` and empty are off),
   `dist_timeout` (``ACCELKIT_DIST_TIMEOUT``), `log_level` (``ACCELKIT_LOG_LEVEL``),
   `comm_timing` (``ACCELKIT_COMM_TIMING``);
@@ -19,6 +20,7 @@ becomes a note, because a typo in TF_CONFIG must not stop detection or training.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Mapping
@@ -27,6 +29,29 @@ from typing import Any
 
 from accelkit.hardware import slurm
 from accelkit.hardware.info import HardwareInfo, LauncherEnv
+
+# Every variable `read_launcher` reads (tests/hardware/test_environment_properties.py
+# keeps the list whole): `launcher` remembers its answer for their values.
+LAUNCHER_VARIABLES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "SLURM_NTASKS",
+    "SLURM_JOB_NAME",
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_NNODES",
+    "SLURM_JOB_NODELIST",
+    "SLURM_NODELIST",
+    "SLURM_JOB_ID",
+    "TF_CONFIG",
+    "CUDA_VISIBLE_DEVICES",
+)
 
 _TORCHRUN_INTEGERS = {
     "RANK": "rank",
@@ -84,7 +109,7 @@ def rank(environ: Mapping[str, str] | None = None) -> int:
         >>> rank({"RANK": " 3 "}), rank({"RANK": ""}), rank({"RANK": "x"})
         (3, 0, 0)
     """
-    value = read_launcher(_environ(environ)).rank
+    value = launcher(environ).rank
     return value if value is not None and value >= 0 else 0
 
 
@@ -95,7 +120,34 @@ def is_rank_zero(environ: Mapping[str, str] | None = None) -> bool:
 
 def world_size(environ: Mapping[str, str] | None = None) -> int:
     """Processes the launcher started (WORLD_SIZE); 1 when unset or not an integer."""
-    return max(read_launcher(_environ(environ)).world_size or 1, 1)
+    return max(launcher(environ).world_size or 1, 1)
+
+
+def launcher(environ: Mapping[str, str] | None = None) -> LauncherEnv:
+    """`read_launcher` of `environ` (default ``os.environ``), remembered for the values of
+    the variables it reads (`LAUNCHER_VARIABLES`).
+
+    The logger's rank filter asks at every record, and the variables may be set late
+    (by the script, or exported for a process group), so the answer follows them, but
+    the same values are read once: a record costs a few lookups, whatever the variables
+    hold (a SLURM_JOB_NODELIST of a million hosts, a long TF_CONFIG).
+
+    Example:
+        >>> launcher({"RANK": "2", "WORLD_SIZE": "4"}).rank
+        2
+    """
+    source = _environ(environ)
+    return _launcher_of(tuple(source.get(name) for name in LAUNCHER_VARIABLES))
+
+
+@functools.lru_cache(maxsize=32)
+def _launcher_of(values: tuple[str | None, ...]) -> LauncherEnv:
+    environ = {
+        name: value
+        for name, value in zip(LAUNCHER_VARIABLES, values, strict=True)
+        if value is not None
+    }
+    return read_launcher(environ)
 
 
 def dist_timeout(environ: Mapping[str, str] | None = None) -> tuple[float, str, bool]:
