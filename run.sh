@@ -2,30 +2,41 @@
 # Set up and run accelkit on a fresh machine.
 #   ./run.sh demo   hardware report and plan, a what-if plan, a profiled run of a built-in GPT
 #   ./run.sh test   the test suite (real PyTorch CPU build and TensorFlow)
-# The first call creates .venv and installs everything; later calls reuse it.
+# The first call creates .venv and installs what that command runs; later calls reuse it.
+#   demo: the CPU build of PyTorch and accelkit (about 1 GB)
+#   test: those, TensorFlow and the dev extras: Lightning, transformers, the docs and
+#         lint tools (about 3.5 GB)
+# Each command keeps its own stamp in .venv, so a demo's smaller set never passes for the
+# test suite's; a stamp is redone when pyproject.toml or this file changes.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 PYTHON=${PYTHON:-python3}
 VENV=.venv
-STAMP=$VENV/.accelkit-installed
 
 setup() {
+    local profile=$1 stamp=$VENV/.accelkit-$1 want
     [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-    local want
     want=$(cat pyproject.toml run.sh | sha256sum | cut -c1-16)
-    if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
-        "$VENV/bin/python" -m pip install -q --upgrade pip
-        # torch==2.13.0 is the CPU build; a looser pin pulls a multi-GB CUDA build.
-        "$VENV/bin/python" -m pip install -q "torch==2.13.0" "tensorflow>=2.16"
-        "$VENV/bin/python" -m pip install -q -e ".[dev]"
-        echo "$want" > "$STAMP"
-    fi
+    [ "$(cat "$stamp" 2>/dev/null)" = "$want" ] && return
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    # torch==2.13.0 is the CPU build; a looser pin pulls a multi-GB CUDA build.
+    case $profile in
+        demo)
+            "$VENV/bin/python" -m pip install -q "torch==2.13.0"
+            "$VENV/bin/python" -m pip install -q -e ".[torch]"
+            ;;
+        test)
+            "$VENV/bin/python" -m pip install -q "torch==2.13.0" "tensorflow>=2.16"
+            "$VENV/bin/python" -m pip install -q -e ".[torch,tensorflow,dev]"
+            ;;
+    esac
+    echo "$want" > "$stamp"
 }
 
 case "${1:-}" in
     demo)
-        setup
+        setup demo
         "$VENV/bin/accelkit" doctor
         echo
         "$VENV/bin/accelkit" plan --gpu "NVIDIA H200" --count 8 --framework torch
@@ -33,7 +44,7 @@ case "${1:-}" in
         "$VENV/bin/accelkit" bench --model gpt --framework torch --steps 20 --calibrate
         ;;
     test)
-        setup
+        setup test
         shift
         "$VENV/bin/python" -m pytest -q "$@"
         ;;
