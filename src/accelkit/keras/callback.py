@@ -20,6 +20,7 @@ figures, calibration.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -28,7 +29,7 @@ import numpy as np
 
 from accelkit.configure import current_plan
 from accelkit.hardware import detect, environment
-from accelkit.keras import batches, checks, head, strategies
+from accelkit.keras import batches, checks, head, loss_scaling, strategies
 from accelkit.keras.facts import device_label, loss_scale
 from accelkit.keras.train_function import StepCounter
 from accelkit.planning import Plan, Request
@@ -43,6 +44,7 @@ from accelkit.profiling.run_report import RunReport
 from accelkit.report.assemble import build_report, with_advice
 from accelkit.utils import arguments
 
+_log = logging.getLogger("accelkit")
 # single_device=, and the name it had before accelkit.torch.fit's was chosen for both.
 SINGLE_DEVICE = ("single_device", "single_device_samples_per_second")
 # The measurement options a door takes by name (`MeterOptions`; the plan is positional).
@@ -170,6 +172,8 @@ class ProfileCallback(keras.callbacks.Callback):
         )
         # Token ids through a 16-bit float, 16-bit outputs: critical verdicts in the report.
         recorder.facts.update(checks.mixed_precision_facts(self.model))
+        if (step := loss_scaling.train_step_facts(self.model)) is not None:
+            recorder.facts["custom_train_step"] = step
         recorder.facts.update(self.facts)  # the caller's, given before the fit
         self.facts = recorder.facts
         self._count_first = self.options.flops_per_step is None
@@ -180,6 +184,7 @@ class ProfileCallback(keras.callbacks.Callback):
         self.report = None
         if self._gpus and self._tf is not None:
             self._tf.config.experimental.reset_memory_stats("GPU:0")
+        self._guard_loss_scaling()
         self._wrap_train_function()
         self._fitting = True
         recorder.start()
@@ -228,6 +233,7 @@ class ProfileCallback(keras.callbacks.Callback):
             self._recorder.stop()
             self._restore_train_function()
             self.report = self._build()
+            self._unguard()
         return self.report
 
     def stop_sampler(self) -> None:
@@ -237,6 +243,7 @@ class ProfileCallback(keras.callbacks.Callback):
         if self.recorder is not None:
             self.recorder.stop()
         self._restore_train_function()
+        self._unguard()
 
     @property
     def _recorder(self) -> Recorder:
@@ -263,6 +270,36 @@ class ProfileCallback(keras.callbacks.Callback):
             self._scales.append([step, scale])
 
     # -- the train function ------------------------------------------------------------
+
+    def _guard_loss_scaling(self) -> None:
+        """A custom train_step that does not scale its loss under a LossScaleOptimizer:
+        its gradients applied as computed, not divided by the scale (`loss_scaling`)."""
+        self._guard = None
+        if self._tf is None:
+            return  # the JAX and PyTorch trainers apply gradients elsewhere
+        guard = loss_scaling.UnscaledStepGuard(self.model, found=self._unscaled_step)
+        if guard.install():
+            self._guard = guard
+
+    def _unscaled_step(self) -> None:
+        step = self.facts.setdefault("custom_train_step", {})
+        step.update(scales_loss=False, compensated=True)
+        _log.warning(
+            "accelkit: %s.train_step applies gradients without "
+            "self.optimizer.scale_loss(loss) under %s: Keras' LossScaleOptimizer would "
+            "divide them by the loss scale (%g). accelkit multiplies them back for this "
+            "fit, so they are applied as computed, but without loss scaling float16 "
+            "gradients can underflow. Fix: %s",
+            type(self.model).__name__,
+            keras.mixed_precision.global_policy().name,
+            float(self.model.optimizer.initial_scale),
+            loss_scaling.FIX,
+        )
+
+    def _unguard(self) -> None:
+        guard = getattr(self, "_guard", None)
+        if guard is not None:
+            guard.restore()
 
     # No per-batch hook: Keras (JAX) then keeps its async dispatch instead of waiting for
     # each step's logs. Steps are counted where Keras calls its train function

@@ -1,13 +1,49 @@
 """A Keras model's dtypes: float32 outputs under a mixed policy (`float32_head`), and
-the precision its layers really compute in (`precision_ran`)."""
+the precision its layers really compute in (`precision_ran`).
+
+TensorFlow's mixed-precision guide keeps the last activation in float32: the logits
+may come out of a float16 layer, but the softmax or sigmoid on them is computed in
+float32 (``layers.Activation("sigmoid", dtype="float32")``). Casting the output after a
+float16 sigmoid is not the same: sigmoid(12) is exactly 1.0 in float16, so binary
+cross-entropy against 0 is 12.3 instead of 8.3 and its gradient a fifth of the true one.
+`float32_head` therefore recomputes each output's last activation in float32 from the
+logits, with the same weights, and says so where it can only cast.
+"""
 
 from __future__ import annotations
 
+import functools
+import logging
+import threading
 from typing import Any
 
 from accelkit.hardware import capabilities
+from accelkit.keras import _id_paths
 from accelkit.planning import Plan, Precision
 from accelkit.utils.imports import require
+
+_log = logging.getLogger("accelkit")
+# Layers whose activation is the last thing their call does (`x = self.activation(x)`):
+# their logits are the layer's output with the activation left out.
+_LOGIT_LAYERS = (
+    "Dense",
+    "EinsumDense",
+    "Conv1D",
+    "Conv2D",
+    "Conv3D",
+    "Conv1DTranspose",
+    "Conv2DTranspose",
+    "Conv3DTranspose",
+    "SeparableConv1D",
+    "SeparableConv2D",
+    "DepthwiseConv1D",
+    "DepthwiseConv2D",
+)
+# Activation layers without weights: rebuilt as they are, with a float32 policy.
+_ACTIVATION_LAYERS = ("Activation", "Softmax", "ReLU", "LeakyReLU", "ELU")
+# Swapping a shared layer's activation while it is traced: one trace at a time (replica
+# threads of MirroredStrategy trace the step concurrently).
+_SWAP = threading.RLock()
 
 
 def _keras() -> Any:
@@ -15,38 +51,162 @@ def _keras() -> Any:
 
 
 def float32_head(model: Any) -> Any:
-    """Return `model` with float32 outputs under a mixed policy.
+    """Return `model` with float32 outputs under a mixed policy, the last activation
+    computed in float32.
 
-    Softmax and losses computed in float16/bfloat16 lose precision, so the
-    outputs are cast back to float32 (TensorFlow mixed-precision guide). A
-    model whose outputs are already float32 is returned unchanged; otherwise
-    a functional model is wrapped with a float32 `Activation('linear')` per
-    output, and a subclassed model in a small wrapper that casts.
+    Each output of a functional or built Sequential model whose dtype is 16-bit gets
+    a float32 head (TensorFlow's mixed-precision guide): an activation layer
+    (`Activation`, `Softmax`, `ReLU`...) is computed again in float32 on its float16
+    input; a `Dense`, `Conv` or `EinsumDense` with an activation gives its logits
+    (same weights, activation left out) to a float32 `Activation` of the same
+    function; a linear output is cast. Any other output (an `LSTM`'s, a custom
+    layer's, a nested model's) is cast, with a warning that its activation stays 16-bit.
+    A subclassed model is wrapped in a model that casts its outputs, with the same
+    warning: its `call` is opaque. A model that overrides `train_step`, `test_step` or
+    `compute_loss` is returned as it is, with a warning (a wrapper would drop them).
+    A model whose outputs are float32 already is returned unchanged.
 
     Example:
         >>> import accelkit
         >>> import keras
         >>> keras.mixed_precision.set_global_policy("mixed_float16")
         >>> inputs = keras.Input((4,))
-        >>> model = keras.Model(inputs, keras.layers.Dense(2)(inputs))
+        >>> model = keras.Model(inputs, keras.layers.Dense(1, activation="sigmoid")(inputs))
         >>> model.output.dtype
         'float16'
         >>> model = accelkit.keras.float32_head(model)
         >>> keras.mixed_precision.set_global_policy("float32")
-        >>> model.output.dtype
-        'float32'
+        >>> model.output.dtype, model.layers[-1].activation.__name__   # sigmoid in float32
+        ('float32', 'sigmoid')
     """
+    return with_float32_head(model)[0]
+
+
+def with_float32_head(model: Any) -> tuple[Any, list[str]]:
+    """`float32_head`'s model and what was done to each output, one line each
+    (``"dense: sigmoid recomputed in float32"``, ``"lstm: cast after its tanh..."``)."""
     keras = _keras()
     if outputs_float32(model):
-        return model
+        return model, []
+    if overrides_training(model):
+        message = (
+            f"{model.name} has its own {overrides_training(model)}: returned as it is, not "
+            "wrapped (a wrapper would drop it); compute its last activation in float32 in "
+            'call(), e.g. keras.layers.Activation("sigmoid", dtype="float32")(logits)'
+        )
+        _log.warning("accelkit: %s", message)
+        return model, [message]
     inputs, outputs = _symbolic_io(model)
-    if inputs and outputs:
-        cast = [
-            keras.layers.Activation("linear", dtype="float32", name=f"float32_head_{i}")(o)
-            for i, o in enumerate(outputs)
-        ]
-        return keras.Model(inputs, cast if len(cast) > 1 else cast[0], name=model.name)
-    return _Float32Head(model)
+    if not (inputs and outputs):
+        message = (
+            f"{model.name} is subclassed: its outputs are cast to float32 after its call(); "
+            "an activation inside call() stays 16-bit. Compute it in float32 there: "
+            'keras.layers.Activation("sigmoid", dtype="float32")(logits), or give the '
+            'last layer dtype="float32"'
+        )
+        _log.warning("accelkit: %s", message)
+        return _float32_head_class()(model), [message]
+    heads, done = [], []
+    for i, output in enumerate(outputs):
+        head, what = _head(keras, output, i)
+        heads.append(head)
+        done.append(what)
+    for what in done:
+        if "stays" in what:
+            _log.warning("accelkit: %s", what)
+    wrapped = keras.Model(inputs, heads if len(heads) > 1 else heads[0], name=model.name)
+    return wrapped, done
+
+
+def overrides_training(model: Any) -> str:
+    """The training methods `model`'s class overrides (``"train_step"``...), or ''.
+
+    Example:
+        >>> import keras
+        >>> class GAN(keras.Model):
+        ...     def train_step(self, data):
+        ...         return {}
+        >>> overrides_training(GAN()), overrides_training(keras.Sequential())
+        ('train_step', '')
+    """
+    names = ("train_step", "test_step", "compute_loss")
+    return ", ".join(name for name in names if _user_defined(type(model), name))
+
+
+def _user_defined(cls: type, name: str) -> bool:
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return not klass.__module__.startswith(("keras.", "tf_keras.", "accelkit."))
+    return False
+
+
+def _head(keras: Any, output: Any, index: int) -> tuple[Any, str]:
+    """One output's float32 head and what it is."""
+    if _id_paths.dtype_name(output) == "float32":
+        return output, ""
+    layer, node = _id_paths.producer(output)
+    inputs = list(getattr(node, "input_tensors", None) or ())
+    kind = type(layer).__name__ if layer is not None else ""
+    name = getattr(layer, "name", "output")
+    if len(inputs) == 1 and kind in _ACTIVATION_LAYERS and not layer.weights:
+        config = {**layer.get_config(), "dtype": "float32", "name": f"{name}_float32"}
+        return type(layer).from_config(config)(inputs[0]), f"{name}: recomputed in float32"
+    activation = getattr(layer, "activation", None)
+    linear = activation is None or getattr(activation, "__name__", "") == "linear"
+    if len(inputs) == 1 and kind in _LOGIT_LAYERS and not linear:
+        logits = _logits_class()(layer)(inputs[0])
+        head = keras.layers.Activation(activation, dtype="float32", name=f"float32_head_{index}")
+        return head(logits), f"{name}: {_named(activation)} recomputed in float32 from its logits"
+    cast = keras.layers.Activation("linear", dtype="float32", name=f"float32_head_{index}")
+    if linear and kind in _LOGIT_LAYERS:
+        return cast(output), f"{name}: linear, cast to float32"
+    return cast(output), (
+        f"{name} ({kind}): cast to float32 after it; whatever activation it applies stays "
+        f"{_id_paths.dtype_name(output)}: end the model with its logits and "
+        'keras.layers.Activation(..., dtype="float32")'
+    )
+
+
+def _named(activation: Any) -> str:
+    return str(getattr(activation, "__name__", type(activation).__name__))
+
+
+@functools.cache
+def _logits_class() -> type:
+    """A layer giving another layer's output with its activation left out (same weights),
+    registered for `keras.saving` as ``accelkit>Logits``."""
+    keras = _keras()
+    layer_class: Any = keras.layers.Layer
+
+    @keras.saving.register_keras_serializable(package="accelkit")
+    class Logits(layer_class):
+        """`layer`'s output without its activation: the logits of its float32 head."""
+
+        def __init__(self, layer: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("name", f"{layer.name}_logits")
+            kwargs.setdefault("dtype", layer.dtype_policy)
+            super().__init__(autocast=False, **kwargs)
+            self.layer = layer
+            self._activation = layer.activation  # the one to put back, whatever the timing
+
+        def call(self, inputs: Any) -> Any:
+            with _SWAP:
+                self.layer.activation = keras.activations.linear
+                try:
+                    return self.layer(inputs)
+                finally:
+                    self.layer.activation = self._activation
+
+        def get_config(self) -> dict[str, Any]:
+            layer = keras.saving.serialize_keras_object(self.layer)
+            return {**super().get_config(), "layer": layer}
+
+        @classmethod
+        def from_config(cls, config: dict[str, Any]) -> Any:
+            layer = keras.saving.deserialize_keras_object(config.pop("layer"))
+            return cls(layer, **config)
+
+    return Logits
 
 
 def outputs_float32(model: Any) -> bool:
@@ -83,10 +243,6 @@ def _float32_head_class() -> type:
             return keras.tree.map_structure(lambda t: keras.ops.cast(t, "float32"), outputs)
 
     return Float32Head
-
-
-def _Float32Head(model: Any) -> Any:
-    return _float32_head_class()(model)
 
 
 def precision_ran(model: Any, plan: Plan) -> Precision | None:

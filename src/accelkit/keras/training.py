@@ -17,7 +17,7 @@ from accelkit.hardware.environment import dist_timeout
 from accelkit.keras import _multi_worker, checks, strategies
 from accelkit.keras.callback import SINGLE_DEVICE, ProfileCallback, measurement_options
 from accelkit.keras.facts import input_facts
-from accelkit.keras.head import float32_head, outputs_float32
+from accelkit.keras.head import outputs_float32, overrides_training, with_float32_head
 from accelkit.planning import Distribution, Plan
 from accelkit.profiling.run_report import RunReport
 from accelkit.utils.arguments import renamed
@@ -353,8 +353,13 @@ def _explained(error: Any, strategy: Any) -> Exception:
 
 
 def _with_float32_head(model: Any) -> tuple[Any, str]:
-    """The model with float32 outputs, compiled as the original was."""
-    if outputs_float32(model):
+    """The model with float32 outputs, compiled as the original was.
+
+    A subclassed model, or one with its own `train_step`/`compute_loss`, trains as it is:
+    a wrapper could only cast its outputs after its `call` (Keras computes losses in
+    float32 anyway) and would drop its training methods; `ProfileCallback` reads its
+    outputs' dtype at the first batch instead."""
+    if outputs_float32(model) or overrides_training(model) or not _has_graph(model):
         return model, ""
     config = dict(getattr(getattr(model, "_compile_config", None), "config", None) or {})
     if not config:
@@ -364,7 +369,7 @@ def _with_float32_head(model: Any) -> tuple[Any, str]:
             stacklevel=4,
         )
         return model, "outputs not float32 under a mixed policy (compile config unknown)"
-    wrapped = float32_head(model)
+    wrapped, done = with_float32_head(model)
     config["optimizer"] = model.optimizer  # the same optimizer object, state and all
     wrapped.compile(**config)
     warnings.warn(
@@ -373,7 +378,17 @@ def _with_float32_head(model: Any) -> tuple[Any, str]:
         "Use accelkit.keras.float32_head(model) before compile to avoid this.",
         stacklevel=4,
     )
-    return wrapped, f"float32 output head added (outputs were {_dtypes(model)})"
+    return wrapped, (
+        f"float32 output head added (outputs were {_dtypes(model)}): "
+        + "; ".join(what for what in done if what)
+    )
+
+
+def _has_graph(model: Any) -> bool:
+    try:
+        return bool(model.outputs)
+    except (AttributeError, ValueError):  # subclassed models have no symbolic outputs
+        return False
 
 
 def _dtypes(model: Any) -> str:

@@ -158,6 +158,12 @@ def _count(model: Any, x: Any, y: Any, sample_weight: Any) -> FlopCount:
         )
     if not isinstance(model, keras.Model):
         return _failed(f"expected a keras.Model, got {type(model).__name__}")
+    if _no_call(keras, model):
+        return _failed(
+            f"{type(model).__name__} has no call(): its train_step calls its parts "
+            "(an encoder, a decoder...), so there is no forward pass to trace; "
+            "give the FLOPs of one step"
+        )
     if isinstance(x, tf.data.Dataset):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(next(iter(x)))
     register_flop_rules()
@@ -196,6 +202,11 @@ def _count(model: Any, x: Any, y: Any, sample_weight: Any) -> FlopCount:
             f"the figures are one replica's, for the batch given ({replicas} replicas)"
         )
     return _profile(graph, notes, forward_only, replicas)
+
+
+def _no_call(keras: Any, model: Any) -> bool:
+    """True for a subclassed model that never defined `call` (Keras' raises)."""
+    return type(model).call in (keras.Model.call, keras.layers.Layer.call)
 
 
 def _signature(tf: Any, data: Any) -> tuple[list[Any], Callable[[list[Any]], Any]]:
