@@ -92,6 +92,9 @@ def auto_configure(
     Returns:
         The `Plan`, each setting with what happened to it ("planned" when the
         framework is decided at import: `current_plan()` holds the applied plan then).
+        GPUs the installed framework cannot use (a PyTorch or TensorFlow built without
+        CUDA) are planned as the CPU they run on, with a warning in the log and a note
+        naming the fix.
 
     Raises:
         ValueError: a bad argument or ``ACCELKIT_PRECISION`` value (the message names
@@ -118,6 +121,9 @@ def auto_configure(
         for chosen in (decision.framework, *decision.at_import)
     }
     plans = {chosen: plan(hardware, request) for chosen, request in requests.items()}
+    for planned in plans.values():  # a framework that cannot use the GPUs here, loudly
+        if planned.hardware.gpus_unusable:
+            _log.warning("accelkit: %s", planned.hardware.gpus_unusable)
     result = plans[decision.framework]
     notes = [f"framework: {decision.reason}"]
     if requests[decision.framework].precision is not Precision.AUTO and precision == "auto":

@@ -11,6 +11,7 @@ from accelkit import __version__, specs
 from accelkit.cli.common import JSON_HELP, add_command, add_framework, emit_json
 from accelkit.configure import auto_configure
 from accelkit.hardware import detect
+from accelkit.hardware.framework_builds import FRAMEWORKS, unusable_reason
 from accelkit.report.render import describe_hardware, render_plan
 from accelkit.report.text import paragraph, terminal_width
 from accelkit.utils import versions
@@ -42,7 +43,10 @@ def run(args: argparse.Namespace) -> int:
     result = auto_configure(
         framework=args.framework, dry_run=True, verbose=False, hardware=hardware
     )
+    # A framework that cannot use the GPUs here, said before anything else it could hide in
+    warnings = list(filter(None, (unusable_reason(hardware, f) for f in FRAMEWORKS)))
     document: dict[str, Any] = {
+        "warnings": warnings,
         "accelkit": __version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -74,12 +78,13 @@ def run(args: argparse.Namespace) -> int:
             f"{'on' if gpu.mig_enabled else 'off'} -> {match}"
         )
     lines += [f"note: {note}" for note in dict.fromkeys(hardware.notes)]
+    lines += [f"WARNING: {warning}" for warning in warnings]
     for line in lines:
         indent = " " * (len(line) - len(line.lstrip()))
         print(paragraph(line, width, rest=indent + "  "))
     print()
-    # The plan repeats the hardware's notes; they are printed above already.
-    print(render_plan(result, width, shown=hardware.notes))
+    # The plan repeats the hardware's notes and the warnings; they are printed above already.
+    print(render_plan(result, width, shown=(*hardware.notes, *warnings)))
     return 0
 
 

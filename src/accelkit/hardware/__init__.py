@@ -11,11 +11,11 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from accelkit.hardware import environment, visible_devices
-from accelkit.hardware.info import GpuInfo, HardwareInfo, LauncherEnv, Link
+from accelkit.hardware import environment, framework_builds, visible_devices
+from accelkit.hardware.info import FrameworkBuild, GpuInfo, HardwareInfo, LauncherEnv, Link
 from accelkit.hardware.nvml import read_gpus
 
-__all__ = ["GpuInfo", "HardwareInfo", "LauncherEnv", "Link", "detect"]
+__all__ = ["FrameworkBuild", "GpuInfo", "HardwareInfo", "LauncherEnv", "Link", "detect"]
 
 
 def detect(*, environ: Mapping[str, str] | None = None) -> HardwareInfo:
@@ -23,7 +23,8 @@ def detect(*, environ: Mapping[str, str] | None = None) -> HardwareInfo:
 
     Reads NVML (no CUDA context is created, so frameworks imported afterwards
     are unaffected), then keeps the GPUs CUDA_VISIBLE_DEVICES leaves visible,
-    in CUDA's order, with the links between them. Never raises: anything that
+    in CUDA's order, with the links between them, and what the installed frameworks
+    were built for (``frameworks``: can they use those GPUs at all?). Never raises: anything that
     cannot be read is None or absent, with the reason in ``notes``.
 
     Args:
@@ -62,6 +63,8 @@ def _detect(environ: Mapping[str, str]) -> HardwareInfo:
     shown = {g.index for g in gpus}
     return dataclasses.replace(
         reading,
+        # can the frameworks use them? (without GPUs the question does not arise)
+        frameworks=framework_builds.read_all() if gpus else (),
         gpus=gpus,
         links=tuple(link for link in reading.links if link.a in shown and link.b in shown),
         cpu_count=environment.cpu_count(),

@@ -151,6 +151,28 @@ class LauncherEnv:
 
 
 @dataclasses.dataclass(frozen=True)
+class FrameworkBuild:
+    """What an installed framework was built for (`accelkit.hardware.framework_builds`).
+
+    Attributes:
+        framework: ``"torch"`` or ``"tensorflow"``.
+        version: its version, e.g. ``"2.13.0+cpu"``; None when it could not be read.
+        cuda: True when built with CUDA, False when built without it (a CPU-only or
+            ROCm build: it cannot use an NVIDIA GPU), None when it could not be told.
+        detail: what it was built for, e.g. ``"CUDA 12.8"``, ``"CPU only"``, ``"ROCm 6.2"``.
+    """
+
+    framework: str
+    version: str | None = None
+    cuda: bool | None = None
+    detail: str = ""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FrameworkBuild:
+        return cls(**data)
+
+
+@dataclasses.dataclass(frozen=True)
 class HardwareInfo:
     """A snapshot of the machine a run is on.
 
@@ -166,6 +188,11 @@ class HardwareInfo:
         launcher: the launcher's variables.
         source: ``"nvml"``, ``"what-if"``, ``"snapshot"`` or ``"none"``.
         notes: why something is missing (e.g. "NVML not available: ...").
+        frameworks: what the installed frameworks were built for, read when NVML shows
+            GPUs (a what-if snapshot has none: it plans for the build you would install).
+        gpus_unusable: why the GPUs the driver shows are not in this snapshot: it is the
+            machine as a framework built without CUDA sees it
+            (`accelkit.hardware.framework_builds.usable_by`); "" otherwise.
     """
 
     gpus: tuple[GpuInfo, ...] = ()
@@ -178,6 +205,8 @@ class HardwareInfo:
     launcher: LauncherEnv = dataclasses.field(default_factory=LauncherEnv)
     source: str = "none"
     notes: tuple[str, ...] = ()
+    frameworks: tuple[FrameworkBuild, ...] = ()
+    gpus_unusable: str = ""
 
     @property
     def gpu_count(self) -> int:
@@ -224,7 +253,13 @@ class HardwareInfo:
             launcher=LauncherEnv.from_dict(data.get("launcher", {})),
             source=data.get("source", "snapshot"),
             notes=tuple(data.get("notes", ())),
+            frameworks=tuple(FrameworkBuild.from_dict(f) for f in data.get("frameworks", ())),
+            gpus_unusable=data.get("gpus_unusable", ""),
         )
+
+    def build_of(self, framework: str) -> FrameworkBuild | None:
+        """What the installed `framework` was built for, when it was read."""
+        return next((b for b in self.frameworks if b.framework == framework), None)
 
     @classmethod
     def from_json(cls, text: str) -> HardwareInfo:

@@ -6,9 +6,10 @@ can be made and tested on a machine without a GPU.
 
 from __future__ import annotations
 
+from accelkit.hardware import framework_builds
 from accelkit.hardware.info import HardwareInfo
 from accelkit.planning import distribution, precision, runtime
-from accelkit.planning.types import Plan, Request
+from accelkit.planning.types import Plan, Precision, Request
 
 
 def plan(hardware: HardwareInfo, request: Request | None = None) -> Plan:
@@ -19,7 +20,10 @@ def plan(hardware: HardwareInfo, request: Request | None = None) -> Plan:
         request: what the caller asks for; defaults to PyTorch with everything on auto.
 
     Returns:
-        An immutable `Plan` whose settings each carry a one-line reason.
+        An immutable `Plan` whose settings each carry a one-line reason. When the
+        installed framework was built without CUDA (``hardware.frameworks``), the plan
+        is for the machine as it sees it, without GPUs (``plan.hardware.gpus_unusable``
+        and a note say why, with the fix), and ``precision="auto"`` is fp32.
 
     Raises:
         ValueError: the request cannot run on this hardware (e.g. bf16 on a T4),
@@ -31,7 +35,12 @@ def plan(hardware: HardwareInfo, request: Request | None = None) -> Plan:
         'fp16'
     """
     request = request or Request()
-    chosen, reason = precision.choose(hardware, request)
+    # The machine as the framework can use it: a build without CUDA sees no GPU.
+    hardware = framework_builds.usable_by(hardware, request.framework.value)
+    if hardware.gpus_unusable and request.precision is Precision.AUTO:
+        chosen, reason = Precision.FP32, f"fp32: {hardware.gpus_unusable}"
+    else:
+        chosen, reason = precision.choose(hardware, request)
     engine, distribution_settings = distribution.choose(hardware, request)
     settings = [
         *precision.settings(hardware, request, chosen, reason),

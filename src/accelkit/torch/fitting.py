@@ -199,6 +199,8 @@ def fit(
         report.note("world_size", alone)
     if held_back:
         report.note("precision", held_back)
+    if plan.hardware.gpus_unusable:  # GPUs here that this torch build cannot use
+        report.note("device", plan.hardware.gpus_unusable)
     return report
 
 
