@@ -4,15 +4,19 @@ an unwritable path exits 2 with the path named, never a traceback."""
 from __future__ import annotations
 
 import json
+import os
 import stat
+from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from accelkit.cli import EXIT_USAGE
+from accelkit.profiling.run_report import RunReport
 from accelkit.report.html import CHARTS
 
-from ..report.helpers import saved_report
-from .test_cli_report_files import _run
+from ..report.helpers import names_field, report_documents, saved_report
+from .test_cli_report_files import _run, _write
 
 
 def _saved(tmp_path) -> str:
@@ -80,3 +84,51 @@ def test_report_html_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     assert page.read_text().startswith("<!DOCTYPE html>")
     assert stat.S_IMODE(page.stat().st_mode) == 0o644
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "run.json"]
+
+
+D15 = {
+    "hardware_gpus_string": {"hardware": {"gpus": "abc"}},
+    "plan_settings_int": {"plan": {"settings": 5}},
+    "plan_settings_strings": {"plan": {"settings": ["abc"]}},
+    "series_unequal": {"series": {"time_s": [1.0, 2.0, 3.0], "step_time_s": [0.1]}},
+    "ranks_without_rank": {"ranks": [{"communication_share": 0.1}]},
+    "advice_evidence_list": {"advice": [{"title": "t", "evidence": [1]}]},
+}
+
+
+@pytest.mark.parametrize("case", sorted(D15))
+def test_what_the_html_page_cannot_draw_the_schema_refuses_by_name(tmp_path, case) -> None:
+    """Issue 25 D15: these files passed the schema and `--html` crashed on them."""
+    document = {**saved_report(), **D15[case]}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(document))
+    field = next(iter(D15[case]))
+    for extra in ((), ("--html", str(tmp_path / "run.html"))):
+        code, out, err = _run("report", str(path), *extra)
+        assert code == EXIT_USAGE, err
+        assert str(path) in err and names_field(err, field), err
+        assert "Traceback" not in err and out == ""
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(document=report_documents())
+def test_a_file_the_schema_takes_renders_and_one_it_refuses_exits_2_naming_a_field(
+    document,
+) -> None:
+    path = _write(document)
+    page = Path(path).with_suffix(".html")
+    try:
+        code, out, err = _run("report", path, "--html", str(page))
+        written = page.exists() and page.read_text(encoding="utf-8")
+    finally:
+        os.unlink(path)
+        page.unlink(missing_ok=True)
+    try:
+        RunReport.from_dict(document)
+    except ValueError:
+        assert code == EXIT_USAGE, err
+        assert path in err and any(names_field(err, field) for field in document), err
+        assert out == "" and not written
+    else:
+        assert code == 0, err
+        assert out.startswith("accelkit run:") and written.startswith("<!DOCTYPE html>")

@@ -63,6 +63,11 @@ numbers = st.none() | st.floats(-1e12, 1e12, allow_nan=False) | st.integers(-(10
 @settings(max_examples=150, deadline=None)
 @given(values=st.fixed_dictionaries({f: numbers for f in PHASES if f != "eval_losses"}))
 def test_any_numbers_the_file_holds_for_the_phases_draw(values) -> None:
+    share = values["evaluation_share"]
+    if share is not None and not 0 <= share <= 1:  # a share outside 0..1: refused by name
+        with pytest.raises(ValueError, match="field 'evaluation_share' is"):
+            RunReport.from_dict({**saved_report(), **values})
+        return
     report = RunReport.from_dict({**saved_report(), **values})
     text, page = render_run(report, 80), render_html(report)
     assert "chart-phases" in page

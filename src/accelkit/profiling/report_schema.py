@@ -1,10 +1,17 @@
-"""Checking a saved run report field by field before anything reads it.
+"""Checking a saved run report field by field before anything reads it: the one place
+that says what a report file may hold.
 
 The schema is the record's own dataclass: each field's annotation on `RunReport`
 (and, inside ``tuning``, on `Trial` and `TuneResult`) says what a value must be, so a
-new field is checked the day it is added, with no second list to keep in step. No
-JSON Schema library is needed: the annotations use a handful of shapes (numbers,
-strings, flags, lists, string-keyed objects, unions with None), checked here.
+new field is checked the day it is added, with no second list to keep in step. Inside
+the fields the record keeps as free-form objects, `INSIDE` says what the readers of a
+report (the text table, the HTML page, the advisor) take from them: ``hardware`` is a
+`HardwareInfo`, ``plan`` a `SavedPlan`, each ``advice`` item a `SavedAdvice`, each of
+``ranks`` a `SavedRank`; the columns of ``series`` on one time axis (`SERIES_AXES`)
+have one length. A file this module accepts renders; one it refuses is named with
+its field. No JSON Schema library is needed: the annotations use a handful of shapes
+(numbers, strings, flags, lists, tuples, string-keyed objects, dataclasses, typed
+dicts, unions with None), checked here.
 
 A report that fails names the field (``tuning.candidates[1].step_seconds``) and what
 it holds, so ``accelkit report`` can say which file and which field are wrong
@@ -21,8 +28,11 @@ import os
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict, is_typeddict
 
+from accelkit.hardware.info import HardwareInfo
+from accelkit.profiling.clock import WINDOW_COLUMNS
+from accelkit.profiling.sampler import SERIES_COLUMNS
 from accelkit.profiling.tuning import Trial, TuneResult
 
 # Keys of ``report.tuning`` that `TuneResult.to_dict` derives rather than stores.
@@ -39,8 +49,81 @@ _NEEDS = {
     "mfu_calibrated": "calibrated_tflops",
     "communication_share": "communication_s",
 }
-# Shares of the step: from 0 to 1.
-_SHARES = ("communication_share",)
+# Shares of the step or of the run: from 0 to 1.
+_SHARES = ("communication_share", "evaluation_share", "input_wait_share")
+
+
+class SavedSetting(TypedDict, total=False):
+    """One of ``plan.settings`` (`Setting.to_dict`)."""
+
+    key: str
+    value: Any
+    framework: str | None
+    reason: str
+    kind: str
+    status: str
+    detail: str
+
+
+class SavedPlan(TypedDict, total=False):
+    """``plan`` (`Plan.to_dict`): every key optional, as a report without a plan has none."""
+
+    framework: str
+    precision: str
+    distribution: str
+    compile: bool
+    settings: list[SavedSetting]
+    env: dict[str, str]
+    notes: list[str]
+    hardware: HardwareInfo
+    not_applied: str
+
+
+class SavedAdvice(TypedDict, total=False):
+    """One of ``advice`` (`Advice.to_dict`)."""
+
+    id: str
+    severity: str
+    title: str
+    evidence: dict[str, Any]
+    action: str | None
+    expected_gain: str | None
+    speedup: float | None
+
+
+class _Rank(TypedDict):
+    rank: int
+
+
+class SavedRank(_Rank, total=False):
+    """One of ``ranks`` (`accelkit.profiling.world.rank_figures`)."""
+
+    device: str
+    devices: int
+    steady_samples: float | None
+    steady_seconds: float | None
+    steady_steps: int | None
+    samples_per_second: float | None
+    step_time_s: float | None
+    input_wait_share: float | None
+    communication_s: float | None
+    communication_share: float | None
+    all_reduce_in_flight_s: float | None
+
+
+# What the free-form fields of `RunReport` hold, where a reader takes something from them.
+INSIDE: dict[str, Any] = {
+    "hardware": HardwareInfo,
+    "plan": SavedPlan,
+    "advice": list[SavedAdvice],
+    "ranks": list[SavedRank],
+}
+# The columns of ``series`` by the time axis they are drawn on: the clock's windows
+# (`accelkit.profiling.clock`) end at ``time_s``, the NVML ticks at ``gpu_time_s``.
+SERIES_AXES = {
+    "time_s": WINDOW_COLUMNS,
+    "gpu_time_s": ("gpu_time_s", *SERIES_COLUMNS[1:]),
+}
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:
@@ -72,6 +155,10 @@ def check_report(data: Any, cls: type) -> dict[str, Any]:
     values = check_fields(data, cls)
     if "tuning" in values:
         values["tuning"] = check_tuning(values["tuning"])
+    for name, shape in INSIDE.items():
+        if name in values:
+            check_value(values[name], shape, name)
+    check_series(values.get("series") or {})
     for figure, basis in _NEEDS.items():
         if values.get(figure) is not None and values.get(basis) is None:
             raise ValueError(
@@ -82,8 +169,30 @@ def check_report(data: Any, cls: type) -> dict[str, Any]:
     for share in _SHARES:
         value = values.get(share)
         if value is not None and not 0.0 <= value <= 1.0:
-            raise ValueError(f"field {share!r} is {value!r}: a share of the step is from 0 to 1")
+            raise ValueError(f"field {share!r} is {value!r}: a share is from 0 to 1")
     return values
+
+
+def check_series(series: Mapping[str, list[Any]]) -> None:
+    """Raise ValueError naming the column unless the columns of ``series`` on each time
+    axis (`SERIES_AXES`) have one length: each point of a chart is one row of them.
+
+    Example:
+        >>> check_series({"time_s": [1.0, 2.0], "step_time_s": [0.1]})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: field 'series.step_time_s' has 1 value and 'series.time_s' 2: ...
+    """
+    for columns in SERIES_AXES.values():
+        present = [name for name in columns if name in series]
+        for name in present[1:]:
+            first = present[0]
+            if len(series[name]) != len(series[first]):
+                count = len(series[name])
+                raise ValueError(
+                    f"field 'series.{name}' has {count} value{'s' if count != 1 else ''} and "
+                    f"'series.{first}' {len(series[first])}: the columns on one time axis "
+                    "are the rows of one table, of one length"
+                )
 
 
 def check_fields(data: Any, cls: type, where: str = "") -> dict[str, Any]:
@@ -177,13 +286,22 @@ def _mismatch(value: Any, hint: Any, where: str) -> str | None:
         ):
             return _mismatch(value, inner[0], where)
         return _wrong(value, hint, where)
-    if origin is list:
+    if origin is tuple and args[-1:] != (Ellipsis,):  # a fixed pair: (major, minor)
+        if not isinstance(value, list) or len(value) != len(args):
+            return _wrong(value, hint, where)
+        return next(
+            (p for i, item in enumerate(value) if (p := _mismatch(item, args[i], f"{where}[{i}]"))),
+            None,
+        )
+    if origin in (list, tuple):
         if not isinstance(value, list):
             return _wrong(value, hint, where)
         return next(
             (p for i, item in enumerate(value) if (p := _mismatch(item, args[0], f"{where}[{i}]"))),
             None,
         )
+    if dataclasses.is_dataclass(hint) or is_typeddict(hint):
+        return _object_mismatch(value, hint, where)
     if origin in (dict, Mapping) or hint in (dict, Mapping):
         if not isinstance(value, dict):
             return _wrong(value, hint, where)
@@ -197,6 +315,33 @@ def _mismatch(value: Any, hint: Any, where: str) -> str | None:
             None,
         )
     return None if _is_scalar(value, hint) else _wrong(value, hint, where)
+
+
+def _object_mismatch(value: Any, cls: Any, where: str) -> str | None:
+    """Why `value` is not an object whose keys fit the dataclass or typed dict `cls`
+    (keys `cls` lacks pass: a newer report's); None when it is."""
+    if not isinstance(value, dict):
+        return f"{_field(where)} must be an object, got {describe(value)}"
+    if is_typeddict(cls):
+        required: frozenset[str] = cls.__required_keys__
+    else:
+        required = frozenset(
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        )
+    missing = sorted(required - set(value))
+    if missing:
+        return f"missing required field {_join(where, missing[0])!r}"
+    hints = _hints(cls)
+    return next(
+        (
+            p
+            for key, item in value.items()
+            if key in hints and (p := _mismatch(item, hints[key], _join(where, key)))
+        ),
+        None,
+    )
 
 
 def _restored(value: Any, hint: Any) -> Any:
@@ -237,12 +382,16 @@ def _expected(hint: Any) -> str:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_expected(arg) for arg in args)
-    if origin is list:
+    if origin is tuple and args[-1:] != (Ellipsis,):
+        return f"a list of {len(args)} items"
+    if origin in (list, tuple):
         return (
             f"a list of {_expected(args[0]).removeprefix('a ').removeprefix('an ')}s"
             if args and args[0] is not Any
             else "a list"
         )
+    if dataclasses.is_dataclass(hint) or is_typeddict(hint):
+        return "an object"
     if origin in (dict, Mapping) or hint in (dict, Mapping):
         return "an object"
     return {
