@@ -6,6 +6,7 @@ strategy, `float32_head`, the fit) lives in `accelkit.keras`.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +15,13 @@ from accelkit.frameworks._common import Outcome, apply_env, is_ours, set_by_us, 
 from accelkit.planning.keys import Key
 from accelkit.planning.types import Plan, Setting, Status
 from accelkit.utils.imports import require
+
+_log = logging.getLogger("accelkit")
+OPT_OUT = (
+    "accelkit.auto_configure(precision='fp32'), or ACCELKIT_PRECISION=fp32, before the "
+    "model is built"
+)
+_announced: set[str] = set()  # policies described in this process: said once
 
 
 def _tf() -> Any:
@@ -47,7 +55,34 @@ def apply_mixed_precision(setting: Setting) -> Outcome:
         return Status.KEPT_USER_VALUE, f"policy {current!r} set by the user"
     keras.mixed_precision.set_global_policy(setting.value)
     set_by_us(setting.key, setting.value)
+    if setting.value not in _announced and str(setting.value).startswith("mixed"):
+        _announced.add(setting.value)
+        _log.info("accelkit: %s", policy_message(setting.value))
     return Status.APPLIED, "models built before this call keep their old policy"
+
+
+def policy_message(policy: str) -> str:
+    """What setting the Keras global `policy` changes for the user's code, and the way out.
+
+    Example:
+        >>> policy_message("mixed_float16").split(":")[0]
+        'Keras dtype policy mixed_float16'
+    """
+    dtype = "bfloat16" if "bfloat16" in policy else "float16"
+    scaling = (
+        " compile() wraps the optimizer in a LossScaleOptimizer, so a custom train_step "
+        "must call loss = self.optimizer.scale_loss(loss) inside its GradientTape "
+        "(ProfileCallback corrects one that does not, and says so);"
+        if policy == "mixed_float16"
+        else ""
+    )
+    return (
+        f"Keras dtype policy {policy}: layers built from now on compute in {dtype} and "
+        f"keep float32 weights;{scaling} code that makes its own float32 tensors beside "
+        "them (tf.random.normal without a dtype in a custom layer) or feeds a FeatureSpace "
+        f"can fail with a dtype error. To opt out: {OPT_OUT} (docs/keras.md, known "
+        "incompatibilities)"
+    )
 
 
 def apply_tf32(setting: Setting) -> Outcome:

@@ -25,6 +25,7 @@ import keras
 import numpy as np
 
 from accelkit.keras import batches
+from accelkit.keras.policy_notes import add_policy_note
 from accelkit.profiling.clock import StepClock
 
 Sizes = tuple[int | None, int]  # (samples, tokens) of one batch
@@ -129,6 +130,13 @@ class StepCounter:
         )
 
         def counted(*args: Any) -> Any:
+            try:
+                return step(*args)
+            except Exception as error:
+                add_policy_note(error)  # a dtype error under a mixed policy: the fix
+                raise
+
+        def step(*args: Any) -> Any:
             self.clock.resume()  # a no-op unless paused (the epoch's end, validation)
             *head, source = args
             per_call = steps_per_execution(model)

@@ -18,6 +18,7 @@ from accelkit.keras import _multi_worker, checks, strategies
 from accelkit.keras.callback import SINGLE_DEVICE, ProfileCallback, measurement_options
 from accelkit.keras.facts import input_facts
 from accelkit.keras.head import outputs_float32, overrides_training, with_float32_head
+from accelkit.keras.policy_notes import add_policy_note
 from accelkit.planning import Distribution, Plan
 from accelkit.profiling.run_report import RunReport
 from accelkit.utils.arguments import renamed
@@ -247,9 +248,11 @@ def _train(model: Any, callback: ProfileCallback, fit_kwargs: dict[str, Any]) ->
         callback.stop_sampler()
         if multi_worker and _lost_worker(error):
             raise _explained(error, model.distribute_strategy) from error
+        add_policy_note(error)
         raise
-    except BaseException:
+    except BaseException as error:
         callback.stop_sampler()
+        add_policy_note(error)  # a dtype error under a mixed policy: the fix
         raise
 
 
