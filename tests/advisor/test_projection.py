@@ -231,7 +231,7 @@ def test_cli_report_ranks_projections(saved_run) -> None:
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (("--project", "h100"), 1, "matches several"),
+        (("--project", "h2000"), 1, "No datasheet row"),
         (("--project", "Tesla T4", "--price", "L4=1"), 2, "no --project names"),
         (("--project", "Tesla T4", "--price", "1.5"), 2, "NAME=USD_PER_HOUR"),
         (("--project", "Tesla T4:0"), 2, "whole number"),

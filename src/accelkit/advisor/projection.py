@@ -29,6 +29,10 @@ from accelkit.advisor.context import DEFAULT_MFU, Context
 from accelkit.hardware.what_if import UnknownGPUError, what_if
 from accelkit.planning import Request, plan
 
+# Projections whose epoch times (or costs, or step times) differ by less than this share
+# are equal: the estimate is not that precise.
+EQUAL_WITHIN = 0.01
+
 
 @dataclasses.dataclass(frozen=True)
 class Projection:
@@ -129,7 +133,7 @@ def project(
             "projection needs the run's FLOPs per step, which this report lacks "
             "(pass flops_per_step= to the fit)"
         )
-    spec = specs.lookup(gpu)
+    spec, variant = specs.resolve(gpu)  # "H100": the most deployed variant, noted
     if spec is None:
         raise UnknownGPUError(specs.unknown_message(gpu))
     facts = data.get("facts") or {}
@@ -157,6 +161,7 @@ def project(
         + (f", {per_gpu_batch:g} samples per GPU" if per_gpu_batch else ""),
         steps_note,
         *_input_and_scaling(wait, count, measured_devices),
+        *([variant] if variant else []),
     ]
     return Projection(
         gpu=spec.name,
@@ -267,6 +272,9 @@ def _steps_per_epoch(data: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple
 def ranked(projections: Sequence[Projection]) -> list[tuple[Projection, int, int | None]]:
     """The projections fastest first, each with its rank by time and by cost (None: no price).
 
+    Equal epoch times (or costs) share a rank, the next one skipping as many ("1, 1, 3"):
+    8 x H100 SXM and 8 x H200 have the same peaks, so at one MFU neither is faster.
+
     Example:
         >>> run = {"flops_per_step": 1e12, "steps": 100}
         >>> found = [project(run, "Tesla T4", price_per_hour=0.35), project(run, "L4")]
@@ -278,8 +286,70 @@ def ranked(projections: Sequence[Projection]) -> list[tuple[Projection, int, int
         (p for p in projections if p.cost_per_epoch is not None),
         key=lambda p: p.cost_per_epoch or 0.0,  # priced ones only: never None
     )
-    cost_rank = {id(p): i for i, p in enumerate(priced, 1)}
-    return [(p, i, cost_rank.get(id(p))) for i, p in enumerate(by_time, 1)]
+    time_rank = _ranks(by_time, lambda p: p.epoch_time_s)
+    cost_rank = _ranks(priced, lambda p: p.cost_per_epoch or 0.0)
+    return [(p, time_rank[id(p)], cost_rank.get(id(p))) for p in by_time]
+
+
+def _ranks(ordered: Sequence[Projection], figure: Any) -> dict[int, int]:
+    """Competition ranks of `ordered` (sorted by `figure`): figures equal to the one
+    holding a rank (`_equal`) share it."""
+    ranks: dict[int, int] = {}
+    holder: Projection | None = None
+    for place, p in enumerate(ordered, 1):
+        if holder is None or not _equal(figure(holder), figure(p)):
+            holder = p
+            ranks[id(p)] = place
+        else:
+            ranks[id(p)] = ranks[id(holder)]
+    return ranks
+
+
+def _equal(a: float, b: float) -> bool:
+    # A projection rests on an assumed MFU and a measured input wait: figures this close
+    # are the same estimate, and naming one of them faster would be noise.
+    return math.isclose(a, b, rel_tol=EQUAL_WITHIN)
+
+
+def leaders(projections: Sequence[Projection]) -> list[str]:
+    """The lines naming the fastest and the cheapest projections. Several sharing the
+    first place are named together as equal, never one of them as the fastest; a fastest
+    one whose step takes as long as others' is said to lead by its GPU count alone.
+
+    Example:
+        >>> run = {"flops_per_step": 1e12, "steps": 100}
+        >>> leaders([project(run, "H100 SXM", 8), project(run, "H200", 8)])
+        ['equally fast: 8 x NVIDIA H100 SXM5 80GB, 8 x NVIDIA H200 SXM 141GB (same epoch time)']
+    """
+    order = ranked(projections)
+    fastest = [p for p, by_time, _ in order if by_time == 1]
+    cheapest = [p for p, _, by_cost in order if by_cost == 1]
+    lines = (
+        _first(fastest, "fastest", "equally fast", "epoch time") + _by_count(fastest, order),
+        _first(cheapest, "cheapest per epoch", "equally cheap per epoch", "cost per epoch"),
+    )
+    return [line for line in lines if line]
+
+
+def _first(first: Sequence[Projection], alone: str, tied: str, figure: str) -> str:
+    names = ", ".join(f"{p.count} x {p.gpu}" for p in first)
+    if len(first) > 1:
+        return f"{tied}: {names} (same {figure})"
+    return f"{alone}: {names}" if first else ""
+
+
+def _by_count(fastest: Sequence[Projection], order: Sequence[tuple[Projection, ...]]) -> str:
+    """Why a lone fastest projection leads when its step is no faster than others'."""
+    if len(fastest) != 1:
+        return ""
+    lead = fastest[0]
+    same = [p for p, *_ in order if p is not lead and _equal(p.step_time_s, lead.step_time_s)]
+    if not same:
+        return ""
+    return (
+        f" (its step takes {duration(lead.step_time_s)}, as on {len(same)} other(s): "
+        f"it leads by its {lead.count} GPUs alone)"
+    )
 
 
 def duration(seconds: float) -> str:

@@ -18,6 +18,7 @@ from accelkit.cli.common import (
 )
 from accelkit.hardware import environment
 from accelkit.profiling import world
+from accelkit.utils.imports import install_command, is_available
 
 EXAMPLES = (
     "accelkit bench",
@@ -90,6 +91,7 @@ def add(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    _check_installed(args.framework)  # an install hint, not a traceback
     if args.save:
         _check_writable(args.save)  # before the run, not after it
     # read (and check) a reference report before the run too; its errors name the field
@@ -118,6 +120,23 @@ def run(args: argparse.Namespace) -> int:
             print(f"accelkit: could not save the report to {args.save}: {error}", file=sys.stderr)
             return 1
     return 0
+
+
+# The modules each framework's bench imports (the Keras bench: keras on TensorFlow).
+_MODULES = {"torch": ("torch",), "tensorflow": ("tensorflow", "keras")}
+
+
+def _check_installed(framework: str) -> None:
+    """A ValueError (exit 2) with the install command when no framework the bench could
+    train with is installed: `framework`, or for ``auto`` either one."""
+    wanted = tuple(_MODULES) if framework == "auto" else (framework,)
+    if any(all(map(is_available, _MODULES[name])) for name in wanted):
+        return
+    needs = (
+        "torch or tensorflow, and neither is" if len(wanted) > 1 else f"{framework}, which is not"
+    )
+    commands = " or ".join(install_command(name) for name in wanted)
+    raise ValueError(f"bench needs {needs} installed: {commands}")
 
 
 def _check_writable(path: str) -> None:

@@ -21,6 +21,8 @@ from accelkit.planning import Request, plan
 EXAMPLES = (
     "accelkit plan",
     'accelkit plan --gpu "NVIDIA H200" --count 8',
+    "accelkit plan --gpu H100 --count 8",
+    'accelkit plan --gpu "H100 PCIe" --count 2',
     "accelkit plan --gpu T4 --count 2 --framework tensorflow --json",
     "accelkit plan --gpu A100-SXM4-80GB --precision fp16 --compile",
 )
@@ -37,7 +39,9 @@ def add(commands: Any) -> None:
     parser.add_argument(
         "--gpu",
         metavar="NAME",
-        help="GPU name or alias (see 'accelkit specs'); default: this machine's GPUs",
+        help="GPU name or alias (see 'accelkit specs'; 'H100' or 'A100' is the most "
+        "deployed variant, the SXM module, and the notes name the others); default: this "
+        "machine's GPUs",
     )
     parser.add_argument(
         "--count",

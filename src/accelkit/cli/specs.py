@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from accelkit import specs
@@ -25,7 +26,8 @@ def add(commands: Any) -> None:
         "the GPU datasheet table, or one GPU's row",
         EXAMPLES,
         "Dense peak TFLOP/s (no sparsity), memory and bandwidth, with the source of each "
-        "row. An unknown GPU exits 1 with the nearest names.",
+        "row. A short name several rows share (H100, A100) shows its most deployed "
+        "variant, naming the others. An unknown GPU exits 1 with the nearest names.",
     )
     parser.add_argument(
         "--gpu", metavar="NAME", help="GPU name or alias, e.g. 'H100 SXM', 'a10g', 'RTX 4090'"
@@ -35,13 +37,16 @@ def add(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    variant = ""
     if args.gpu:
-        spec = specs.lookup(args.gpu)
+        spec, variant = specs.resolve(args.gpu)  # "H100": the most deployed variant, noted
         if spec is None:
             raise UnknownGPUError(specs.unknown_message(args.gpu))
         rows = [spec]
     else:
         rows = list(specs.all_specs())
+    if variant:  # on stderr: --json's stdout holds the row alone
+        print(f"accelkit: {variant}", file=sys.stderr)
     if args.json:
         emit_json(rows[0].to_dict() if args.gpu else {"gpus": [r.to_dict() for r in rows]})
         return 0

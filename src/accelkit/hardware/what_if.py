@@ -80,7 +80,9 @@ def what_if(
 
     Args:
         gpu: a name or alias from the table (`accelkit specs` lists them), or None
-            for a machine without a GPU.
+            for a machine without a GPU. A short name several rows share (``"H100"``,
+            ``"A100"``) is its most deployed variant (`accelkit.specs.resolve`), with
+            a note naming the others.
         count: number of GPUs, 1 to `MAX_GPUS` (ignored when `gpu` is None).
         environ: launcher variables to plan under (torchrun's, TF_CONFIG); none by default.
 
@@ -98,7 +100,7 @@ def what_if(
         return HardwareInfo(
             launcher=launcher, source="what-if", notes=("what-if: a machine without a GPU",)
         )
-    spec = specs.lookup(gpu)
+    spec, variant = specs.resolve(gpu)  # "H100": the most deployed variant, noted
     if spec is None:
         raise UnknownGPUError(specs.unknown_message(gpu))
     gpus = tuple(
@@ -140,5 +142,6 @@ def what_if(
                 f"what-if: {count} x {spec.name}{across}, figures and topology from the "
                 f"datasheet ({spec.source}){unknown}"
             ),
+            *([variant] if variant else []),
         ),
     )

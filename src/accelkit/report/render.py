@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from accelkit.advisor.projection import Projection, duration, ranked
+from accelkit.advisor.projection import Projection, duration, leaders, ranked
 from accelkit.profiling.metrics import BY_NAME
 from accelkit.report.phases import describe, run_time
 from accelkit.report.text import paragraph, printable, table, terminal_width
@@ -329,12 +329,7 @@ def render_projections(projections: Sequence[Projection], width: int | None = No
         rows,
         width=width,
     )
-    order = ranked(projections)
-    lines = ["what-if projection: the same run on other GPUs", body]
-    lines.append(f"fastest: {order[0][0].count} x {order[0][0].gpu}")
-    cheapest = [p for p, _, c in order if c == 1]
-    if cheapest:
-        lines.append(f"cheapest per epoch: {cheapest[0].count} x {cheapest[0].gpu}")
+    lines = ["what-if projection: the same run on other GPUs", body, *leaders(projections)]
     lines += [
         f"assumes{f' for {who}' if who else ''}: {text}" for text, who in _assumptions(projections)
     ]

@@ -6,7 +6,9 @@ stated). A name matches a row only when it equals, after `normalize`, one of the
 row's NVML names, its display name, key or aliases: ``"a10"`` never finds the
 A100, ``"l4"`` never the L40S. Where several rows share a name (``"h100"``, the
 two RTX 3080 memory sizes) the memory size and power limit pick one; an unknown
-or still ambiguous name gives None, never another GPU's numbers.
+or still ambiguous name gives None, never another GPU's numbers. Only for hardware
+a user names (`resolve`: ``plan_for("H100")``, ``accelkit plan --gpu A100``) does
+a short name give its most deployed variant, with a note naming the others.
 
     >>> from accelkit import specs
     >>> specs.lookup("NVIDIA H200").key
@@ -33,9 +35,11 @@ __all__ = [
     "GpuSpec",
     "all_specs",
     "by_key",
+    "common_variants",
     "for_gpu",
     "lookup",
     "normalize",
+    "resolve",
     "suggest",
     "unknown_message",
 ]
@@ -85,9 +89,14 @@ def normalize(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _table() -> tuple[_Row, ...]:
+def _document() -> dict[str, Any]:
     text = resources.files(__name__).joinpath("gpus.json").read_text(encoding="utf-8")
-    return tuple(_row(entry) for entry in json.loads(text)["gpus"])
+    return dict(json.loads(text))
+
+
+@functools.lru_cache(maxsize=1)
+def _table() -> tuple[_Row, ...]:
+    return tuple(_row(entry) for entry in _document()["gpus"])
 
 
 def _row(entry: dict[str, Any]) -> _Row:
@@ -181,6 +190,51 @@ def lookup(
         if power_limit_w is not None:
             rows = [r for r in rows if _inside(power_limit_w, r.power_limit_w_range)]
     return rows[0].spec if len(rows) == 1 else None
+
+
+def resolve(name: str) -> tuple[GpuSpec | None, str]:
+    """The row for a name a user typed, and a note when the name fits several rows.
+
+    As `lookup`, except that a short name several rows answer to (``"H100"``,
+    ``"A100"``, ``"V100 PCIe"``) gives its most deployed variant, by the rule
+    ``gpus.json`` states (``common_variants_rule``: for datacenter GPUs the SXM module
+    with the largest memory), with a note naming the others and how to ask for one.
+    For hardware the user names (`what_if`, `accelkit plan --gpu`, projections), never
+    for a detected GPU, which `for_gpu` matches by its properties.
+
+    Returns:
+        (the row or None when unknown, the note or "").
+
+    Example:
+        >>> spec, note = resolve("H100")
+        >>> spec.key
+        'h100-sxm'
+        >>> print(note)  # doctest: +ELLIPSIS
+        'H100' fits 2 datasheet rows: taken as NVIDIA H100 SXM5 80GB, the most deployed; ...
+    """
+    spec = lookup(name)
+    key = _document().get("common_variants", {}).get(normalize(name))
+    if spec is not None or key is None:
+        return spec, ""
+    chosen = by_key(key)
+    others = [row.spec.name for row in _candidates(name) if row.spec.key != key]
+    if chosen is None or not others:  # tests/specs keep the table whole
+        return None, ""
+    note = (
+        f"{name!r} fits {len(others) + 1} datasheet rows: taken as {chosen.name}, the "
+        f"most deployed; for another give its name ({', '.join(repr(o) for o in others)})"
+    )
+    return chosen, note
+
+
+def common_variants() -> dict[str, str]:
+    """Normalised short name -> key of the row `resolve` picks for it.
+
+    Example:
+        >>> common_variants()["h100"]
+        'h100-sxm'
+    """
+    return dict(_document().get("common_variants", {}))
 
 
 def for_gpu(gpu: _GpuLike) -> GpuSpec | None:
