@@ -12,7 +12,7 @@ def sizes(data: Any, tokens_per_sample: int | None = None) -> tuple[int | None, 
     (under a strategy Keras hands out the global batch split into PerReplica values).
 
     Tokens: `tokens_per_sample` per sample when given, else the length of an integer
-    (batch, tokens) first input, else 0.
+    (batch, tokens) first input (a ragged one: the ids it holds), else 0.
 
     Example:
         >>> import numpy as np
@@ -28,8 +28,16 @@ def sizes(data: Any, tokens_per_sample: int | None = None) -> tuple[int | None, 
     if tokens_per_sample:
         return samples, samples * tokens_per_sample
     if len(shapes[0]) == 2 and _is_integer(local_values(first)[0]):
+        if shapes[0][1] is None:  # ragged (or unknown) lengths: count the ids themselves
+            return samples, _ragged_tokens(local_values(first))
         return samples, samples * int(shapes[0][1])
     return samples, 0
+
+
+def _ragged_tokens(values: tuple[Any, ...]) -> int:
+    """The ids a ragged batch holds (a `tf.RaggedTensor`'s flat values); 0 when unknown."""
+    counts = [getattr(getattr(v, "flat_values", None), "shape", (None,))[0] for v in values]
+    return 0 if any(c is None for c in counts) else sum(int(c) for c in counts)
 
 
 def local_values(value: Any) -> tuple[Any, ...]:

@@ -123,7 +123,7 @@ def ids_exceed_float16(batch_inputs: Any, model: Any) -> dict[str, Any] | None:
         "example", "cast_by", "cast_dtype"}`` for the input with the largest id:
         ``changed`` of the batch's ``values`` are not exact in ``rounded_in`` (the casting
         layer's 16-bit dtype, float16 when it computes in float32 now), ``example`` is
-        ``[max_id, what it becomes]``; None when no input qualifies.
+        ``[the largest id that changes, what it becomes]``; None when no input qualifies.
 
     Example:
         >>> import keras
@@ -229,8 +229,12 @@ def _ids_exceed(x: Any, model: Any) -> dict[str, Any] | None:
     if graph:
         casts = {f["input"]: (f["cast_by"], f["cast_dtype"]) for f in float_ids(model)}
     else:
-        cast = _model_cast(model)
-        casts = {name: cast for name, _ in _named_inputs(x, model)} if cast else {}
+        named = _named_inputs(x, model)
+        # Whole-number floats beside integer inputs are features (a year, a count): the
+        # model's ids come in as those integers, which Keras never autocasts.
+        integers = any(_kind(np, value) in ("i", "u") for _, value in named)
+        cast = None if integers else _model_cast(model)
+        casts = {name: cast for name, _ in named} if cast else {}
     worst: dict[str, Any] | None = None
     for name, value in _named_inputs(x, model):
         cast = casts.get(name)
@@ -251,11 +255,13 @@ def _ids_exceed(x: Any, model: Any) -> dict[str, Any] | None:
         if top <= limit or (worst is not None and top <= worst["max_id"]):
             continue
         values, counts = np.unique(np.abs(array).astype(np.int64), return_counts=True)
-        changed = sum(
-            int(c)
+        lost = [
+            (v, int(c))
             for v, c in zip(values.tolist(), counts.tolist(), strict=True)
             if float_formats.rounded(v, dtype) != v
-        )
+        ]
+        changed = sum(c for _, c in lost)
+        shown = lost[-1][0] if lost else top  # a value that does change, the largest
         worst = {
             "input": name,
             "dtype": str(array.dtype),
@@ -264,7 +270,7 @@ def _ids_exceed(x: Any, model: Any) -> dict[str, Any] | None:
             "changed": changed,
             "rounded_in": dtype,
             "exact_up_to": limit,
-            "example": [top, float_formats.rounded(top, dtype)],
+            "example": [shown, float_formats.rounded(shown, dtype)],
             "cast_by": cast[0],
             "cast_dtype": cast[1],
         }
@@ -303,6 +309,12 @@ def _named_inputs(x: Any, model: Any) -> list[tuple[str, Any]]:
     if isinstance(x, (list, tuple)):
         return [(names[i] if i < len(names) else f"x[{i}]", v) for i, v in enumerate(x)]
     return [(names[0] if names else "x", x)]
+
+
+def _kind(np: Any, value: Any) -> str:
+    """The numpy kind of a batch input ('i', 'f'...; '' when unreadable)."""
+    array = _array(np, value)
+    return "" if array is None else str(array.dtype.kind)
 
 
 def _array(np: Any, value: Any) -> Any:
