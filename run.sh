@@ -3,7 +3,7 @@
 #   ./run.sh demo   hardware report and plan, a what-if plan, a profiled run of a built-in GPT
 #   ./run.sh test   the test suite (real PyTorch CPU build and TensorFlow)
 # The first call creates .venv and installs what that command runs; later calls reuse it.
-#   demo: the CPU build of PyTorch and accelkit (about 1 GB)
+#   demo: the CPU build of PyTorch and accelkit (about 0.9 GB)
 #   test: those, TensorFlow and the dev extras: Lightning, transformers, the docs and
 #         lint tools (about 3.5 GB)
 # Each command keeps its own stamp in .venv, so a demo's smaller set never passes for the
