@@ -175,9 +175,10 @@ def _flops(report: RunReport, m: Measurements) -> None:
     if found.tflops is not None:
         report.peak_tflops = found.tflops
         report.mfu = report.achieved_tflops / found.tflops
-    else:
-        report.note("mfu", found.source)
     calibration = m.calibration
+    if found.tflops is None:  # the remedy only where the run did not measure a rate
+        remedy = f" ({found.remedy})" if found.remedy and calibration is None else ""
+        report.note("mfu", found.source + remedy)
     if calibration is not None:
         report.calibrated_tflops = calibration.tflops * m.devices
         report.calibration_method = calibration.method

@@ -26,28 +26,29 @@ class Peak:
     tflops: float | None  # for all devices used
     dtype: str
     source: str  # the datasheet row's source, or why there is no peak
+    remedy: str = ""  # what measures a rate instead, said only where nothing did
 
 
 def peak(hardware: HardwareInfo, dtype: str, devices: int = 1, gpu: int = 0) -> Peak:
     """The dense peak of `devices` GPUs like `hardware.gpus[gpu]` for `dtype`."""
     if not hardware.gpus:
         return Peak(
-            None, dtype, "no GPU: CPUs have no datasheet peak here (calibrate=True measures one)"
+            None, dtype, "no GPU: CPUs have no datasheet peak", "calibrate=True measures one"
         )
     info = hardware.gpus[min(gpu, len(hardware.gpus) - 1)]
     if info.mig_enabled:
         return Peak(
             None,
             dtype,
-            f"{info.name} is split into MIG slices: a slice's share of "
-            "the peak is not known (calibrate=True measures one)",
+            f"{info.name} is split into MIG slices: a slice's share of the peak is not known",
+            "calibrate=True measures one",
         )
     spec = specs.for_gpu(info)
     if spec is None:
         return Peak(
             None,
             dtype,
-            f"{specs.unknown_message(info.name)}; "
+            specs.unknown_message(info.name),
             "calibrate=True measures the achievable rate instead",
         )
     value = spec.peak(dtype)
