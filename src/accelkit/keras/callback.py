@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -30,7 +31,7 @@ import numpy as np
 from accelkit.configure import current_plan
 from accelkit.hardware import detect, environment
 from accelkit.keras import batches, checks, head, loss_scaling, strategies
-from accelkit.keras.facts import device_label, loss_scale
+from accelkit.keras.facts import device_label, loss_scale, weights_finite
 from accelkit.keras.train_function import StepCounter
 from accelkit.planning import Plan, Request
 from accelkit.planning import plan as make_plan
@@ -232,8 +233,8 @@ class ProfileCallback(keras.callbacks.Callback):
             self._fitting = False
             self._recorder.stop()
             self._restore_train_function()
-            self.report = self._build()
             self._unguard()
+            self.report = self._build()
         return self.report
 
     def stop_sampler(self) -> None:
@@ -300,6 +301,9 @@ class ProfileCallback(keras.callbacks.Callback):
         guard = getattr(self, "_guard", None)
         if guard is not None:
             guard.restore()
+            step = self.facts.get("custom_train_step")
+            if guard.scaled and not guard.unscaled and step:  # seen, whatever its source says
+                step["scales_loss"] = True
 
     # No per-batch hook: Keras (JAX) then keeps its async dispatch instead of waiting for
     # each step's logs. Steps are counted where Keras calls its train function
@@ -333,6 +337,18 @@ class ProfileCallback(keras.callbacks.Callback):
         x, _, _ = keras.utils.unpack_x_y_sample_weight(batches.first_replica(data))
         if found := checks.check_first_batch(x, self.model, allow_float_ids=self.allow_float_ids):
             self.facts["ids_over_float16"] = found
+        if not self.facts.get("float16_outputs") and (
+            halves := checks.call_float16_outputs(x, self.model)
+        ):
+            self.facts.update(float16_outputs=halves, float16_outputs_in_call=True)
+            _log.warning(
+                "accelkit: %s's outputs are %s under %s: an activation inside its call() "
+                "(sigmoid, softmax) is computed in 16 bits. %s",
+                self.model.name,
+                self.model.compute_dtype,
+                keras.mixed_precision.global_policy().name,
+                checks.IN_CALL_FIX,
+            )
         if self._count_first:
             self._count_first = False
             self._recorder.set_flops(self._count(data))
@@ -444,6 +460,8 @@ class ProfileCallback(keras.callbacks.Callback):
                 and int(self.model.distribute_strategy.num_replicas_in_sync) > 1
             ),
         )
+        if not all(math.isfinite(loss) for loss in self._recorder.losses):
+            facts["weights_finite"] = weights_finite(self.model)
         if self._first_batch_size:
             facts["batch_size"] = self._first_batch_size
         if self.params and self.params.get("steps"):

@@ -31,6 +31,12 @@ from accelkit.keras import _id_paths
 _log = logging.getLogger("accelkit")
 
 ALLOW_FLOAT_IDS = "allow_float_ids"  # the argument that lets a run train with float ids
+# A subclassed model's outputs: only its own call() can compute the activation in float32.
+IN_CALL_FIX = (
+    "Compute the last activation in float32 in call(): "
+    'keras.layers.Activation("sigmoid", dtype="float32")(logits), or give the last '
+    'layer dtype="float32" (a wrapper could only cast after it)'
+)
 
 
 class UnsafeMixedPrecision(ValueError):
@@ -103,6 +109,52 @@ def float16_outputs(model: Any) -> list[str]:
     except Exception as error:  # noqa: BLE001 - an inspection, never a failure
         _log.debug("accelkit: float16_outputs could not read the outputs: %s", error)
         return []
+
+
+def call_float16_outputs(batch_inputs: Any, model: Any) -> list[str]:
+    """A subclassed model's 16-bit outputs, found by tracing its `call` on the first
+    batch's shapes (nothing runs): ``["<model> output <i>"]``; [] for a functional model
+    (`float16_outputs` reads its graph), float32 outputs, or a model it cannot trace.
+
+    Example:
+        >>> import keras, numpy as np
+        >>> class Net(keras.Model):
+        ...     def __init__(self):
+        ...         super().__init__(name="net")
+        ...         self.dense = keras.layers.Dense(1, activation="sigmoid")
+        ...     def call(self, x):
+        ...         return self.dense(x)
+        >>> keras.mixed_precision.set_global_policy("mixed_float16")
+        >>> call_float16_outputs(np.ones((2, 3), "float32"), Net())
+        ['net output 0']
+        >>> keras.mixed_precision.set_global_policy("float32")
+    """
+    try:
+        import keras
+
+        if _id_paths.symbolic(model, "outputs") or not float_formats.is_half(
+            getattr(model, "compute_dtype", None)
+        ):
+            return []
+        specs = keras.tree.map_structure(
+            lambda v: keras.KerasTensor((None, *tuple(v.shape)[1:]), dtype=_spec_dtype(v)),
+            batch_inputs,
+        )
+        outputs = keras.tree.flatten(model.compute_output_spec(specs))
+        return [
+            f"{model.name} output {i}"
+            for i, out in enumerate(outputs)
+            if float_formats.is_half(_id_paths.dtype_name(out))
+        ]
+    except Exception as error:  # noqa: BLE001 - an inspection, never a failure
+        _log.debug("accelkit: could not trace %s's call: %s", type(model).__name__, error)
+        return []
+
+
+def _spec_dtype(value: Any) -> str:
+    import keras
+
+    return str(keras.backend.standardize_dtype(value.dtype))
 
 
 def ids_exceed_float16(batch_inputs: Any, model: Any) -> dict[str, Any] | None:

@@ -76,6 +76,26 @@ def model_facts(model: Any) -> dict[str, Any]:
     return facts
 
 
+def weights_finite(model: Any) -> bool | None:
+    """True when every trainable weight is finite (checked on the device: one boolean
+    each comes back); None when unreadable. Read when a loss turned NaN or infinite:
+    finite weights say its gradients stayed finite (a loss that overflowed, not a model
+    that diverged).
+
+    Example:
+        >>> import keras
+        >>> weights_finite(keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]))
+        True
+    """
+    try:
+        import keras
+
+        return all(bool(keras.ops.all(keras.ops.isfinite(w))) for w in model.trainable_weights)
+    except Exception as error:  # noqa: BLE001 - a fact for the advisor, never a failure
+        _log.debug("weights unreadable: %s", error)
+        return None
+
+
 def loss_scale(optimizer: Any, *, initial: bool = False) -> float | None:
     """A LossScaleOptimizer's (mixed_float16) current or initial loss scale; None for any
     other optimizer, or when it cannot be read (a fact for the advisor, never a failure)."""

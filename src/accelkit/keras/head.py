@@ -18,7 +18,7 @@ import threading
 from typing import Any
 
 from accelkit.hardware import capabilities
-from accelkit.keras import _id_paths
+from accelkit.keras import _id_paths, checks
 from accelkit.planning import Plan, Precision
 from accelkit.utils.imports import require
 
@@ -91,8 +91,7 @@ def with_float32_head(model: Any) -> tuple[Any, list[str]]:
     if overrides_training(model):
         message = (
             f"{model.name} has its own {overrides_training(model)}: returned as it is, not "
-            "wrapped (a wrapper would drop it); compute its last activation in float32 in "
-            'call(), e.g. keras.layers.Activation("sigmoid", dtype="float32")(logits)'
+            f"wrapped (a wrapper would drop it). {checks.IN_CALL_FIX}"
         )
         _log.warning("accelkit: %s", message)
         return model, [message]
@@ -100,9 +99,7 @@ def with_float32_head(model: Any) -> tuple[Any, list[str]]:
     if not (inputs and outputs):
         message = (
             f"{model.name} is subclassed: its outputs are cast to float32 after its call(); "
-            "an activation inside call() stays 16-bit. Compute it in float32 there: "
-            'keras.layers.Activation("sigmoid", dtype="float32")(logits), or give the '
-            'last layer dtype="float32"'
+            f"an activation inside call() stays 16-bit. {checks.IN_CALL_FIX}"
         )
         _log.warning("accelkit: %s", message)
         return _float32_head_class()(model), [message]

@@ -83,7 +83,8 @@ class UnscaledStepGuard:
     def __init__(self, model: Any, found: Callable[[], None]) -> None:
         self.model = model
         self.optimizer = getattr(model, "optimizer", None)
-        self.unscaled = False
+        self.unscaled = False  # a step applied gradients it did not scale
+        self.scaled = False  # a step scaled its loss before applying
         self._found = found
         self._local = threading.local()  # per replica thread: MirroredStrategy traces in several
         self._installed = False
@@ -112,6 +113,7 @@ class UnscaledStepGuard:
         def guarded_apply(grads: Any, trainable_variables: Any = None) -> Any:
             if getattr(local, "in_step", False) and not getattr(local, "scaled", False):
                 return self._apply_unscaled(apply, grads, trainable_variables)
+            self.scaled = self.scaled or getattr(local, "in_step", False)
             return apply(grads, trainable_variables)
 
         model.train_step, optimizer.scale_loss, optimizer.apply = train_step, scaled, guarded_apply

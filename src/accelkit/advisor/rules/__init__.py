@@ -28,6 +28,7 @@ from accelkit.advisor.rules import (
     reliability,
     scaling,
     stability,
+    train_step,
     utilisation,
 )
 from accelkit.advisor.types import Advice
@@ -41,6 +42,7 @@ RULES: list[Rule] = [
     mixed_precision.float_ids,
     mixed_precision.half_ids,
     mixed_precision.float16_outputs,
+    train_step.unscaled_train_step,
     stability.nonfinite_loss,
     stability.loss_scale,
     input_wait.input_bound,

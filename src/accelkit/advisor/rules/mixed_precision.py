@@ -83,7 +83,7 @@ def float_ids(ctx: Context) -> list[Advice] | None:
 
 @needs(
     "fact:float16_outputs",
-    optional=("fact:keras_policy", "plan", "measured_here"),
+    optional=("fact:keras_policy", "fact:float16_outputs_in_call", "plan", "measured_here"),
     evidence=dict.fromkeys(
         ("outputs", "policy", "output_dtype", "relative_precision", "largest_value")
     ),
@@ -102,6 +102,8 @@ def float16_outputs(ctx: Context) -> Advice | None:
     if not outputs or dtype is None:
         return None
     policy = capabilities.keras_policy(capabilities.precision_of_policy(dtype))
+    if ctx.fact("float16_outputs_in_call"):
+        return _in_call_outputs(outputs, dtype, policy)
     return Advice(
         id="float16_outputs",
         severity=Severity.CRITICAL,
@@ -124,6 +126,34 @@ def float16_outputs(ctx: Context) -> Advice | None:
         ),
         expected_gain="no speed-up: one cast per output; softmax and loss stop rounding "
         f"to {dtype} (spacing {float_formats.epsilon(dtype):g} near 1)",
+    )
+
+
+def _in_call_outputs(outputs: list[str], dtype: str, policy: str) -> Advice:
+    """A subclassed model's 16-bit outputs: a warning, since its call() may end with
+    logits (fine: Keras losses compute in float32) or with an activation (not fine)."""
+    return Advice(
+        id="float16_outputs",
+        severity=Severity.WARNING,
+        title=(
+            f"{len(outputs)} output(s) of a subclassed model come out of its call() in "
+            f"{dtype} under {policy}: an activation inside it (sigmoid, softmax) is computed "
+            f"in {dtype}: {', '.join(outputs)}"
+        ),
+        evidence={
+            "outputs": list(outputs),
+            "policy": policy,
+            "output_dtype": dtype,
+            "relative_precision": float_formats.epsilon(dtype),
+            "largest_value": float_formats.largest(dtype),
+        },
+        action=(
+            "compute the last activation in float32 in call(): "
+            'keras.layers.Activation("sigmoid", dtype="float32")(logits), or give the last '
+            'layer dtype="float32"; logits with a from_logits=True loss are fine as they are '
+            "(a wrapper such as accelkit.keras.float32_head can only cast after call())"
+        ),
+        expected_gain=_NO_GAIN,
     )
 
 

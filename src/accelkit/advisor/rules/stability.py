@@ -1,5 +1,10 @@
 """Stability: non-finite losses, and fp16 loss scaling that collapsed.
 
+A loss that turns infinite while the weights stay finite (and the fp16 loss scale
+holds) did not diverge: a reduction computed in 16 bits overflowed (float16 ends at
+65504: a sum of squared errors over a batch of images passes it), while its gradients,
+which do not depend on the sum's value, stayed finite. That is named as such.
+
 A dynamic loss scaler halves its scale on every step whose gradients
 overflow (and skips that step), and doubles it after a run of clean steps
 (2000 in PyTorch and Keras). A scale that keeps falling means steps are being
@@ -22,13 +27,21 @@ FALLEN = 2.0**10  # fell 1024-fold: at least ten net overflow steps skipped
 
 @needs(
     ("figure:losses", "fact:first_nonfinite_loss_step"),
-    optional=("fact:loss_scale", "figure:precision", "plan", "compute_capability"),
+    optional=(
+        "fact:loss_scale",
+        "fact:weights_finite",
+        "fact:keras_policy",
+        "figure:precision",
+        "plan",
+        "compute_capability",
+    ),
     evidence={
         "precision": ("figure:precision", "plan"),
         "nonfinite_epochs": "figure:losses",
         "epochs_recorded": "figure:losses",
         "first_nonfinite_by_step": "fact:first_nonfinite_loss_step",
         "loss_scale_last": "fact:loss_scale",
+        "weights_finite": "fact:weights_finite",
     },
 )
 def nonfinite_loss(ctx: Context) -> Advice | None:
@@ -55,6 +68,9 @@ def nonfinite_loss(ctx: Context) -> Advice | None:
     if scale:
         evidence["loss_scale_last"] = scale[-1]
     where = f" (by step {first})" if first is not None else f" (epoch {bad[0]})"
+    if _reduction_overflowed(ctx):
+        evidence["weights_finite"] = True
+        return _reduction_overflow(ctx, where, evidence)
     return Advice(
         id="nonfinite_loss",
         severity=Severity.CRITICAL,
@@ -108,6 +124,38 @@ def loss_scale(ctx: Context) -> Advice | None:
             if math.isfinite(halvings)
             else "no speed-up estimate: every step since the collapse was skipped"
         ),
+    )
+
+
+def _reduction_overflowed(ctx: Context) -> bool:
+    """A 16-bit run whose weights ended finite and whose fp16 loss scale did not
+    collapse: its gradients stayed finite (a scaler skipping steps whose gradients
+    overflow halves its scale each time: below 1 within 16 such steps in a row), so
+    the non-finite loss is the loss's own arithmetic."""
+    policy = str(ctx.fact("keras_policy") or "")
+    half = ctx.precision in ("fp16", "bf16") or policy.startswith("mixed")
+    if not half or ctx.fact("weights_finite") is not True:
+        return False
+    return min(_scales(ctx), default=COLLAPSED) >= COLLAPSED
+
+
+def _reduction_overflow(ctx: Context, where: str, evidence: dict[str, Any]) -> Advice:
+    return Advice(
+        id="nonfinite_loss",
+        severity=Severity.WARNING,
+        title=(
+            f"the loss became infinite{where} while the weights stayed finite: a 16-bit "
+            "overflow in the loss's reduction (float16 ends at 65504), not a diverging model"
+        ),
+        evidence=evidence,
+        action=ctx.pick(
+            torch="compute the loss in float32: loss_fn(outputs.float(), target), or sum "
+            "outside torch.autocast",
+            tensorflow="compute the loss in float32: cast before reducing, e.g. "
+            "tf.reduce_sum(tf.square(tf.cast(y_pred, 'float32') - y)) in a custom "
+            "train_step, or make the last layer float32 (dtype='float32')",
+        ),
+        expected_gain="no speed-up: the loss, its logs and callbacks watching it read right",
     )
 
 
