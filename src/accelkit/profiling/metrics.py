@@ -49,6 +49,34 @@ METRICS = (
     Metric("evaluation_share", "evaluation", "share of the run's wall time spent evaluating"),
 )
 BY_NAME = {metric.name: metric for metric in METRICS}
+# The names people read for the other report fields a table or a note names.
+LABELS = {
+    "real_tokens_per_second": "real tokens/s",
+    "flops_per_step": "FLOPs/step",
+    "peak_memory_bytes": "peak memory",
+    "sm_clock_mhz": "SM clock (MHz)",
+    "global_samples_per_second": "samples/s of all ranks",
+    "scaling_efficiency": "scaling efficiency",
+    "communication_share": "all-reduce wait",
+    "mfu_calibrated": "MFU (measured peak)",
+    "calibrated_tflops": "measured peak",
+    "peak_tflops": "datasheet peak",
+}
+
+
+def label(name: str) -> str:
+    """The name people read for the report field `name`: its `METRICS` label, else its
+    `LABELS` entry, else the field's name in words.
+
+    Example:
+        >>> label("samples_per_second"), label("peak_memory_bytes"), label("epochs")
+        ('samples/s', 'peak memory', 'epochs')
+    """
+    if name in BY_NAME:
+        return BY_NAME[name].label
+    return LABELS.get(name, name.replace("_", " "))
+
+
 _PREFIX = {"keras": "accelkit_", "lightning": "accelkit/", "hf": "accelkit/", "report": ""}
 
 

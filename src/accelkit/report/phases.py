@@ -99,9 +99,11 @@ def run_time(report: RunReport) -> RunTime | None:
 def describe(time: RunTime) -> str:
     """The run's time in one line: ``120.0 s = training 80.1 s (67%), evaluation 30.2 s
     (25%), other 9.7 s (8%)``; "of which" instead of "=" when a phase is not known."""
+    # a phase that rounds to 0.0 s and 0% (the rest of a run without epochs) tells nothing
+    shown = [p for p in time.phases if p.seconds >= 0.05 or (p.share or 0) >= 0.005]
     parts = ", ".join(
         f"{p.name} {p.seconds:,.1f} s" + (f" ({p.share:.0%})" if p.share is not None else "")
-        for p in time.phases
+        for p in shown or time.phases
     )
     if time.seconds is None:
         return parts

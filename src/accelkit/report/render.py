@@ -9,11 +9,13 @@ log file gets 100 columns. See `accelkit.report.text` for how lines are fitted.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from accelkit.advisor.projection import Projection, duration, leaders, ranked
-from accelkit.profiling.metrics import BY_NAME
+from accelkit.profiling.metrics import label
+from accelkit.report import units
 from accelkit.report.phases import describe, run_time
 from accelkit.report.text import paragraph, printable, table, terminal_width
 
@@ -77,16 +79,13 @@ def _num(value: float | None, fmt: str = "{:,.1f}", missing: str = "-") -> str:
     return missing if value is None else fmt.format(value)
 
 
-def _gb(value: float | None) -> str:
-    return "-" if value is None else f"{value / 1e9:.2f} GB"
-
-
 Row = tuple[str, str]  # (figure, value)
 
 
 def render_run(report: RunReport, width: int | None = None) -> str:
-    """A compact table of a run's figures, its notes and its advice, fitted to `width`
-    (default: the terminal's).
+    """A compact table of what a run measured, then what it could not measure and why
+    (each reason once), the notes on the figures shown, and the advice; fitted to
+    `width` (default: the terminal's).
 
     Example:
         >>> print(render_run(report))  # doctest: +SKIP
@@ -96,23 +95,59 @@ def render_run(report: RunReport, width: int | None = None) -> str:
         time         120.0 s = training 80.1 s (67%), evaluation 30.2 s (25%), other ...
     """
     r, width = report, terminal_width(width)
+    body = table(("figure", "value"), run_rows(r), width=width)
+    tuning = "\n" + render_tuning(r.tuning, width) if r.tuning else ""
+    lists = "".join(
+        f"\n{title}:"
+        + "".join("\n" + paragraph(f"{k}: {v}", width, "  ", "    ") for k, v in items)
+        for title, items in (("not measured", unmeasured(r)), ("notes", run_notes(r)))
+        if items
+    )
+    advice = "\nadvice:\n" + render_advice(r.advice, width) if r.advice else ""
+    # the strings come from a run or a file: escaped once, here, before any terminal
+    return printable(f"{paragraph(_run_head(r), width)}\n{body}{tuning}{lists}{advice}")
+
+
+def run_rows(r: RunReport) -> list[Row]:
+    """The figures a run measured, each once, in the units people read (`units`); a
+    figure that was not measured has no row (`unmeasured` says why)."""
     rows = [*_time_rows(r), *_training_rows(r), *_device_rows(r), *_world_rows(r)]
     rows += [
         (name, " -> ".join(f"{v:.4g}" for v in _ends(values)))
         for name, values in (("loss", r.losses), ("evaluation loss", r.eval_losses))
         if values
     ]
-    body = table(("figure", "value"), rows, width=width)
-    tuning = "\n" + render_tuning(r.tuning, width) if r.tuning else ""
-    notes = "".join("\n" + paragraph(f"note: {k}: {v}", width) for k, v in r.notes.items())
-    advice = "\nadvice:\n" + render_advice(r.advice, width) if r.advice else ""
-    # the strings come from a run or a file: escaped once, here, before any terminal
-    return printable(f"{paragraph(_run_head(r), width)}\n{body}{tuning}{notes}{advice}")
+    return rows
 
 
-def _label(name: str) -> str:
-    """The name people read for a figure (`accelkit.profiling.metrics.METRICS`)."""
-    return BY_NAME[name].label
+def unmeasured(r: RunReport) -> list[Row]:
+    """The figures a run could not measure, with the reason: one line per reason, naming
+    every figure it holds for (two GPU figures without NVML samples share one)."""
+    by_reason: dict[str, list[str]] = {}
+    for field, reason in r.notes.items():
+        if _is_unmeasured(r, field):
+            by_reason.setdefault(reason, []).append(label(field))
+    return [(", ".join(labels), reason) for reason, labels in by_reason.items()]
+
+
+def run_notes(r: RunReport) -> list[Row]:
+    """The notes that are not reasons for a missing figure: how a shown figure was
+    obtained, what a run changed or skipped."""
+    return [
+        (label(field), note)
+        for field, note in r.notes.items()
+        if not _is_unmeasured(r, field) and not _says_nothing(r, field)
+    ]
+
+
+def _is_unmeasured(r: RunReport, field: str) -> bool:
+    known = {f.name for f in dataclasses.fields(r)}
+    return field in known and getattr(r, field) is None and not _says_nothing(r, field)
+
+
+def _says_nothing(r: RunReport, field: str) -> bool:
+    """A note with nothing to tell: a single device has no scaling to measure."""
+    return field == "scaling_efficiency" and r.world_size <= 1
 
 
 def _run_head(r: RunReport) -> str:
@@ -132,58 +167,68 @@ def _time_rows(r: RunReport) -> list[Row]:
 
 
 def _training_rows(r: RunReport) -> list[Row]:
-    """Throughput, FLOPs and MFU: figures of the training steps alone."""
-    tokens = _label("tokens_per_second")
-    throughput = (
-        f"{_num(r.samples_per_second)} {_label('samples_per_second')}"
-        + (f", {_num(r.tokens_per_second, '{:,.0f}')} {tokens}" if r.tokens_per_second else "")
-        + (
-            f" ({_num(r.real_tokens_per_second, '{:,.0f}')} real, without padding)"
-            if r.real_tokens_per_second is not None
-            else ""
+    """Throughput, step time, FLOPs and MFU: figures of the training steps alone."""
+    rates = []
+    if r.samples_per_second:
+        rates.append(f"{units.per_second(r.samples_per_second)} {label('samples_per_second')}")
+    if r.tokens_per_second:
+        real = r.real_tokens_per_second
+        rates.append(
+            f"{r.tokens_per_second:,.0f} {label('tokens_per_second')}"
+            + (f" ({real:,.0f} real, without padding)" if real is not None else "")
         )
-        + f", step {_num(r.step_time_s and r.step_time_s * 1e3, '{:.2f}')} ms"
-    )
-    tflops = _label("achieved_tflops")
-    mfu = "-"
-    if r.mfu is not None:
-        mfu = f"{r.mfu:.1%} of {r.peak_tflops:,.1f} {tflops} ({r.peak_source})"
-    rows = [
-        ("throughput", throughput),
-        (
-            "FLOPs/step",
-            f"{_num(r.flops_per_step, '{:.3e}')}"
-            + (f" ({r.flops_method})" if r.flops_method else ""),
-        ),
-        ("achieved", f"{_num(r.achieved_tflops, '{:,.4g}')} {tflops}"),
-        (_label("mfu"), mfu),
-    ]
-    if r.calibrated_tflops is not None:
-        rows.append(
-            (
-                f"{_label('mfu')} (measured peak)",
-                (
-                    f"{_num(r.mfu_calibrated and r.mfu_calibrated * 100)}% of "
-                    f"{r.calibrated_tflops:,.2f} {tflops} ({r.calibration_method})"
-                ),
-            )
+    rows = [("throughput", ", ".join(rates))] if rates else []
+    if r.step_time_s:
+        rows.append(("step time", units.duration(r.step_time_s)))
+    if r.flops_per_step:
+        method = f" ({r.flops_method})" if r.flops_method else ""
+        rows.append((label("flops_per_step"), units.flops(r.flops_per_step) + method))
+    if r.achieved_tflops is not None:
+        rows.append(("achieved", units.flop_rate(r.achieved_tflops)))
+    if r.mfu is not None and r.peak_tflops:
+        # the datasheet row's source names the peak with its figure: said once
+        peak = units.flop_rate(r.peak_tflops)
+        of = (
+            f"the datasheet peak: {r.peak_source}"
+            if r.peak_source
+            else f"{peak}, the datasheet peak"
         )
+        rows.append((label("mfu"), f"{r.mfu:.1%} of {of}"))
+    if r.mfu_calibrated is not None and r.calibrated_tflops:
+        how = f" ({r.calibration_method})" if r.calibration_method else ""
+        rate = units.flop_rate(r.calibrated_tflops)
+        rows.append((label("mfu_calibrated"), f"{r.mfu_calibrated:.1%} of {rate} measured{how}"))
     return rows
 
 
 def _device_rows(r: RunReport) -> list[Row]:
-    """Input wait, the NVML figures and the framework's peak memory."""
-    wait = "-" if r.input_wait_share is None else f"{r.input_wait_share:.1%} of step time"
-    gpu = (
-        f"util {_num(r.gpu_utilization, '{:.0f}')}%, memory used "
-        f"{_gb(r.gpu_memory_used_bytes)}, power {_num(r.power_w, '{:.0f}')} W, "
-        f"SM {_num(r.sm_clock_mhz, '{:.0f}')} MHz"
-    )
-    return [
-        (_label("input_wait_share"), wait),
-        ("GPU", gpu),
-        ("peak memory", f"{_gb(r.peak_memory_bytes)} allocated by the framework"),
+    """Input wait, the NVML figures that were sampled and the framework's peak memory."""
+    rows = []
+    if r.input_wait_share is not None:
+        rows.append((label("input_wait_share"), f"{r.input_wait_share:.1%} of step time"))
+    gpu = [
+        text
+        for value, text in (
+            (r.gpu_utilization, f"busy {_num(r.gpu_utilization, '{:.0f}')}%"),
+            (
+                r.gpu_memory_used_bytes,
+                f"memory used {units.gigabytes(r.gpu_memory_used_bytes or 0)}",
+            ),
+            (r.power_w, f"power {_num(r.power_w, '{:,.0f}')} W"),
+            (r.sm_clock_mhz, f"SM clock {_num(r.sm_clock_mhz, '{:,.0f}')} MHz"),
+        )
+        if value is not None
     ]
+    if gpu:
+        rows.append(("GPU", ", ".join(gpu)))
+    if r.peak_memory_bytes is not None:
+        rows.append(
+            (
+                label("peak_memory_bytes"),
+                f"{units.gigabytes(r.peak_memory_bytes)} allocated by the framework",
+            )
+        )
+    return rows
 
 
 def _world_rows(r: RunReport) -> list[Row]:
@@ -196,7 +241,7 @@ def _world_rows(r: RunReport) -> list[Row]:
             "all ranks",
             (
                 f"{r.world_size} processes, {_num(r.global_samples_per_second)} "
-                f"{_label('samples_per_second')}, scaling efficiency {efficiency}%"
+                f"{label('samples_per_second')}, scaling efficiency {efficiency}%"
             ),
         ),
         ("all-reduce wait", _all_reduce_wait(r)),
@@ -268,13 +313,13 @@ def render_advice(advice: Sequence[Mapping[str, Any]], width: int | None = None)
             paragraph(f"[{a.get('severity', 'info')}] {a.get('title', '')}", width, lead, pad)
         )
         evidence = ", ".join(f"{k}={_evidence(v)}" for k, v in (a.get("evidence") or {}).items())
-        for label, text in (
+        for name, text in (
             ("evidence", evidence),
             ("do", a.get("action")),
             ("gain", a.get("expected_gain")),
         ):
             for n, part in enumerate(str(text or "").splitlines()):
-                first = pad + (f"{label}: " if n == 0 else "  ")
+                first = pad + (f"{name}: " if n == 0 else "  ")
                 lines.append(paragraph(part, width, first, pad + "  "))
     return "\n".join(line for line in lines if line)
 
@@ -307,7 +352,7 @@ def render_projections(projections: Sequence[Projection], width: int | None = No
                 duration(p.step_time_s),
                 f"{p.input_wait_s / p.step_time_s:.0%}",
                 duration(p.epoch_time_s),
-                "-" if p.cost_per_epoch is None else f"${p.cost_per_epoch:,.4g}",
+                "-" if p.cost_per_epoch is None else units.money(p.cost_per_epoch),
                 str(by_time),
                 "-" if by_cost is None else str(by_cost),
             )
