@@ -77,13 +77,13 @@ TF_POLICY = {
     "volta": "mixed_float16",
     "turing": "mixed_float16",
     "turing-geforce": "mixed_float16",
-    "ampere": "mixed_float16",
-    "ampere-ga10x": "mixed_float16",
-    "ada": "mixed_float16",
-    "ada-geforce": "mixed_float16",
-    "hopper": "mixed_float16",
-    "blackwell": "mixed_float16",
-    "blackwell-geforce": "mixed_float16",
+    "ampere": "mixed_bfloat16",
+    "ampere-ga10x": "mixed_bfloat16",
+    "ada": "mixed_bfloat16",
+    "ada-geforce": "mixed_bfloat16",
+    "hopper": "mixed_bfloat16",
+    "blackwell": "mixed_bfloat16",
+    "blackwell-geforce": "mixed_bfloat16",
 }
 
 
@@ -116,6 +116,10 @@ def test_tensorflow_policy_by_generation(generation: str, count: int) -> None:
     assert result.value("keras.mixed_precision.global_policy") == TF_POLICY[generation]
     mixed = TF_POLICY[generation] != "float32"
     assert (result.get("keras.float32_head") is not None) == mixed
+    # Loss scaling only where float16 is the policy (Volta/Turing): bf16 has float32's range.
+    assert (result.get("keras.loss_scale") is not None) == (
+        TF_POLICY[generation] == "mixed_float16"
+    )
     assert result.value("tf.config.experimental.set_memory_growth") is True
     assert (result.get("tf.config.experimental.enable_tensor_float_32_execution") is not None) == (
         cc >= (8, 0)
