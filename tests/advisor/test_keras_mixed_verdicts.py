@@ -53,7 +53,7 @@ def _summing_model(keras, tf):
                 loss = tf.reduce_sum(tf.square(predicted - tf.cast(y, predicted.dtype)))
                 scaled = self.optimizer.scale_loss(loss)
             grads = tape.gradient(scaled, self.trainable_weights)
-            self.optimizer.apply_gradients(zip(grads, self.trainable_weights))
+            self.optimizer.apply_gradients(zip(grads, self.trainable_weights, strict=True))
             self.tracker.update_state(loss)
             return {"loss": self.tracker.result()}
 
@@ -77,15 +77,21 @@ def test_a_float16_reduction_overflow_is_named_not_a_dead_model(keras) -> None:
 
 
 def test_non_finite_weights_keep_the_critical_verdict() -> None:
-    measured = {"losses": [1.0, float("nan")], "precision": "bf16",
-                "facts": {"weights_finite": False, "keras_policy": "mixed_bfloat16"}}
+    measured = {
+        "losses": [1.0, float("nan")],
+        "precision": "bf16",
+        "facts": {"weights_finite": False, "keras_policy": "mixed_bfloat16"},
+    }
     advice = stability.nonfinite_loss(Context.build(None, None, measured))
     assert advice.severity is Severity.CRITICAL and "not training" in advice.title
 
 
 def test_a_collapsed_loss_scale_is_not_taken_for_a_reduction_overflow() -> None:
-    facts = {"weights_finite": True, "keras_policy": "mixed_float16",
-             "loss_scale": {"initial": 32768.0, "history": [[10, 0.5]]}}
+    facts = {
+        "weights_finite": True,
+        "keras_policy": "mixed_float16",
+        "loss_scale": {"initial": 32768.0, "history": [[10, 0.5]]},
+    }
     advice = stability.nonfinite_loss(
         Context.build(None, None, {"losses": [float("inf")], "precision": "fp16", "facts": facts})
     )
@@ -133,7 +139,7 @@ class _Tutorial:
                 with tf.GradientTape() as tape:
                     loss = tf.reduce_mean(tf.square(self(x) - y))
                 grads = tape.gradient(loss, self.trainable_weights)
-                self.optimizer.apply_gradients(zip(grads, self.trainable_weights))
+                self.optimizer.apply_gradients(zip(grads, self.trainable_weights, strict=True))
                 return {"loss": loss}
 
         model = Tutorial()
@@ -159,22 +165,27 @@ def test_a_measured_unscaled_step_says_it_was_corrected(keras) -> None:
     x = np.ones((64, 2), "float32")
     report = accelkit.keras.fit(_Tutorial.build(keras), x, x[:, :1], verbose=0, plan=CPU_PLAN)
     verdict = _advice(report)["unscaled_train_step"]
-    assert verdict["severity"] == "warning" and "applied its gradients as computed" in (
-        verdict["title"]
+    assert (
+        verdict["severity"] == "warning"
+        and "applied its gradients as computed" in (verdict["title"])
     )
 
 
 def test_an_uncorrected_unscaled_step_is_critical() -> None:
-    facts = {"keras_policy": "mixed_float16",
-             "custom_train_step": {"model_class": "VAE", "scales_loss": False}}
+    facts = {
+        "keras_policy": "mixed_float16",
+        "custom_train_step": {"model_class": "VAE", "scales_loss": False},
+    }
     advice = train_step.unscaled_train_step(Context.build(None, None, {"facts": facts}))
     assert advice.severity is Severity.CRITICAL and "divided by the loss scale" in advice.title
 
 
 def test_a_step_that_scales_or_a_bf16_policy_gets_no_verdict() -> None:
     for policy, scales in (("mixed_float16", True), ("mixed_bfloat16", False)):
-        facts = {"keras_policy": policy,
-                 "custom_train_step": {"model_class": "VAE", "scales_loss": scales}}
+        facts = {
+            "keras_policy": policy,
+            "custom_train_step": {"model_class": "VAE", "scales_loss": scales},
+        }
         assert train_step.unscaled_train_step(Context.build(None, None, {"facts": facts})) is None
 
 

@@ -109,6 +109,18 @@ EXAMPLES: dict[str, Callable[[], Example]] = {
             facts={"keras_policy": "mixed_float16", "float16_outputs": ["logits"]},
         ),
     ),
+    "unscaled_train_step": lambda: (
+        CPU,
+        None,
+        measured_on(
+            CPU,
+            framework="tensorflow",
+            facts={
+                "keras_policy": "mixed_float16",
+                "custom_train_step": {"model_class": "VAE", "scales_loss": False},
+            },
+        ),
+    ),
     "nonfinite_loss": lambda: (
         A100,
         None,

@@ -52,7 +52,7 @@ class Tutorial(keras.Model):
             loss = tf.reduce_mean(tf.square(self(x) - y))
             scaled = self.optimizer.scale_loss(loss) if self.scale else loss
         grads = tape.gradient(scaled, self.trainable_weights)
-        self.optimizer.apply_gradients(zip(grads, self.trainable_weights))
+        self.optimizer.apply_gradients(zip(grads, self.trainable_weights, strict=True))
         return {"loss": loss, "mine": loss * 0 + 7}
 
 
@@ -87,8 +87,14 @@ def test_an_unscaled_train_step_gets_its_gradients_as_computed(caplog) -> None:
 def test_a_train_step_that_scales_its_loss_is_left_alone(caplog) -> None:
     model = _compiled(Scaling)
     with caplog.at_level(logging.WARNING, logger="accelkit"):
-        model.fit(X, Y, epochs=1, batch_size=8, verbose=0,
-                  callbacks=[accelkit.keras.ProfileCallback(CPU_PLAN)])
+        model.fit(
+            X,
+            Y,
+            epochs=1,
+            batch_size=8,
+            verbose=0,
+            callbacks=[accelkit.keras.ProfileCallback(CPU_PLAN)],
+        )
     assert _kernel(model) == pytest.approx(0.2)
     assert "scale_loss" not in caplog.text
 
@@ -106,8 +112,13 @@ def test_the_scale_does_not_grow_on_compensated_steps(steps) -> None:
     model = _compiled(Tutorial)
     model.optimizer.dynamic_growth_steps = 2  # would double every other step
     model.compile(optimizer=model.optimizer, steps_per_execution=steps)
-    model.fit(np.ones((48, 1), "float32"), np.ones((48, 1), "float32"), batch_size=8, verbose=0,
-              callbacks=[accelkit.keras.ProfileCallback(CPU_PLAN)])
+    model.fit(
+        np.ones((48, 1), "float32"),
+        np.ones((48, 1), "float32"),
+        batch_size=8,
+        verbose=0,
+        callbacks=[accelkit.keras.ProfileCallback(CPU_PLAN)],
+    )
     assert float(model.optimizer.dynamic_scale.numpy()) == 2.0**15
     assert model.optimizer.dynamic_growth_steps == 2
 
@@ -127,7 +138,7 @@ def test_fit_keeps_a_custom_train_step_of_a_model_without_call() -> None:
                 loss = tf.reduce_mean(tf.square(self.decoder(self.encoder(x)) - y))
                 scaled = self.optimizer.scale_loss(loss)
             grads = tape.gradient(scaled, self.trainable_weights)
-            self.optimizer.apply_gradients(zip(grads, self.trainable_weights))
+            self.optimizer.apply_gradients(zip(grads, self.trainable_weights, strict=True))
             return {"reconstruction": loss}
 
     model = Parts()

@@ -72,7 +72,9 @@ def test_the_original_model_is_left_as_it_was_and_shares_the_trained_weights() -
 def test_a_separate_activation_layer_is_recomputed_in_float32(layer) -> None:
     inputs = keras.Input((3,))
     logits = keras.layers.Dense(3, kernel_initializer="ones")(inputs)
-    last = keras.layers.Softmax() if layer == "softmax_layer" else keras.layers.Activation("softmax")
+    last = (
+        keras.layers.Softmax() if layer == "softmax_layer" else keras.layers.Activation("softmax")
+    )
     head = accelkit.keras.float32_head(keras.Model(inputs, last(logits)))
     guide = keras.Model(inputs, keras.layers.Activation("softmax", dtype="float32")(logits))
     x = np.array([[0.0, 3.001, 3.0]], "float32")

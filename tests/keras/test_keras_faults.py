@@ -46,8 +46,9 @@ def _ragged(n: int = 128):
 
 def _bag():
     model = Bag()
-    model.compile(optimizer="adam",
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     return model
 
 
@@ -90,6 +91,7 @@ def test_a_whole_number_float_feature_beside_integer_ids_is_not_an_id() -> None:
     }
     model = YearAndCategory()
     model.compile(optimizer="adam", loss="mse")
-    report = accelkit.keras.fit(model, x, rng.random((64, 1)), batch_size=32, verbose=0,
-                                plan=CPU_PLAN)
+    report = accelkit.keras.fit(
+        model, x, rng.random((64, 1)), batch_size=32, verbose=0, plan=CPU_PLAN
+    )
     assert "float_ids" not in {a["id"] for a in report.advice}

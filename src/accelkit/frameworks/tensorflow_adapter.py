@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from accelkit.frameworks._common import Outcome, apply_env, is_ours, set_by_us, walk
+from accelkit.hardware import capabilities
 from accelkit.planning.keys import Key
 from accelkit.planning.types import Plan, Setting, Status
 from accelkit.utils.imports import require
@@ -65,7 +66,7 @@ def policy_message(policy: str) -> str:
     """What setting the Keras global `policy` changes for the user's code, and the way out.
 
     Example:
-        >>> policy_message("mixed_float16").split(":")[0]
+        >>> policy_message(capabilities.keras_policy("fp16")).split(":")[0]
         'Keras dtype policy mixed_float16'
     """
     dtype = "bfloat16" if "bfloat16" in policy else "float16"
@@ -73,7 +74,7 @@ def policy_message(policy: str) -> str:
         " compile() wraps the optimizer in a LossScaleOptimizer, so a custom train_step "
         "must call loss = self.optimizer.scale_loss(loss) inside its GradientTape "
         "(ProfileCallback corrects one that does not, and says so);"
-        if policy == "mixed_float16"
+        if capabilities.precision_of_policy(policy) == "fp16"  # mixed_float16
         else ""
     )
     return (

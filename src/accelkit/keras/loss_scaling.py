@@ -19,6 +19,7 @@ trains as it would without loss scaling (float16 gradients can underflow, which
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import threading
@@ -90,9 +91,7 @@ class UnscaledStepGuard:
         self._installed = False
 
     def install(self) -> bool:
-        if "train_step" not in overrides_training(self.model) or not is_loss_scaled(
-            self.optimizer
-        ):
+        if "train_step" not in overrides_training(self.model) or not is_loss_scaled(self.optimizer):
             return False
         model, optimizer = self.model, self.optimizer
         step, scale_loss, apply = model.train_step, optimizer.scale_loss, optimizer.apply
@@ -132,10 +131,8 @@ class UnscaledStepGuard:
             (self.optimizer, ("scale_loss", "apply")),
         ):
             for name in names:
-                try:
-                    delattr(owner, name)  # the instance's hook: the class's method again
-                except AttributeError:
-                    pass
+                with contextlib.suppress(AttributeError):  # the class's method again
+                    delattr(owner, name)
 
     def _apply_unscaled(self, apply: Callable[..., Any], grads: Any, variables: Any) -> Any:
         """Multiply by the scale the optimizer divides by (a power of two: exact), with

@@ -18,7 +18,9 @@ from accelkit.frameworks.tensorflow_adapter import OPT_OUT
 
 # Words of TensorFlow's and Keras' dtype errors about a 16-bit tensor meeting another.
 _HALF = re.compile(r"\b(half|float16|bfloat16)\b")
-_MISMATCH = re.compile(r"dtype|expected to be|must be|cannot compute|same type|type of", re.I)
+_MISMATCH = re.compile(
+    r"dtype|expected to be|must be|cannot compute|same type|type of", re.IGNORECASE
+)
 
 
 def note_for(error: BaseException, policy: str) -> str | None:

@@ -40,14 +40,14 @@ def unscaled_train_step(ctx: Context) -> Advice | None:
     or the run was measured elsewhere.
 
     Example:
-        >>> facts = {"keras_policy": "mixed_float16",
+        >>> facts = {"keras_policy": capabilities.keras_policy("fp16"),   # mixed_float16
         ...          "custom_train_step": {"model_class": "VAE", "scales_loss": False}}
         >>> unscaled_train_step(Context.build(None, None, {"facts": facts})).severity
         <Severity.CRITICAL: 'critical'>
     """
     step = ctx.fact("custom_train_step") or {}
     policy, what_if = _policy(ctx)
-    if step.get("scales_loss") is not False or policy != "mixed_float16":
+    if step.get("scales_loss") is not False or policy != capabilities.keras_policy("fp16"):
         return None
     name = step.get("model_class") or "the model"
     scale = _initial_scale(ctx)
