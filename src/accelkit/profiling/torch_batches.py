@@ -8,7 +8,11 @@ Batches:
   ``model(**batch)``;
 - a tuple or list is ``(inputs, targets)`` when there is a `loss_fn`, otherwise the
   model's positional arguments: ``model(*batch)``;
-- anything else (a tensor) is the model's one argument: ``model(batch)``.
+- anything else (a tensor) is the model's one argument: ``model(batch)``;
+- torchvision's detection convention, ``(images, targets)`` with a list (or tuple) of
+  image tensors and one target dict per image: the images are one argument, a list
+  (``model(images)`` with a `loss_fn`, ``model(images, targets)`` without), and the
+  batch holds as many samples as images.
 
 With a `loss_fn` the loss is ``loss_fn(output, targets)``, where `output` is what the
 model returned, exactly as it returned it (a tensor, a transformers `ModelOutput`, a
@@ -24,9 +28,14 @@ tuple...):
 
 With ``loss_fn=None`` the whole batch goes to the model and the loss is read from what
 it returned (DESIGN.md): the output itself when a 0-d tensor; its ``["loss"]`` (a dict,
-or a `ModelOutput`); its ``.loss``; or, in a tuple or list, its first 0-d tensor
-(transformers' ``return_dict=False`` puts the loss first, nanoGPT's ``(logits, loss)``
-last). A `loss_fn` that returns one of these containers is read the same way.
+or a `ModelOutput`); its ``.loss``; a dict of 0-d losses whose names start with
+``loss`` (torchvision's detection models: ``loss_classifier``, ``loss_box_reg``...),
+summed as torchvision's own training reference does; or, in a tuple or list, its one
+0-d tensor (transformers' ``return_dict=False`` puts the loss first, nanoGPT's
+``(logits, loss)`` last). A tuple with several 0-d tensors is refused, naming their
+positions: which is the loss (``(logits, aux_penalty, loss)``) cannot be told, and
+training on the wrong one would go unnoticed. A `loss_fn` that returns one of these
+containers is read the same way.
 
 Anything else raises a `ValueError` naming what was received and what is accepted.
 Only accelkit's reading of batches and outputs raises here: whatever the model or the
@@ -58,9 +67,10 @@ _BATCHES = (
     "or a tuple/list (inputs, targets)"
 )
 _OUTPUTS = (
-    "a 0-d tensor, a dict or transformers ModelOutput with a 'loss', an object "
-    "with a .loss, or a tuple/list holding a 0-d tensor"
+    "a 0-d tensor, a dict or transformers ModelOutput with a 'loss', a dict of 0-d "
+    "losses named 'loss...', an object with a .loss, or a tuple/list holding one 0-d tensor"
 )
+LOSS_PREFIX = "loss"  # torchvision's detection losses: loss_classifier, loss_box_reg, ...
 
 
 def is_tensor(value: Any) -> bool:
@@ -82,6 +92,9 @@ def split(batch: Any) -> tuple[Any, Any]:
         ValueError: the batch holds no targets (a tensor, a one-item tuple, a dict
             without ``"labels"``); the message names what was received.
 
+    The images of a detection batch (`per_image`) come back as the one argument they
+    are: ``((images,), targets)``, so the model gets the list, not one image per argument.
+
     Example:
         >>> split({"input_ids": [[5, 7]], "labels": [[7, 9]]})
         ({'input_ids': [[5, 7]]}, [[7, 9]])
@@ -92,11 +105,40 @@ def split(batch: Any) -> tuple[Any, Any]:
         if LABELS in batch:
             return {k: v for k, v in batch.items() if k != LABELS}, batch[LABELS]
     elif isinstance(batch, (list, tuple)) and len(batch) >= 2:
+        if per_image(batch) is not None and all(is_tensor(i) for i in batch[0]):
+            return (batch[0],), batch[1]  # the images themselves: one argument, the list
         return batch[0], batch[1] if len(batch) == 2 else tuple(batch[1:])
     raise ValueError(
         f"with a loss_fn each batch must be {_BATCHES}; got {describe(batch)}. "
         "For a model that computes its own loss, pass loss_fn=None"
     )
+
+
+def per_image(batch: Any) -> int | None:
+    """The number of images of a batch in torchvision's detection convention, ``(images,
+    targets)`` with a list or tuple of image tensors and one target dict per image (what
+    its reference collate, ``tuple(zip(*samples))``, gives); the images may also come
+    as the one positional argument, ``((images,), targets)``. None for any other batch.
+
+    Example:
+        >>> import torch
+        >>> per_image(([torch.zeros(3, 64, 48), torch.zeros(3, 32, 32)], [{"boxes": 0}, {"boxes": 1}]))
+        2
+        >>> per_image((torch.zeros(8, 3, 32, 32), torch.zeros(8))) is None
+        True
+    """
+    if not isinstance(batch, (list, tuple)) or len(batch) != 2:
+        return None
+    images, targets = batch
+    if isinstance(images, tuple) and len(images) == 1 and isinstance(images[0], list):
+        images = images[0]  # ((images,), targets): the list as the one argument
+    if not isinstance(images, (list, tuple)) or not isinstance(targets, (list, tuple)):
+        return None
+    if len(images) != len(targets) or not images:
+        return None
+    if all(is_tensor(i) for i in images) and all(isinstance(t, Mapping) for t in targets):
+        return len(images)
+    return None
 
 
 def call(model: Callable[..., Any], inputs: Any) -> Any:
@@ -115,23 +157,27 @@ def call(model: Callable[..., Any], inputs: Any) -> Any:
     return model(inputs)
 
 
-def loss_of(output: Any, *, source: str = MODEL) -> Any:
+def loss_of(output: Any, *, source: str = MODEL, notes: dict[str, str] | None = None) -> Any:
     """The scalar loss in `output`, what `source` returned.
 
     Args:
         output: a 0-d tensor; a mapping with ``"loss"`` (a dict, a `ModelOutput`); an
-            object with ``.loss``; a tuple/list, whose first 0-d tensor is the loss.
+            object with ``.loss``; a mapping of 0-d losses named ``loss...`` (summed);
+            a tuple/list holding exactly one 0-d tensor, the loss.
         source: who returned it: `MODEL` (``loss_fn=None``) or `LOSS_FN`.
+        notes: where to say how the loss was read when it is a sum (key ``"loss"``).
 
     Raises:
         ValueError: no 0-d floating-point loss in `output` (a missing or None loss, a
-            tensor of another shape); the message names what was received and what
-            is accepted.
+            tensor of another shape), or a tuple with several; the message names what
+            was received and what is accepted.
 
     Example:
         >>> import torch
         >>> loss_of({"loss": torch.tensor(0.5), "logits": torch.zeros(2, 3)})
         tensor(0.5000)
+        >>> loss_of({"loss_classifier": torch.tensor(0.25), "loss_box_reg": torch.tensor(0.5)})
+        tensor(0.7500)
     """
     if _is_loss(output):
         return output
@@ -141,8 +187,15 @@ def loss_of(output: Any, *, source: str = MODEL) -> Any:
             where, loss = f"{source}'s output['loss'] is", output["loss"]
         elif getattr(output, "loss", None) is not None:
             where, loss = f"{source}'s output.loss is", output.loss
+        elif isinstance(output, Mapping) and (names := summed_losses(output)):
+            if notes is not None:
+                notes["loss"] = (
+                    f"the loss is the sum of the {len(names)} losses {source} returned "
+                    f"({', '.join(names)}), as torchvision's training reference sums them"
+                )
+            return sum(output[name] for name in names)
         elif isinstance(output, (list, tuple)):
-            loss = next((item for item in output if _is_loss(item)), output)
+            loss = _one_loss(output, source)
         if _is_loss(loss):
             return loss
     accepted = (
@@ -153,6 +206,39 @@ def loss_of(output: Any, *, source: str = MODEL) -> Any:
     raise ValueError(
         f"{where} {describe(loss)}, which holds no loss: {accepted}; {_hint(loss, source)}"
     )
+
+
+def summed_losses(output: Mapping[Any, Any]) -> tuple[str, ...]:
+    """The names of a mapping's 0-d losses that `loss_of` sums (``loss...`` keys, in
+    order), when it has no ``"loss"`` of its own; empty otherwise.
+
+    Example:
+        >>> import torch
+        >>> summed_losses({"loss_objectness": torch.tensor(1.0), "boxes": torch.zeros(2, 4)})
+        ('loss_objectness',)
+    """
+    if "loss" in output:
+        return ()
+    return tuple(
+        name
+        for name, value in output.items()
+        if isinstance(name, str) and name.startswith(LOSS_PREFIX) and _is_loss(value)
+    )
+
+
+def _one_loss(output: list[Any] | tuple[Any, ...], source: str) -> Any:
+    """A tuple's one 0-d loss (the tuple itself when it holds none, for the message)."""
+    positions = [i for i, item in enumerate(output) if _is_loss(item)]
+    if len(positions) > 1:
+        named = ", ".join(str(i) for i in positions)
+        raise ValueError(
+            f"{source} returned {describe(output)}, with 0-d tensors at positions {named}: "
+            "which one is the loss cannot be told (an auxiliary term, a metric?), and "
+            "training on the wrong one would go unnoticed; return the loss under a name "
+            "(a dict or transformers ModelOutput with 'loss', an object with .loss)"
+            + (", or give a loss_fn" if source == MODEL else "")
+        )
+    return output[positions[0]] if positions else output
 
 
 def _is_loss(value: Any) -> bool:
@@ -173,9 +259,15 @@ def _hint(value: Any, source: str) -> str:
     return "return the loss as a 0-d tensor"
 
 
-def forward_loss(model: Callable[..., Any], batch: Any, loss_fn: Callable[..., Any] | None) -> Any:
+def forward_loss(
+    model: Callable[..., Any],
+    batch: Any,
+    loss_fn: Callable[..., Any] | None,
+    notes: dict[str, str] | None = None,
+) -> Any:
     """The scalar loss of one batch: the model called and its loss read by the convention
-    above (``loss_fn=None``: from the output; else ``loss_fn(output, targets)``).
+    above (``loss_fn=None``: from the output; else ``loss_fn(output, targets)``); how it
+    was read goes to `notes` where that is not plain (a sum of losses).
 
     Example:
         >>> import torch
@@ -185,9 +277,9 @@ def forward_loss(model: Callable[..., Any], batch: Any, loss_fn: Callable[..., A
         tensor(1.)
     """
     if loss_fn is None:
-        return loss_of(call(model, batch))
+        return loss_of(call(model, batch), notes=notes)
     inputs, targets = split(batch)
-    return loss_of(loss_fn(call(model, inputs), targets), source=LOSS_FN)
+    return loss_of(loss_fn(call(model, inputs), targets), source=LOSS_FN, notes=notes)
 
 
 # -- counting: samples and tokens ----------------------------------------------------
@@ -219,7 +311,8 @@ def first_tensor(batch: Any) -> Any:
 
 
 def batch_size(batch: Any) -> int | None:
-    """Samples in a batch: the first dimension of its token ids, else of its first tensor.
+    """Samples in a batch: the first dimension of its token ids, else of its first tensor;
+    the images of a detection batch (`per_image`).
 
     Example:
         >>> import torch
@@ -251,6 +344,9 @@ def sizes(batch: Any) -> tuple[int | None, Any]:
         >>> sizes({"input_ids": torch.zeros(8, 128, dtype=torch.long)})[0]
         8
     """
+    images = per_image(batch)
+    if images is not None:  # a list of image tensors: its length, not an image's channels
+        return images, None
     named = batch.get(TOKEN_IDS) if isinstance(batch, Mapping) else None
     first = first_tensor(batch) if named is None else None
     ids = _as_token_ids(named if named is not None else first)

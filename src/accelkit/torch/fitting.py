@@ -24,7 +24,7 @@ from accelkit.torch.training import loop
 from accelkit.torch.training.evaluate import evaluator
 from accelkit.torch.training.loop import Schedule
 from accelkit.torch.training.prepare import Prepared, prepare, restore
-from accelkit.torch.training.step import Step, make_step
+from accelkit.torch.training.step import Step, check_optimizer, make_step
 from accelkit.torch.tuning import levers
 from accelkit.torch.tuning.trials import TuneResult, check_mode, trial_steps
 from accelkit.torch.tuning.tuner import Tuner
@@ -162,6 +162,7 @@ def fit(
     schedule = Schedule(epochs=epochs, steps=steps, accumulation_steps=accumulation_steps)
     measuring = MeterOptions.of(options)
     arguments.positive("max_grad_norm", max_grad_norm, none="no clipping")
+    check_optimizer(optimizer)
     check_mode(tune)
     ddp_options = wrapping.check_options(ddp)
     plan, held_back = _plan_to_follow(plan)
@@ -268,6 +269,8 @@ def _train(
             evaluate=evaluate,
         )
         meter.facts["compiled"] = kept.compiled
+        for key, why in kept.notes.items():
+            meter.note(key, why)
         if kept.ddp:
             meter.facts["ddp"] = dict(kept.ddp)
         if tuner is not None and tuner.result is not None:

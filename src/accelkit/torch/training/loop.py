@@ -136,18 +136,24 @@ def train(
         meter, running, _progress_printer(meter, _length(loader, schedule)) if progress else None
     )
 
-    def train_one(batch: Any, step: Step) -> Any:
+    def micro_step(batch: Any, step: Step, stepping: bool) -> Any:
+        # Micro-steps that do not step the optimizer skip DDP's all-reduce;
+        # the gradients are summed locally and reduced on the stepping one.
+        # The step's own wrapper: tune may train through a re-wrapped one.
+        with _no_sync(step.model if step.model is not None else model, ddp and not stepping):
+            loss = step.forward_loss(batch)
+            step.scaler.scale(loss / accumulation_steps).backward()
+        return loss
+
+    def train_one(batch: Any, step: Step, again: bool = False) -> Any:
         nonlocal done, epoch_steps
+        if again:  # counted already, in the unit of a trial that failed: its gradients only
+            return micro_step(batch, step, stepping=False)
         if done == 0 and count_flops:
             meter.set_flops(step.count_flops(batch))
         stepping = (done + 1) % accumulation_steps == 0
         with measure(batch):
-            # Micro-steps that do not step the optimizer skip DDP's all-reduce;
-            # the gradients are summed locally and reduced on the stepping one.
-            # The step's own wrapper: tune may train through a re-wrapped one.
-            with _no_sync(step.model if step.model is not None else model, ddp and not stepping):
-                loss = step.forward_loss(batch)
-                step.scaler.scale(loss / accumulation_steps).backward()
+            loss = micro_step(batch, step, stepping)
             if stepping:
                 step.optimizer_step()
             running.add_(loss.detach().float())

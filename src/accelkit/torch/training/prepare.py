@@ -88,10 +88,11 @@ def prepare(
     module = parallel.unwrap(model)
     layout = None
     changes: list[str] = []
+    asked = checked_device(torch, device) if device is not None else None
     if module is not model:  # the script's own DDP (its options kept): already placed
         device = next(module.parameters()).device
     else:
-        device = torch.device(device) if device is not None else _default_device(torch, plan)
+        device = asked if asked is not None else _default_device(torch, plan)
         before = _devices(module)
         model = module = module.to(device)
         if before != _devices(module):
@@ -109,7 +110,9 @@ def prepare(
         loader, sampling = parallel.shard(loader, group)
     else:
         model = module  # distributed=False: the module alone, even if the script wrapped it
-    model.train()
+    if mode := _training_mode(module):
+        changes.append(mode)
+    model.training = True  # the wrapper's own flag; the module's are _training_mode's
     return Prepared(
         model=model,
         module=module,
@@ -147,6 +150,66 @@ def restore(run: Prepared) -> None:
         run.module.to(memory_format=require("torch").contiguous_format)
 
 
+_DEVICES = "None (this rank's GPU, or the CPU), 'cpu', 'cuda', 'cuda:N' or a torch.device"
+
+
+def checked_device(torch: Any, device: Any) -> Any:
+    """`device` as a ``torch.device`` this process can train on, or ValueError naming the
+    valid values (a bad name, a GPU this torch cannot see, ``"meta"``, which holds no
+    data), before the model moves.
+
+    Example:
+        >>> import torch
+        >>> checked_device(torch, "bogus")
+        Traceback (most recent call last):
+        ValueError: device='bogus' cannot be used: it must be None (this rank's GPU, or the CPU), 'cpu', 'cuda', 'cuda:N' or a torch.device (torch says: Expected one of cpu, ...
+    """
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as error:
+        said = str(error).split(" device type at start")[0][:80]
+        raise ValueError(
+            f"device={device!r} cannot be used: it must be {_DEVICES} (torch says: {said}...)"
+        ) from None
+    if parsed.type == "meta":
+        raise ValueError(
+            f"device={device!r}: meta tensors hold no data, so nothing trains there; "
+            f"it must be {_DEVICES}"
+        )
+    backend = getattr(torch, parsed.type, None) if parsed.type != "cpu" else None
+    available = getattr(backend, "is_available", None)
+    if callable(available) and not available():
+        raise ValueError(
+            f"device={device!r}: this torch ({torch.__version__}) sees no {parsed.type} "
+            f"device; it must be {_DEVICES}, or None for the CPU here"
+        )
+    count = getattr(backend, "device_count", None)
+    if parsed.index is not None and callable(count) and parsed.index >= count():
+        raise ValueError(
+            f"device={device!r}: this process sees {count()} {parsed.type} device(s), "
+            f"indexed from 0"
+        )
+    return parsed
+
+
+def _training_mode(module: Any) -> str:
+    """Put `module` in training mode the way the script left it to: a module that was
+    put in eval mode as a whole (``model.eval()`` after an evaluation) trains again in
+    training mode; otherwise each submodule keeps the mode the script set (a BatchNorm
+    frozen in eval mode when fine-tuning stays frozen, as in Lightning 2.2+). Returns
+    what was done, for the report's model changes ("" when nothing was)."""
+    modules = list(module.named_modules())
+    if not any(m.training for _, m in modules):
+        module.train()
+        return "put in training mode (it was in eval mode)"
+    module.training = True  # its own flag only: its submodules keep theirs
+    frozen = [f"{name} ({type(m).__name__})" for name, m in modules if name and not m.training]
+    if not frozen:
+        return ""
+    shown = ", ".join(frozen[:4]) + (", ..." if len(frozen) > 4 else "")
+    return f"{len(frozen)} submodule(s) left in eval mode as the script set them: {shown}"
+
+
 def _devices(module: Any) -> set[Any]:
     return {t.device for t in (*module.parameters(), *module.buffers())}
 
@@ -182,7 +245,9 @@ def to_device(batch: Any, device: Any, layout: Any = None) -> Any:
             return batch.to(device, non_blocking=True, memory_format=layout)
         return batch.to(device, non_blocking=True)
     if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(b, device, layout) for b in batch)
+        moved = [to_device(b, device, layout) for b in batch]
+        # A namedtuple is built from its fields, a tuple or list from one iterable.
+        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
     if isinstance(batch, Mapping):  # a dict, or transformers' BatchEncoding (a UserDict)
         return {k: to_device(v, device, layout) for k, v in batch.items()}
     return batch

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -45,6 +46,8 @@ class Step:
         through: ``through(model, compiled) -> Step``: the same step (optimizer step,
             scaler) through another model, e.g. the module re-wrapped with other DDP
             options; `forward_loss` is built (and compiled) again for it.
+        notes: how the loss was read where that is not plain (``"loss"``: a sum of the
+            model's losses), filled by `forward_loss` as it trains, for the report.
     """
 
     forward_loss: Callable[[Any], Any]
@@ -55,11 +58,14 @@ class Step:
     model: Any = None
     ddp: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     through: Callable[[Any, bool], Step] | None = None
+    notes: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 # train_one(batch, step) -> the step's loss tensor: what the loop does with one batch,
-# and what it hands the tuner to train the trials with.
-TrainOne = Callable[[Any, Step], Any]
+# and what it hands the tuner to train the trials with. ``train_one(batch, step,
+# again=True)``: the forward and backward pass of a batch already counted (a failed
+# trial's unit trained again), neither counted nor measured a second time.
+TrainOne = Callable[..., Any]
 
 
 def make_step(
@@ -114,9 +120,10 @@ def make_step(
     dtype = torch_precision.autocast_dtype(plan)
     optimizer_step = _optimizer_step(torch, run.model, optimizer, scaler, max_grad_norm)
     count_flops = functools.partial(_count, run.module, loss_fn, autocast)
+    notes: dict[str, str] = {}
 
     def through(model: Any, compiled: bool) -> Step:
-        forward_loss = _forward_loss(torch, model, loss_fn, device_type, dtype)
+        forward_loss = _forward_loss(torch, model, loss_fn, device_type, dtype, notes)
         return Step(
             forward_loss=torch.compile(forward_loss) if compiled else forward_loss,
             optimizer_step=optimizer_step,
@@ -125,6 +132,7 @@ def make_step(
             compiled=compiled,
             model=model,
             through=through,
+            notes=notes,
         )
 
     step = through(run.model, compiled)
@@ -132,7 +140,12 @@ def make_step(
 
 
 def _forward_loss(
-    torch: Any, model: Any, loss_fn: Callable[..., Any] | None, device_type: str, dtype: Any
+    torch: Any,
+    model: Any,
+    loss_fn: Callable[..., Any] | None,
+    device_type: str,
+    dtype: Any,
+    notes: dict[str, str],
 ) -> Callable[[Any], Any]:
     enabled = dtype is not None
 
@@ -142,9 +155,40 @@ def _forward_loss(
         # without a separate cast pass (an explicit .float() of GPT-2's logits costs 8%
         # of the step on an H200). torch.autocast itself, so torch.compile traces it.
         with torch.autocast(device_type, dtype=dtype, enabled=enabled):
-            return torch_batches.forward_loss(model, batch, loss_fn)
+            return torch_batches.forward_loss(model, batch, loss_fn, notes)
 
     return forward_loss
+
+
+def check_optimizer(optimizer: Any) -> Any:
+    """`optimizer` itself, or ValueError when the fit cannot step it: no ``step()`` and
+    ``zero_grad()``, or a ``step(closure)`` that needs a closure (L-BFGS re-evaluates
+    the loss itself; the fit calls ``optimizer.step()`` without one).
+
+    Example:
+        >>> import torch
+        >>> check_optimizer(torch.optim.LBFGS([torch.zeros(1, requires_grad=True)]))
+        Traceback (most recent call last):
+        ValueError: optimizer LBFGS needs a closure (step(closure)), which the fit does not give: ...
+    """
+    kind = type(optimizer).__name__
+    if not (callable(getattr(optimizer, "step", None)) and hasattr(optimizer, "zero_grad")):
+        raise ValueError(
+            f"optimizer must be a torch.optim.Optimizer (with step() and zero_grad()); "
+            f"got {kind}"
+        )
+    try:
+        closure = inspect.signature(optimizer.step).parameters.get("closure")
+    except (TypeError, ValueError):  # a builtin or C-extension step: no signature to read
+        return optimizer
+    if closure is not None and closure.default is inspect.Parameter.empty:
+        raise ValueError(
+            f"optimizer {kind} needs a closure (step(closure)), which the fit does not "
+            "give: it steps with optimizer.step() once per accumulation; train it in a "
+            "hand-written loop (accelkit.torch.Meter measures one), or use an optimizer "
+            "whose closure is optional (SGD, Adam, AdamW...)"
+        )
+    return optimizer
 
 
 def _optimizer_step(

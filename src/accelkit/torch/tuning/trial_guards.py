@@ -1,10 +1,12 @@
 """What stops a `tune` trial, and what a stopped one must leave as it found it.
 
 A trial fails when its step raises (`Failed`, with `why` in one line) or when its
-loss disagrees with the eager loss on the same batch (`checked`, `check_loss`:
-the limits are `accelkit.torch.tuning.trials.LOSS_RTOL` and ``LOSS_ATOL``). The eager
-reference step must not move BatchNorm statistics (`buffers_kept`); a step that
-failed mid-way must not leave the gradient scaler waiting (`reset_scaler`).
+first batch disagrees with the eager step on the same batch and weights
+(`checked`: `check_loss` and `check_grads`, against the
+`accelkit.torch.tuning.reference.Reference`; the limits are
+`accelkit.torch.tuning.trials.LOSS_RTOL`, ``GRAD_RTOL``, ``LOSS_NOISE_FACTOR`` and
+``GRAD_AGREEMENT``). A step
+that failed mid-way must not leave the gradient scaler waiting (`reset_scaler`).
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import Any
 
 from accelkit.torch.training.step import Step
 from accelkit.torch.tuning import trials
+from accelkit.torch.tuning.reference import Reference
 
 
 class Failed(Exception):
@@ -38,42 +41,109 @@ def why(error: BaseException) -> str:
 
 
 class LossMismatch(ValueError):
-    pass
+    """The candidate's step computes something else than the eager step."""
 
 
-def checked(step: Step, eager: float) -> Step:
-    """`step` whose forward pass compares its loss with `eager` before returning it, so
-    a loss that disagrees fails the step before its backward pass and optimizer step."""
-    forward_loss = step.forward_loss
+def checked(step: Step, reference: Reference, sample: Callable[[], Any]) -> Step:
+    """`step` that checks its first batch against the eager `reference`: the loss as its
+    forward pass returns it (before its backward pass), then the gradients that batch
+    gave (`sample()` less the gradients there before) at the next forward pass or
+    optimizer step, whichever comes first, so a step that disagrees fails before the
+    optimizer steps on it. Train every batch of the candidate's first optimizer step
+    through it."""
+    forward_loss, optimizer_step = step.forward_loss, step.optimizer_step
+    before = sample()
+    pending = {"loss": True, "grads": False}
 
-    def checking(batch: Any) -> Any:
+    def check_pending_grads() -> None:
+        if pending["grads"]:
+            pending["grads"] = False
+            check_grads(sample() - before, reference)
+
+    def checking_forward(batch: Any) -> Any:
+        check_pending_grads()
         loss = forward_loss(batch)
-        check_loss(float(loss.detach().float()), eager)
+        if pending["loss"]:
+            pending["loss"], pending["grads"] = False, True
+            check_loss(float(loss.detach().float()), reference)
         return loss
 
-    return dataclasses.replace(step, forward_loss=checking)
+    def checking_optimizer_step() -> None:
+        check_pending_grads()
+        optimizer_step()
+
+    return dataclasses.replace(
+        step, forward_loss=checking_forward, optimizer_step=checking_optimizer_step
+    )
 
 
-def check_loss(compiled: float, eager: float) -> None:
-    if math.isfinite(eager) and not math.isfinite(compiled):
+def check_loss(compiled: float, reference: Reference) -> None:
+    """LossMismatch when the compiled loss is not the eager one at the loss's own scale:
+    within `trials.LOSS_RTOL` of it, plus the random draws' spread where there are any.
+
+    Example:
+        >>> check_loss(1.0e-3, Reference(loss=1.4e-3, grads=None))
+        Traceback (most recent call last):
+        accelkit.torch.tuning.trial_guards.LossMismatch: loss 0.001 differs from the eager 0.0014 on the same batch by more than 2% of it
+    """
+    eager = reference.loss
+    if not math.isfinite(eager):  # the eager step's own NaN: the user's, not the compile's
+        return
+    if not math.isfinite(compiled):
         raise LossMismatch(f"loss {compiled} where the eager loss was {eager:.6g}")
-    rtol, atol = trials.LOSS_RTOL, trials.LOSS_ATOL
-    if math.isfinite(eager) and abs(compiled - eager) > rtol * abs(eager) + atol:
+    allowed = trials.LOSS_RTOL * abs(eager) + trials.LOSS_NOISE_FACTOR * reference.loss_noise
+    if abs(compiled - eager) > allowed + trials.LOSS_ATOL:
         raise LossMismatch(
-            f"loss {compiled:.6g} differs from the eager {eager:.6g} on the "
-            f"same batch by more than {rtol:.0%} + {atol}"
+            f"loss {compiled:.6g} differs from the eager {eager:.6g} on the same batch "
+            f"by more than {trials.LOSS_RTOL:.0%} of it{_noise(reference.loss_noise)}"
         )
 
 
-@contextlib.contextmanager
-def buffers_kept(module: Any) -> Iterator[None]:
-    """Put `module`'s buffers (BatchNorm statistics, counters) back as they were."""
-    saved = [(buffer, buffer.detach().clone()) for buffer in module.buffers()]
-    try:
-        yield
-    finally:
-        for buffer, value in saved:
-            buffer.data.copy_(value)
+def check_grads(compiled: Any, reference: Reference) -> None:
+    """LossMismatch when the compiled step's gradients (on the
+    `accelkit.torch.tuning.reference.GradSample`) are not the eager ones.
+
+    Without random draws, the norm of their difference must stay within
+    `trials.GRAD_RTOL` of the eager gradients' norm. With them (dropout), the compiled
+    gradients share with the eager ones only their mean: their agreement,
+    ``<compiled, e1 + e2> / (2 <e1, e2>)`` over two eager draws, is 1 for a correct
+    step, whatever the noise (0 for a step without gradients, -1 for one going the
+    wrong way), and must lie within a factor `trials.GRAD_AGREEMENT` of 1.
+    """
+    eager = reference.grads
+    if eager is None or not bool(eager.isfinite().all()):  # an fp16 overflow: the scaler skips
+        return
+    if reference.second_grads is not None:
+        _check_agreement(compiled, eager, reference.second_grads)
+        return
+    scale = float(eager.norm())
+    differs = float((compiled - eager).norm())
+    if not math.isfinite(differs) or differs > trials.GRAD_RTOL * scale:
+        raise LossMismatch(
+            f"gradients differ from the eager step's on the same batch: |compiled - eager| "
+            f"= {differs:.3g} where |eager| = {scale:.3g}, more than {trials.GRAD_RTOL:.0%}"
+        )
+
+
+def _check_agreement(compiled: Any, first: Any, second: Any) -> None:
+    shared = float(first @ second)
+    if not shared > 0:  # the draws share nothing measurable: no test can tell
+        return
+    agreement = float(compiled @ (first + second)) / (2 * shared)
+    bound = trials.GRAD_AGREEMENT
+    if not (1 / bound <= agreement <= bound):  # also False for NaN
+        raise LossMismatch(
+            f"gradients disagree with the eager step's on the same batch: their agreement "
+            f"with two eager random draws is {agreement:.3g} (1 for the same step, within "
+            f"{bound:g}x of it)"
+        )
+
+
+def _noise(spread: float) -> str:
+    if not spread:
+        return ""
+    factor = trials.LOSS_NOISE_FACTOR
+    return f" plus {factor:g}x the spread of two eager random draws ({spread:.3g})"
 
 
 def reset_scaler(scaler: Any) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from accelkit.torch.training.step import Step, TrainOne
-from accelkit.torch.tuning import levers, optimizers, trials
+from accelkit.torch.tuning import levers, optimizers, reference, trials
 from accelkit.torch.tuning import trial_guards as guards
 from accelkit.torch.tuning.trials import Trial, TuneResult, check_mode
 from accelkit.utils.imports import require
@@ -28,7 +28,8 @@ class Tuner:
 
     Args:
         base: the step the plan's settings give (eager unless compile was fixed on).
-        module: the module trained (its buffers are restored after the eager loss check).
+        module: the module trained (the eager reference of the compile check runs on
+            it, its gradients, buffers and random number generators put back after).
         optimizer: the optimizer `base` steps (switched in place for the fused trial).
         device: where the model trains (synchronised around timed steps).
         mode: ``"auto"``, True or False (see `accelkit.torch.fit`).
@@ -331,15 +332,15 @@ class Tuner:
         taken: list[Any] = []
         self._sync()
         start = time.perf_counter()
+        this = step
         for _ in range(self._unit):
             batch = next(self._batches, None)
             if batch is None:
                 self._ended = True
                 return None
             taken.append(batch)
-            this = step
-            if check and len(taken) == 1:
-                this = guards.checked(step, self._eager_loss(batch))
+            if check and len(taken) == 1:  # the whole unit: its gradients are checked later
+                this = self._checked(step, batch)
             self._on_step()
             if not catch:
                 self._train_one(batch, this)
@@ -358,7 +359,10 @@ class Tuner:
 
     def _retrain(self, batches: list[Any], error: BaseException) -> None:
         """Train the failed candidate's batches again with the baseline step, from zeroed
-        gradients. The user's own error (bad data, a bug in the loss) raises again here."""
+        gradients. The user's own error (bad data, a bug in the loss) raises again here.
+        All but the last were counted already (the failure came in the last): they give
+        their gradients again without being counted twice, so the accumulation stays
+        in phase (the optimizer steps where it would have without the trial)."""
         _log.info(
             "tune: a candidate failed (%s); its %d batch(es) train again with the baseline step",
             guards.why(error),
@@ -368,24 +372,55 @@ class Tuner:
         guards.reset_scaler(self._base.scaler)
         if self._device.type == "cuda":
             self._torch.cuda.empty_cache()
-        for batch in batches:
-            self._on_step()
-            self._train_one(batch, self._base)
-            if self._limit():
-                self._ended = True
-                return
+        *counted, failed = batches
+        for batch in counted:
+            self._train_one(batch, self._base, again=True)
+        self._on_step()
+        self._train_one(failed, self._base)
+        if self._limit():
+            self._ended = True
 
-    def _eager_loss(self, batch: Any) -> float:
-        """The baseline's loss on `batch` at the current weights, leaving no trace: no
-        gradient, buffers (BatchNorm statistics) and random number generators restored."""
+    def _checked(self, step: Step, batch: Any) -> Step:
+        """`step`, checked on `batch` against the baseline's eager step (`reference`)."""
         torch = self._torch
-        devices = [self._device] if self._device.type == "cuda" else []
-        with (
-            torch.no_grad(),
-            guards.buffers_kept(self._module),
-            torch.random.fork_rng(devices=devices),
-        ):
-            return float(self._base.forward_loss(batch).detach().float())
+        params = [p for p in self._module.parameters() if p.requires_grad]
+        sample = reference.GradSample(params, torch)
+        eager = reference.eager_reference(
+            self._eager_step(),
+            batch,
+            module=self._module,
+            params=params,
+            sample=sample,
+            device=self._device,
+            torch=torch,
+            average=self._as_reduced,
+        )
+        return guards.checked(step, eager, sample)
+
+    def _eager_step(self) -> Callable[[Any], Any]:
+        """The baseline's forward and backward pass as the loop runs one micro-step, on
+        the module itself: under DDP no collective runs (every rank computes alike)."""
+        base = self._base
+        forward_loss = base.forward_loss
+        if base.through is not None and base.model is not self._module:
+            forward_loss = base.through(self._module, False).forward_loss
+
+        def forward_backward(batch: Any) -> Any:
+            loss = forward_loss(batch)
+            base.scaler.scale(loss / self._unit).backward()
+            return loss
+
+        return forward_backward
+
+    def _as_reduced(self, grads: Any) -> Any:
+        """The eager gradients as the candidate's first micro-step leaves them: averaged
+        over the ranks when that step all-reduces (DDP, no accumulation)."""
+        if self._base.model is self._module or self._unit > 1:
+            return grads
+        distributed = self._torch.distributed
+        grads = grads.clone()
+        distributed.all_reduce(grads)
+        return grads / distributed.get_world_size()
 
     def _sync(self) -> None:
         if self._device.type == "cuda":

@@ -1,0 +1,162 @@
+"""What a compiled `tune` candidate must compute: the eager step's loss and gradients.
+
+Before the compiled candidate's first batch trains, the baseline's eager step runs on
+the same batch at the same weights (forward and backward, as the loop runs them: the
+loss divided by the accumulation, through the gradient scaler) and keeps two kinds of
+number: the loss, and a fixed sample of every trainable parameter's gradient
+(`GradSample`, at most `SAMPLE` values in all). Gradients are what a wrong step gets
+wrong whatever the loss's scale: a compiled graph that computes constant logits or
+drops a backward gives gradients nowhere near the eager ones, even where the loss
+(a scaled loss, an MSE on normalised targets, late training) is too small to tell.
+
+A forward pass that draws random numbers (dropout) cannot be compared draw for draw:
+compiled kernels draw their own. When the eager pass moved a random number generator,
+a second eager pass with the next draws gives what two correct steps share and how far
+they differ (`Reference.loss_noise`, `Reference.second_grads`), and the check compares
+with that (`accelkit.torch.tuning.trial_guards.check_grads`).
+
+The reference leaves no trace (`kept`): the gradients are set aside and put back, the
+random number generators forked, and every buffer restored by name, also one the
+forward reassigns (``self.n = self.n + 1``) rather than updates in place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+# The gradient values kept from every trainable parameter, spread evenly over them
+# (a strided slice of each): 4 MiB of float32, whatever the model's size.
+SAMPLE = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """The eager step's numbers on one batch.
+
+    Attributes:
+        loss: the eager loss.
+        grads: the `GradSample` of the gradients that batch gives (float32, flat).
+        loss_noise: how far a second eager draw's loss was (0: no random numbers drawn).
+        second_grads: the second draw's gradient sample (None: no random numbers drawn).
+    """
+
+    loss: float
+    grads: Any
+    loss_noise: float = 0.0
+    second_grads: Any = None
+
+
+class GradSample:
+    """A fixed strided sample of the gradients of `params`: the same positions on every
+    call, zeros where a gradient is None.
+
+    Example:
+        >>> import torch
+        >>> layer = torch.nn.Linear(4, 2)
+        >>> sample = GradSample(list(layer.parameters()), torch)
+        >>> layer(torch.ones(3, 4)).sum().backward()
+        >>> sample().shape
+        torch.Size([10])
+    """
+
+    def __init__(self, params: list[Any], torch: Any, size: int = SAMPLE) -> None:
+        self._torch = torch
+        self._params = params
+        # One device for the sample, also for a model spread over several.
+        self._device = params[0].device if params else None
+        per = max(1, size // max(len(params), 1))
+        self._strides = [max(1, math.ceil(p.numel() / per)) for p in params]
+
+    def __call__(self) -> Any:
+        parts = []
+        for param, stride in zip(self._params, self._strides, strict=True):
+            if param.grad is None:
+                length = math.ceil(param.numel() / stride)
+                parts.append(self._torch.zeros(length, device=self._device))
+            else:
+                parts.append(param.grad.detach().reshape(-1)[::stride].float().to(self._device))
+        return self._torch.cat(parts) if parts else self._torch.zeros(0)
+
+
+def eager_reference(
+    forward_backward: Callable[[Any], Any],
+    batch: Any,
+    *,
+    module: Any,
+    params: list[Any],
+    sample: GradSample,
+    device: Any,
+    torch: Any,
+    average: Callable[[Any], Any] = lambda grads: grads,
+) -> Reference:
+    """The `Reference` of `batch`: ``forward_backward(batch) -> loss`` run at the current
+    weights, twice when the first run drew random numbers, leaving no trace (`kept`).
+    `average` gives the gradients as the candidate will see them (averaged over the
+    ranks when its first step all-reduces them)."""
+    with kept(module, params, device, torch):
+        before = _rng_state(torch, device)
+        first = _draw(forward_backward, batch, params, sample)
+        if _rng_state(torch, device) == before:  # no random number drawn: one run tells
+            return Reference(first[0], average(first[1]))
+        second = _draw(forward_backward, batch, params, sample)
+    return Reference(first[0], average(first[1]), abs(first[0] - second[0]), average(second[1]))
+
+
+def _draw(
+    forward_backward: Callable[[Any], Any], batch: Any, params: list[Any], sample: GradSample
+) -> tuple[float, Any]:
+    for param in params:
+        param.grad = None
+    loss = forward_backward(batch)
+    return float(loss.detach().float()), sample()
+
+
+def _rng_state(torch: Any, device: Any) -> list[bytes]:
+    states = [torch.get_rng_state()]
+    if device.type == "cuda":
+        states.append(torch.cuda.get_rng_state(device))
+    return [bytes(state.numpy().tobytes()) for state in states]
+
+
+@contextlib.contextmanager
+def kept(module: Any, params: list[Any], device: Any, torch: Any) -> Iterator[None]:
+    """Leave `module` as it was: gradients of `params`, buffers, random number generators."""
+    grads = [param.grad for param in params]
+    devices = [device] if device.type == "cuda" else []
+    try:
+        with buffers_kept(module), torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        for param, grad in zip(params, grads, strict=True):
+            param.grad = grad
+
+
+@contextlib.contextmanager
+def buffers_kept(module: Any) -> Iterator[None]:
+    """Put `module`'s buffers (BatchNorm statistics, counters) back as they were: each
+    submodule's buffer by name, the same tensor with the same values, also where the
+    forward put a new tensor in its place (``self.n = self.n + 1``).
+
+    Example:
+        >>> import torch
+        >>> bn = torch.nn.BatchNorm1d(3)
+        >>> with buffers_kept(bn):
+        ...     _ = bn(torch.randn(8, 3) + 5)
+        >>> float(bn.running_mean.abs().max())
+        0.0
+    """
+    saved = [
+        (owner, name, buffer, buffer.detach().clone())
+        for owner in module.modules()
+        for name, buffer in owner.named_buffers(recurse=False)
+    ]
+    try:
+        yield
+    finally:
+        for owner, name, buffer, value in saved:
+            buffer.data.copy_(value)
+            owner._buffers[name] = buffer  # noqa: SLF001 - the tensor the module held
