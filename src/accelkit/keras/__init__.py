@@ -12,9 +12,13 @@ from typing import Any
 def float32_head(model: Any) -> Any:
     """Return `model` with float32 outputs, for training under a mixed policy.
 
-    A functional or built Sequential model gets a float32 `Activation('linear')`
-    per output; a subclassed model is wrapped in a model that casts its outputs.
-    A model whose outputs are float32 already is returned as it is.
+    A functional or built Sequential model's last activation is computed again in
+    float32 from its logits (TensorFlow's mixed-precision guide), with the same weights;
+    a linear output is cast. A subclassed model is wrapped in a model that casts its
+    outputs (its `call` is opaque: the warning says how to compute the activation in
+    float32 there); one with its own `train_step` is returned as it is, with a warning.
+    A model whose outputs are float32 already is returned as it is
+    (`accelkit.keras.head.float32_head`).
 
     Example:
         >>> import accelkit

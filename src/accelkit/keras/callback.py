@@ -92,6 +92,12 @@ class ProfileCallback(keras.callbacks.Callback):
     `report.evaluation_share`) and count in none of them (step time, samples/s, MFU,
     input wait).
 
+    Under ``mixed_float16``, a `train_step` of the model's own that applies gradients
+    without ``self.optimizer.scale_loss(loss)`` would train on gradients divided by the
+    loss scale: the callback finds it while Keras traces the step and has them applied
+    as computed, with a warning and the ``unscaled_train_step`` verdict
+    (`accelkit.keras.loss_scaling`).
+
     At each epoch's end the callback adds the epoch's figures to Keras' ``logs``
     (``accelkit_samples_per_second``, ``accelkit_step_time_s``, ``accelkit_mfu``,
     ``accelkit_input_wait_share``... as `accelkit.profiling.metrics` spells them), so

@@ -133,7 +133,7 @@ def overrides_training(model: Any) -> str:
 def _user_defined(cls: type, name: str) -> bool:
     for klass in cls.__mro__:
         if name in vars(klass):
-            return not klass.__module__.startswith(("keras.", "tf_keras.", "accelkit."))
+            return not klass.__module__.startswith(("keras.", "tf_keras."))
     return False
 
 

@@ -42,9 +42,12 @@ def fit(
     `epochs`, `validation_data`, `callbacks`, ...); the measurement options
     (``warmup=``, ``window=``, ...) go to `ProfileCallback`. The report stands in for
     the `History` that `model.fit` returns: `report.history["loss"]`, `report.epoch`,
-    `report.params`; `report.trained_model` is the model trained. Under a mixed policy, a model
-    whose outputs are not float32 gets a float32 head (`float32_head`) and is
-    compiled again with the same optimizer, loss and metrics: the report says so.
+    `report.params`; `report.trained_model` is the model trained. Under a mixed policy, a
+    functional or Sequential model whose outputs are not float32 gets a float32 head
+    (`float32_head`: the last activation computed in float32) and is compiled again with
+    the same optimizer, loss and metrics: the report says so. A subclassed model, or one
+    with its own `train_step`, trains as it is (`ProfileCallback` checks its outputs and
+    its loss scaling).
     A KeyboardInterrupt ends the fit early with a partial report
     (`report.interrupted`); any other error propagates unchanged after the GPU
     sampler has stopped.
