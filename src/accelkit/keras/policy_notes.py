@@ -19,7 +19,7 @@ from accelkit.frameworks.tensorflow_adapter import OPT_OUT
 # Words of TensorFlow's and Keras' dtype errors about a 16-bit tensor meeting another.
 _HALF = re.compile(r"\b(half|float16|bfloat16)\b")
 _MISMATCH = re.compile(
-    r"dtype|expected to be|must be|cannot compute|same type|type of", re.IGNORECASE
+    r"dtype|expected to be|must be|cannot compute|not match|same type", re.IGNORECASE
 )
 
 
