@@ -36,8 +36,11 @@ def sizes(data: Any, tokens_per_sample: int | None = None) -> tuple[int | None, 
 
 def _ragged_tokens(values: tuple[Any, ...]) -> int:
     """The ids a ragged batch holds (a `tf.RaggedTensor`'s flat values); 0 when unknown."""
-    counts = [getattr(getattr(v, "flat_values", None), "shape", (None,))[0] for v in values]
-    return 0 if any(c is None for c in counts) else sum(int(c) for c in counts)
+    counts: list[Any] = [
+        getattr(getattr(v, "flat_values", None), "shape", (None,))[0] for v in values
+    ]
+    known = [int(c) for c in counts if c is not None]
+    return sum(known) if len(known) == len(counts) else 0
 
 
 def local_values(value: Any) -> tuple[Any, ...]:

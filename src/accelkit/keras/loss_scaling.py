@@ -83,7 +83,7 @@ class UnscaledStepGuard:
 
     def __init__(self, model: Any, found: Callable[[], None]) -> None:
         self.model = model
-        self.optimizer = getattr(model, "optimizer", None)
+        self.optimizer: Any = getattr(model, "optimizer", None)
         self.unscaled = False  # a step applied gradients it did not scale
         self.scaled = False  # a step scaled its loss before applying
         self._found = found
