@@ -140,7 +140,7 @@ def test_every_chart_holds_the_report_numbers():
         )
     assert page.values["chart-mfu"] == {
         "achieved": 9.5,
-        "measured ceiling": 700.0,
+        "measured peak": 700.0,
         "datasheet peak": 989.0,
     }
     gpu = {name: BY_NAME[name].label for name in ("gpu_utilization", "power_w")}

@@ -1,5 +1,7 @@
 """The HTML report in a real browser: headless Chromium renders the page of a real
-CPU fit, and the screenshot shows the charts, not a blank page.
+CPU fit, and the screenshot shows the charts, not a blank page; at a desktop's width and
+a phone's, no text is cut off (nothing wider than the window, no box scrolling its text
+sideways, no chart text outside its chart, no two legend entries over each other).
 
 CI installs Chromium from Debian packages (.ci/run); where it is not installed the
 test is skipped with that reason.
@@ -7,6 +9,9 @@ test is skipped with that reason.
 
 from __future__ import annotations
 
+import html
+import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -74,3 +79,78 @@ def test_chromium_draws_the_charts(tmp_path: Path) -> None:
     assert inked > 0.05 * WIDTH * HEIGHT, f"only {inked} non-white pixels: a blank page"
     # The throughput line and the step-time bars are drawn in the first series colour.
     assert count.get(_rgb(COLORS[0]), 0) > 500
+
+
+# Run in a copy of the page only (the page itself has no script): where the layout
+# cuts text off, as JSON in an attribute of the body, which --dump-dom prints.
+_PROBE = """<script>
+addEventListener("load", () => {
+  const width = document.documentElement.clientWidth;
+  const boxes = [...document.querySelectorAll("body *")].filter((e) => e instanceof HTMLElement);
+  const name = (e) => e.tagName + "#" + e.id;
+  const outside = (svg) => {
+    const box = svg.getBoundingClientRect();  // on the screen: rotations and scale applied
+    return [...svg.querySelectorAll("text")].filter((t) => {
+      const b = t.getBoundingClientRect();
+      return b.left < box.left - 0.5 || b.top < box.top - 0.5 || b.right > box.right + 0.5
+        || b.bottom > box.bottom + 0.5;
+    }).map((t) => svg.id + ": " + t.textContent);
+  };
+  const overlapping = (legend) => {
+    const keys = [...legend.querySelectorAll("text")].map((t) => t.getBBox());
+    return keys.some((a, i) => keys.slice(i + 1).some((b) =>
+      a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height));
+  };
+  document.body.dataset.layout = JSON.stringify({
+    width: width,
+    scroll: document.documentElement.scrollWidth,
+    past_the_window: boxes.filter((e) => e.getBoundingClientRect().right > width + 1).map(name),
+    scrolled: boxes.filter((e) => e.scrollWidth > e.clientWidth + 1 && e.clientWidth > 0).map(name),
+    outside_its_chart: [...document.querySelectorAll("svg.chart")].flatMap(outside),
+    legends_overlapping: [...document.querySelectorAll("g.legend")].filter(overlapping).length,
+  });
+});
+</script>"""
+
+
+def _layout(chromium: str, page: Path, width: int) -> dict:
+    probe = page.with_name(f"probe-{width}.html")
+    probe.write_text(page.read_text().replace("</body>", _PROBE + "</body>"))
+    done = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--window-size={width},1600",
+            "--virtual-time-budget=3000",
+            "--dump-dom",
+            probe.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    found = re.search(r'data-layout="([^"]*)"', done.stdout)
+    assert found, done.stdout[-2000:]
+    return json.loads(html.unescape(found.group(1)))
+
+
+@pytest.mark.parametrize("width", [1280, 480])
+def test_no_text_is_cut_off_at_a_desktop_s_width_or_a_phone_s(tmp_path: Path, width: int) -> None:
+    """Issue 25: the text section ran off the right of the page, a chart's last tick off
+    the chart."""
+    from accelkit.report.html import render_html
+
+    from .test_html import _report
+
+    chromium = _chromium()
+    cpu, gpu = tmp_path / "cpu.html", tmp_path / "gpu.html"
+    _fit_page(cpu)
+    gpu.write_text(render_html(_report()))
+    for page in (cpu, gpu):
+        layout = _layout(chromium, page, width)
+        assert layout["scroll"] <= layout["width"], layout
+        assert layout["past_the_window"] == [] and layout["scrolled"] == [], layout
+        assert layout["outside_its_chart"] == [] and layout["legends_overlapping"] == 0, layout

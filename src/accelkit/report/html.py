@@ -13,10 +13,17 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from accelkit.profiling.clock import EVALUATION, OTHER
-from accelkit.profiling.metrics import BY_NAME
-from accelkit.report import svg
+from accelkit.profiling.metrics import label as _label
+from accelkit.report import svg, units
 from accelkit.report.phases import MEANING, TRAINING, describe, run_time
-from accelkit.report.render import describe_hardware, render_run
+from accelkit.report.render import (
+    describe_hardware,
+    evidence_line,
+    render_tuning,
+    run_notes,
+    run_rows,
+    unmeasured,
+)
 from accelkit.report.text import DEFAULT_WIDTH
 
 if TYPE_CHECKING:
@@ -34,19 +41,30 @@ CHARTS = (
 )
 
 _STYLE = """
-body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 60em; color: #222; }
-h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
-table { border-collapse: collapse; } td, th { padding: .2em .7em; text-align: left;
-  vertical-align: top; border-bottom: 1px solid #ddd; }
-svg.chart { width: 100%; height: auto; max-width: 640px; }
-svg text { font-size: 11px; fill: #444; } .axis { stroke: #888; }
-figure { margin: 1em 0; } figcaption { color: #555; } .empty { color: #777; }
-pre { background: #f6f6f6; padding: .6em; overflow-x: auto; }
+* { box-sizing: border-box; }
+body { font: 15px/1.5 system-ui, sans-serif; margin: 0 auto; padding: 1.5em 1em 3em;
+  max-width: 62em; color: #222; background: #fff; }
+h1 { font-size: 1.5em; margin: 0 0 .2em; } h2 { font-size: 1.2em; margin: 1.8em 0 .5em; }
+.sub { color: #555; margin: 0 0 1.2em; overflow-wrap: anywhere; }
+.headline { display: flex; flex-wrap: wrap; gap: .6em; margin: 1em 0; }
+.card { flex: 1 1 9em; border: 1px solid #ddd; border-radius: 6px; padding: .5em .8em; }
+.card .value { font-size: 1.45em; font-weight: 600; white-space: nowrap; }
+.card .name { color: #555; font-size: .85em; } .card .more { color: #555; font-size: .8em; }
+table { border-collapse: collapse; width: 100%; } td, th { padding: .3em .6em;
+  text-align: left; vertical-align: top; border-bottom: 1px solid #ddd;
+  overflow-wrap: anywhere; }
+th { font-weight: 600; } td:first-child { white-space: nowrap; }
+svg.chart { display: block; width: 100%; height: auto; max-width: 720px; }
+.axis { stroke: #888; }
+figure { margin: 1em 0; } figcaption { color: #444; max-width: 48em; }
+.empty { color: #555; } ul.notes li { margin: .2em 0; overflow-wrap: anywhere; }
+pre { background: #f6f6f6; padding: .6em; white-space: pre-wrap; overflow-wrap: anywhere; }
 """
 
 
 def render_html(report: RunReport) -> str:
-    """The whole page for `report`.
+    """The whole page for `report`: a row of the figures that matter, the charts with
+    their captions, every figure, the plan and the advice.
 
     Example:
         >>> page = render_html(report)  # doctest: +SKIP
@@ -58,10 +76,11 @@ def render_html(report: RunReport) -> str:
     sections = [
         f"<h1>{esc(title)}</h1>",
         (
-            f"<p>{esc(r.framework)}, precision {esc(r.precision)} (matmuls {esc(r.matmul_dtype)}), "
-            f"{r.steps} steps ({r.warmup_steps} warm-up); "
+            f'<p class="sub">{esc(r.framework)}, precision {esc(r.precision)} (matmuls '
+            f"{esc(r.matmul_dtype)}), {r.steps} steps ({r.warmup_steps} warm-up); "
             f"{esc(_hardware(r.hardware))}</p>"
         ),
+        _headline(r),
         "<h2>Run time</h2>",
         _phases(r),
         "<h2>Throughput</h2>",
@@ -73,7 +92,7 @@ def render_html(report: RunReport) -> str:
         "<h2>GPU</h2>",
         *_gpu(r),
         "<h2>Figures</h2>",
-        f"<pre>{esc(render_run(r, DEFAULT_WIDTH))}</pre>",  # the same page whatever the terminal
+        _figures(r),
         "<h2>Plan</h2>",
         _plan(r.plan),
         "<h2>Advice</h2>",
@@ -81,10 +100,60 @@ def render_html(report: RunReport) -> str:
     ]
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>{esc(title)}</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n"
         + "\n".join(sections)
         + "\n</body>\n</html>\n"
     )
+
+
+def headline(r: RunReport) -> list[tuple[str, str, str]]:
+    """The figures that matter most, as (name, value, more): throughput, step time,
+    MFU, achieved FLOP/s, input wait, GPU busy and peak memory; those measured only."""
+    cards = []
+    if r.samples_per_second:
+        tokens = f"{r.tokens_per_second:,.0f} tokens/s" if r.tokens_per_second else ""
+        cards.append(("throughput", f"{units.per_second(r.samples_per_second)} samples/s", tokens))
+    if r.step_time_s:
+        cards.append(("step time", units.duration(r.step_time_s), ""))
+    if r.mfu is not None:
+        cards.append((_label("mfu"), f"{r.mfu:.1%}", "of the datasheet peak"))
+    elif r.mfu_calibrated is not None:
+        cards.append((_label("mfu"), f"{r.mfu_calibrated:.1%}", "of the measured peak"))
+    if r.achieved_tflops is not None:
+        cards.append(("achieved", units.flop_rate(r.achieved_tflops), ""))
+    if r.input_wait_share is not None:
+        cards.append((_label("input_wait_share"), f"{r.input_wait_share:.1%}", "of step time"))
+    if r.gpu_utilization is not None:
+        cards.append(("GPU busy", f"{r.gpu_utilization:.0f}%", "NVML, mean"))
+    if r.peak_memory_bytes is not None:
+        cards.append(("peak memory", units.gigabytes(r.peak_memory_bytes), "allocated"))
+    return cards
+
+
+def _headline(r: RunReport) -> str:
+    esc = html.escape
+    cards = "".join(
+        f'<div class="card"><div class="name">{esc(name)}</div>'
+        f'<div class="value">{esc(value)}</div><div class="more">{esc(more)}</div></div>'
+        for name, value, more in headline(r)
+    )
+    return f'<div class="headline" id="headline">{cards}</div>' if cards else ""
+
+
+def _figures(r: RunReport) -> str:
+    """Every figure as the text table has it (`render.run_rows`), then what was not
+    measured and why, the notes and the tuning."""
+    esc = html.escape
+    rows = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in run_rows(r))
+    parts = [f'<table id="figures"><tr><th>figure</th><th>value</th></tr>{rows}</table>']
+    for heading, items in (("Not measured", unmeasured(r)), ("Notes", run_notes(r))):
+        if items:
+            entries = "".join(f"<li><strong>{esc(k)}</strong>: {esc(v)}</li>" for k, v in items)
+            parts.append(f'<h3>{heading}</h3><ul class="notes">{entries}</ul>')
+    if r.tuning:
+        parts.append(f"<h3>Tuning</h3><pre>{esc(render_tuning(r.tuning, DEFAULT_WIDTH))}</pre>")
+    return "\n".join(parts)
 
 
 def _hardware(hardware: Mapping[str, Any]) -> str:
@@ -111,11 +180,6 @@ def _figure(chart_id: str, chart: str | None, caption: str, why: str) -> str:
 
 def _why(report: RunReport, *fields: str, default: str) -> str:
     return next((report.notes[f] for f in fields if f in report.notes), default)
-
-
-def _label(name: str) -> str:
-    """The name people read for a figure (`accelkit.profiling.metrics.METRICS`)."""
-    return BY_NAME[name].label
 
 
 # training in the colour of the throughput line, evaluation green, the rest grey
@@ -164,7 +228,7 @@ def _throughput(r: RunReport) -> str:
             x_label="seconds since start",
             y_label=per_second,
         )
-    mean = "-" if r.samples_per_second is None else f"{r.samples_per_second:,.1f}"
+    mean = "-" if r.samples_per_second is None else units.per_second(r.samples_per_second)
     return _figure(
         "chart-throughput",
         chart,
@@ -211,19 +275,31 @@ def breakdown(r: RunReport) -> dict[str, list[float | None]]:
 def _breakdown(r: RunReport) -> str:
     parts = breakdown(r)
     chart = None
+    steps = [v for v in r.series.get("step_time_s", ()) if v is not None]
+    # seconds where a step takes one or more (a CPU's), else milliseconds
+    scale, unit = (1.0, "s") if max(steps, default=0.0) >= 1 else (1e3, "ms")
     if any(v is not None for v in parts["compute"]):
         chart = svg.stacked_bars(
             "chart-step-breakdown",
             f"step time: compute, {_label('input_wait_share')}, idle",
             r.series["time_s"],
             [
-                (name, [None if v is None else v * 1e3 for v in values])
+                (name, [None if v is None else v * scale for v in values])
                 for name, values in parts.items()
             ],
             x_label="seconds since start",
-            y_label="ms per step",
+            y_label=f"{unit} per step",
         )
-    wait = "-" if r.input_wait_share is None else f"{r.input_wait_share:.1%}"
+    wait = (
+        f" ({r.input_wait_share:.1%} of steady-state time)"
+        if r.input_wait_share is not None
+        else ""
+    )
+    busy = (
+        "the GPU busy share of the rest, by NVML"
+        if r.series.get("gpu_time_s") or r.gpu_utilization is not None
+        else "all of the rest: no NVML samples tell busy from idle"
+    )
     reduce = (
         f" This rank waited for the gradient all-reduce {r.communication_share:.1%} of each "
         "step, after its backward pass (every rank's: Figures, all-reduce wait)."
@@ -233,9 +309,8 @@ def _breakdown(r: RunReport) -> str:
     return _figure(
         "chart-step-breakdown",
         chart,
-        f"Milliseconds per step of each window: compute (the GPU busy share of "
-        f"the rest, by NVML), {_label('input_wait_share')} ({wait} of steady-state time) "
-        f"and idle.{reduce}",
+        f"Time per step of each window ({unit}): compute ({busy}), "
+        f"{_label('input_wait_share')}{wait} and idle.{reduce}",
         _why(r, "step_time_s", default="no steady-state window measured"),
     )
 
@@ -250,36 +325,50 @@ def _mfu(r: RunReport) -> str:
         )
     items = [("achieved", r.achieved_tflops)]
     if r.calibrated_tflops is not None:
-        items.append(("measured ceiling", r.calibrated_tflops))
+        items.append(("measured peak", r.calibrated_tflops))
     if r.peak_tflops is not None:
         items.append(("datasheet peak", r.peak_tflops))
-    tflops, mfu = _label("achieved_tflops"), _label("mfu")
-    chart = svg.bars("chart-mfu", f"achieved {tflops} against the peaks", items, unit=tflops)
+    # the unit the largest bar reads best in: GFLOP/s for a CPU's rates
+    scale, unit = (1.0, "TFLOP/s") if max(v for _, v in items) >= 1 else (1e3, "GFLOP/s")
+    chart = svg.bars(
+        "chart-mfu",
+        f"achieved {unit} against the peaks",
+        [(name, value * scale) for name, value in items],
+        unit=unit,
+    )
     parts = [
-        f"{mfu} {r.mfu:.1%} of the datasheet peak ({r.peak_source})"
+        f"{_label('mfu')} {r.mfu:.1%} of the datasheet peak ({r.peak_source})"
         if r.mfu is not None
         else f"no datasheet peak: {r.notes.get('mfu', r.peak_source or 'unknown')}"
     ]
     if r.mfu_calibrated is not None:
-        parts.append(f"{r.mfu_calibrated:.1%} of the measured ceiling ({r.calibration_method})")
+        parts.append(f"{r.mfu_calibrated:.1%} of the measured peak ({r.calibration_method})")
     return _figure("chart-mfu", chart, "; ".join(parts) + ".", "")
 
 
-# (chart, the figure it draws, the unit on its axis)
+# (chart, the figure it draws, the unit on its axis, the axis' end where no value passes it)
 _GPU = (
-    ("chart-gpu-utilization", "gpu_utilization", "percent"),
-    ("chart-gpu-power", "power_w", "W"),
-    ("chart-gpu-memory", "gpu_memory_used_bytes", "GB"),
+    ("chart-gpu-utilization", "gpu_utilization", "percent", 100.0),
+    ("chart-gpu-power", "power_w", "W", None),
+    ("chart-gpu-memory", "gpu_memory_used_bytes", "GB", None),
 )
 
 
 def _gpu(r: RunReport) -> list[str]:
     s = r.series
+    if not s.get("gpu_time_s"):  # no samples: the reason once, the charts' ids kept
+        why = html.escape(_why(r, "gpu_utilization", default="no NVML samples"))
+        rest = "".join(f'<span id="{chart_id}"></span>' for chart_id, *_ in _GPU[1:])
+        figure = (
+            f'<figure id="chart-gpu-figure" class="empty"><p id="{_GPU[0][0]}" '
+            f'class="chart empty">No GPU charts: {why}</p>{rest}</figure>'
+        )
+        return [figure]
     out = []
-    for chart_id, key, unit in _GPU:
+    for chart_id, key, unit, end in _GPU:
         values, title = s.get(key, []), _label(key)
         chart = None
-        if s.get("gpu_time_s") and any(v is not None for v in values):
+        if any(v is not None for v in values):
             shown = [None if v is None else v / 1e9 for v in values] if unit == "GB" else values
             chart = svg.line_chart(
                 chart_id,
@@ -288,13 +377,14 @@ def _gpu(r: RunReport) -> list[str]:
                 [(title, shown)],
                 x_label="seconds since start",
                 y_label=unit,
+                y_max=end,
             )
         out.append(
             _figure(
                 chart_id,
                 chart,
                 f"{title} over the run ({unit}), from NVML, sampled about ten times a second.",
-                _why(r, "gpu_utilization", default="no NVML samples"),
+                _why(r, key, "gpu_utilization", default="no NVML samples"),
             )
         )
     return out
@@ -325,7 +415,7 @@ def _advice(advice: Sequence[Mapping[str, Any]]) -> str:
     esc = html.escape
     items = []
     for a in advice:
-        evidence = ", ".join(f"{k}={v}" for k, v in (a.get("evidence") or {}).items())
+        evidence = evidence_line(a)
         items.append(
             f"<li><strong>[{esc(str(a.get('severity', 'info')))}] "
             f"{esc(str(a.get('title', '')))}</strong>"

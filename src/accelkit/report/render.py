@@ -312,7 +312,7 @@ def render_advice(advice: Sequence[Mapping[str, Any]], width: int | None = None)
         lines.append(
             paragraph(f"[{a.get('severity', 'info')}] {a.get('title', '')}", width, lead, pad)
         )
-        evidence = ", ".join(f"{k}={_evidence(v)}" for k, v in (a.get("evidence") or {}).items())
+        evidence = evidence_line(a)
         for name, text in (
             ("evidence", evidence),
             ("do", a.get("action")),
@@ -324,11 +324,17 @@ def render_advice(advice: Sequence[Mapping[str, Any]], width: int | None = None)
     return "\n".join(line for line in lines if line)
 
 
-def _evidence(value: Any) -> str:
+def evidence_line(advice: Mapping[str, Any]) -> str:
+    """An advice item's evidence as ``name=value`` pairs, for the text and the page."""
+    return ", ".join(f"{k}={evidence_text(v)}" for k, v in (advice.get("evidence") or {}).items())
+
+
+def evidence_text(value: Any) -> str:
+    """An evidence value as the advice shows it: floats to four significant digits."""
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, (list, tuple)):
-        return "[" + "; ".join(_evidence(v) for v in value) + "]"
+        return "[" + "; ".join(evidence_text(v) for v in value) + "]"
     return str(value)
 
 

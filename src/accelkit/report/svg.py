@@ -1,22 +1,26 @@
 """Inline SVG charts for the HTML report: lines over time, stacked bars, plain bars.
 
 No library and no script: each chart is one ``<svg>`` element, drawn at a fixed
-size and scaled by the browser. Every drawn series carries its numbers in a
-``data-values`` attribute (Python's `repr` of each float, ``null`` for a gap), so a
-reader, or a test, can take them back exactly.
+size and scaled by the browser. Axes carry round ticks (1, 2, 2.5 or 5 times a power of
+ten) with grid lines, a chart of several series a legend, and every text its own colour
+chosen for contrast with what it is drawn on (WCAG AA: 4.5:1 at least, `contrast`).
+Every drawn series carries its numbers in a ``data-values`` attribute (Python's `repr`
+of each float, ``null`` for a gap), so a reader, or a test, can take them back exactly.
 """
 
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 
-WIDTH, HEIGHT = 640, 220
-_LEFT, _RIGHT, _TOP, _BOTTOM = 64, 16, 12, 34
-COLORS = ("#1f77b4", "#d62728", "#7f7f7f", "#2ca02c", "#9467bd", "#ff7f0e")
-# Text drawn on a coloured bar: a style, since the page's stylesheet colours every svg
-# text and outranks a fill attribute.
-_ON_COLOR = "fill:#fff"
+WIDTH, HEIGHT = 640, 240
+_LEFT, _RIGHT, _TOP, _BOTTOM = 64, 16, 12, 40
+# Blue, orange, grey, green, purple, red: each takes white or `INK` text at 4.5:1.
+COLORS = ("#1f77b4", "#ff7f0e", "#666666", "#2ca02c", "#7b4fa8", "#d62728")
+INK, MUTED, GRID, WHITE = "#222222", "#555555", "#e4e4e4", "#ffffff"
+_CHAR_W = 7.0  # about the width of a 12 px character (`FONT`), for laying out text
+FONT = 'font-family="system-ui, sans-serif" font-size="12"'  # every chart's text
 
 Values = Sequence[float | None]
 
@@ -26,52 +30,117 @@ def data_values(values: Values) -> str:
     return ",".join("null" if v is None else repr(float(v)) for v in values)
 
 
+def contrast(a: str, b: str) -> float:
+    """The WCAG 2 contrast ratio of two ``#rrggbb`` colours, from 1 to 21.
+
+    Example:
+        >>> round(contrast("#222222", "#ffffff"), 1)
+        15.9
+    """
+    light, dark = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (light + 0.05) / (dark + 0.05)
+
+
+def _luminance(color: str) -> float:
+    channels = [int(color[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+    r, g, b = (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def ink_on(color: str) -> str:
+    """White or `INK`, whichever reads better on `color`."""
+    return WHITE if contrast(WHITE, color) >= contrast(INK, color) else INK
+
+
+def ticks(top: float, count: int = 5) -> list[float]:
+    """Round ticks from 0 up to the first at or past `top`, about `count` of them.
+
+    Example:
+        >>> ticks(387.3), ticks(1.0), ticks(0.0)
+        ([0.0, 100.0, 200.0, 300.0, 400.0], [0.0, 0.2, 0.4, 0.6, 0.8, 1.0], [0.0, 1.0])
+    """
+    if not top > 0 or not math.isfinite(top):
+        return [0.0, 1.0]
+    raw = top / count
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+    return [float(f"{i * step:.12g}") for i in range(math.ceil(top / step - 1e-9) + 1)]
+
+
+def _range_ticks(low: float, high: float) -> list[float]:
+    """Round ticks inside [`low`, `high`] (an x axis that does not start at 0)."""
+    span = high - low
+    if span <= 0:
+        return [low]
+    step = ticks(span)[1]
+    first = math.ceil(low / step - 1e-9) * step
+    return [float(f"{first + i * step:.12g}") for i in range(int((high - first) / step + 1e-9) + 1)]
+
+
 def _fmt(value: float) -> str:
-    return f"{value:,.4g}" if abs(value) < 1e6 else f"{value:.3g}"
+    if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
+        return f"{value:.3g}"
+    return f"{value:,.4g}"
+
+
+def _text(x: float, y: float, text: str, *, anchor: str = "start", color: str = MUTED) -> str:
+    """One text element; its colour as a style, which outranks the page's stylesheet. A
+    centred text that would run off the chart's right edge ends at it instead."""
+    if anchor == "middle" and x + _CHAR_W * len(text) / 2 > WIDTH:
+        x, anchor = float(WIDTH - 2), "end"
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" style="fill:{color}">'
+        f"{html.escape(text)}</text>"
+    )
+
+
+def _open(chart_id: str, title: str, height: int = HEIGHT) -> str:
+    """The opening tag of a chart's svg element."""
+    esc = html.escape
+    return (
+        f'<svg id="{esc(chart_id)}" class="chart" xmlns="http://www.w3.org/2000/svg" '
+        f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{esc(title)}" {FONT}>'
+    )
 
 
 def _frame(
     chart_id: str,
     title: str,
     body: list[str],
-    y_top: float,
+    y_ticks: list[float],
     x_span: tuple[float, float],
-    x_label: str,
-    y_label: str,
-    y_ticks: bool = True,
+    labels: tuple[str, str],
+    legend: Sequence[str] = (),
 ) -> str:
-    """The svg element: axes, the extreme ticks, labels, and `body` inside."""
-    esc = html.escape
+    """The svg element: grid lines and ticks on both axes, the axis labels, `body`, and a
+    legend under the chart naming each series of `legend` in `COLORS`, when several."""
     bottom, right = HEIGHT - _BOTTOM, WIDTH - _RIGHT
-    parts = [
-        _open(chart_id, title),
+    top = y_ticks[-1] or 1.0
+    parts = []
+    for tick in y_ticks:
+        y = bottom - tick / top * (bottom - _TOP)
+        parts.append(
+            f'<line class="grid" x1="{_LEFT}" y1="{y:.1f}" x2="{right}" y2="{y:.1f}" '
+            f'stroke="{GRID}"/>' + _text(_LEFT - 6, y + 4, _fmt(tick), anchor="end")
+        )
+    x0, x1 = x_span
+    for tick in _range_ticks(x0, x1):
+        x = _LEFT + (tick - x0) / ((x1 - x0) or 1.0) * (right - _LEFT)
+        parts.append(
+            f'<line class="axis" x1="{x:.1f}" y1="{bottom}" x2="{x:.1f}" y2="{bottom + 4}"/>'
+            + _text(x, bottom + 16, _fmt(tick), anchor="middle")
+        )
+    x_label, y_label = labels
+    parts += [
         f'<line class="axis" x1="{_LEFT}" y1="{bottom}" x2="{right}" y2="{bottom}"/>',
-        f'<line class="axis" x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{bottom}"/>',
-        *(
-            [
-                f'<text x="{_LEFT - 4}" y="{_TOP + 4}" text-anchor="end">{esc(_fmt(y_top))}</text>',
-                f'<text x="{_LEFT - 4}" y="{bottom}" text-anchor="end">0</text>',
-            ]
-            if y_ticks
-            else []
-        ),
-        f'<text x="{_LEFT}" y="{bottom + 14}">{esc(_fmt(x_span[0]))}</text>',
-        f'<text x="{right}" y="{bottom + 14}" text-anchor="end">{esc(_fmt(x_span[1]))}</text>',
+        _text((_LEFT + right) / 2, HEIGHT - 6, x_label, anchor="middle", color=INK),
         (
-            f'<text x="{(_LEFT + right) / 2}" y="{HEIGHT - 4}" text-anchor="middle">'
-            f"{esc(x_label)}</text>"
-        ),
-        (
-            f'<text x="12" y="{(_TOP + bottom) / 2}" text-anchor="middle" '
-            f'transform="rotate(-90 12 {(_TOP + bottom) / 2})">{esc(y_label)}</text>'
+            f'<text x="14" y="{(_TOP + bottom) / 2}" text-anchor="middle" style="fill:{INK}" '
+            f'transform="rotate(-90 14 {(_TOP + bottom) / 2})">{html.escape(y_label)}</text>'
         ),
     ]
-    return "\n".join(parts + body + ["</svg>"])
-
-
-def _top(values: list[float]) -> float:
-    top = max(values, default=0.0)
-    return top * 1.05 if top > 0 else 1.0
+    key, height = _legend(legend, COLORS, top=HEIGHT + 12) if len(legend) > 1 else ("", HEIGHT)
+    return "\n".join([_open(chart_id, title, height), *parts, *body, key, "</svg>"])
 
 
 def line_chart(
@@ -82,47 +151,36 @@ def line_chart(
     *,
     x_label: str,
     y_label: str,
-    guides: Sequence[tuple[str, float]] = (),
+    y_max: float | None = None,
 ) -> str:
-    """Lines over a shared x axis (gaps where a value is None), with optional
-    horizontal guide lines (a peak, a ceiling) labelled by name."""
-    known = [v for _, ys in lines for v in ys if v is not None] + [g for _, g in guides]
+    """Lines over a shared x axis (gaps where a value is None); the y axis from 0 to a
+    round tick past the largest value, or to `y_max` (100 for a percentage) when no
+    value passes it."""
+    known = [v for _, ys in lines for v in ys if v is not None]
+    top = max(known, default=0.0)
+    y_ticks = ticks(y_max) if y_max is not None and top <= y_max else ticks(top)
     xs = [v for v in x if v is not None]
     x0, x1 = (min(xs), max(xs)) if xs else (0.0, 1.0)
-    y_top = _top(known)
-    span = (x1 - x0) or 1.0
+    span, y_top = (x1 - x0) or 1.0, y_ticks[-1]
 
-    def px(value: float) -> float:
-        return _LEFT + (value - x0) / span * (WIDTH - _LEFT - _RIGHT)
-
-    def py(value: float) -> float:
-        return HEIGHT - _BOTTOM - value / y_top * (HEIGHT - _BOTTOM - _TOP)
+    def point(a: float, b: float) -> str:
+        px = _LEFT + (a - x0) / span * (WIDTH - _LEFT - _RIGHT)
+        py = HEIGHT - _BOTTOM - b / y_top * (HEIGHT - _BOTTOM - _TOP)
+        return f"{px:.1f},{py:.1f}"
 
     body = [f'<g class="x" data-values="{data_values(x)}"></g>']
     for n, (name, ys) in enumerate(lines):
-        color = COLORS[n % len(COLORS)]
         points = " ".join(
-            f"{px(a):.1f},{py(b):.1f}"
-            for a, b in zip(x, ys, strict=False)
-            if a is not None and b is not None
+            point(a, b) for a, b in zip(x, ys, strict=False) if a is not None and b is not None
         )
         body.append(
             f'<polyline class="series" data-name="{html.escape(name)}" '
-            f'data-values="{data_values(ys)}" fill="none" stroke="{color}" '
-            f'stroke-width="1.5" points="{points}"><title>{html.escape(name)}</title>'
+            f'data-values="{data_values(ys)}" fill="none" stroke="{COLORS[n % len(COLORS)]}" '
+            f'stroke-width="2" points="{points}"><title>{html.escape(name)}</title>'
             f"</polyline>"
         )
-    for n, (name, value) in enumerate(guides):
-        y = py(value)
-        body.append(
-            f'<line class="guide" data-name="{html.escape(name)}" '
-            f'data-value="{value!r}" x1="{_LEFT}" y1="{y:.1f}" x2="{WIDTH - _RIGHT}" '
-            f'y2="{y:.1f}" stroke="{COLORS[(n + 1) % len(COLORS)]}" '
-            f'stroke-dasharray="4 3"/>'
-            f'<text x="{WIDTH - _RIGHT}" y="{y - 3:.1f}" text-anchor="end">'
-            f"{html.escape(name)} {_fmt(value)}</text>"
-        )
-    return _frame(chart_id, title, body, y_top, (x0, x1), x_label, y_label)
+    labels = (x_label, y_label)
+    return _frame(chart_id, title, body, y_ticks, (x0, x1), labels, [n for n, _ in lines])
 
 
 def stacked_bars(
@@ -133,24 +191,30 @@ def stacked_bars(
     *,
     x_label: str,
     y_label: str,
-    y_ticks: bool = True,
 ) -> str:
-    """One bar per x, its `parts` stacked from the bottom in the order given."""
-    totals = [sum(ys[i] or 0.0 for _, ys in parts) for i in range(len(x))]
-    y_top = _top(totals)
+    """One bar per window, its `parts` stacked from the bottom in the order given, and a
+    legend naming them. `x` holds each window's end: a bar spans from the window before's
+    end (the first, as wide as the second) to its own, on a time axis. The columns pair
+    up by index (the schema checks their lengths); a window without its end is not drawn."""
+    totals = [sum(ys[i] or 0.0 for _, ys in parts if i < len(ys)) for i in range(len(x))]
+    y_ticks = ticks(max(totals, default=0.0))
+    spans = _windows(x)
+    x0 = min((a for a, _ in spans.values()), default=0.0)
+    x1 = max((b for _, b in spans.values()), default=1.0)
     plot_w, plot_h = WIDTH - _LEFT - _RIGHT, HEIGHT - _BOTTOM - _TOP
-    width = plot_w / max(1, len(x))
+    scale, y_top = plot_w / ((x1 - x0) or 1.0), y_ticks[-1]
     base = [0.0] * len(x)
     body = [f'<g class="x" data-values="{data_values(x)}"></g>']
     for n, (name, ys) in enumerate(parts):
         rects = []
-        for i, value in enumerate(ys):
-            if value:
+        for i, value in enumerate(ys[: len(x)]):
+            if value and i in spans:
+                start, end = spans[i]
                 height = value / y_top * plot_h
                 top = HEIGHT - _BOTTOM - (base[i] / y_top * plot_h) - height
                 rects.append(
-                    f'<rect x="{_LEFT + i * width:.2f}" y="{top:.2f}" '
-                    f'width="{max(width - 0.5, 0.5):.2f}" height="{height:.2f}"/>'
+                    f'<rect x="{_LEFT + (start - x0) * scale:.2f}" y="{top:.2f}" '
+                    f'width="{max((end - start) * scale - 1, 0.5):.2f}" height="{height:.2f}"/>'
                 )
                 base[i] += value
         body.append(
@@ -158,39 +222,68 @@ def stacked_bars(
             f'data-values="{data_values(ys)}" fill="{COLORS[n % len(COLORS)]}">'
             f"<title>{html.escape(name)}</title>{''.join(rects)}</g>"
         )
-    xs = [v for v in x if v is not None]
-    span = (min(xs), max(xs)) if xs else (0.0, 1.0)
-    return _frame(chart_id, title, body, y_top, span, x_label, y_label)
+    labels = (x_label, y_label)
+    return _frame(chart_id, title, body, y_ticks, (x0, x1), labels, [n for n, _ in parts])
 
 
-def bars(chart_id: str, title: str, items: Sequence[tuple[str, float]], *, unit: str) -> str:
-    """Horizontal bars, one per (label, value), each labelled with its value."""
-    y_top = _top([v for _, v in items])
-    plot_w = WIDTH - _LEFT - _RIGHT - 120
-    row = (HEIGHT - _BOTTOM - _TOP) / max(1, len(items))
+def _windows(ends: Values) -> dict[int, tuple[float, float]]:
+    """Each window's (start, end) by its index, from the windows' ends: a window starts
+    where the one before it ended; the first is as long as the second (or 1)."""
+    known = [(i, e) for i, e in enumerate(ends) if e is not None]
+    spans = {}
+    for n, (i, end) in enumerate(known):
+        first = end - ((known[1][1] - end) if len(known) > 1 else 1.0)
+        start = known[n - 1][1] if n else first
+        spans[i] = (min(start, end), end)
+    return spans
+
+
+_NAMES = 124  # the room left of a `bars` chart for the bars' names
+
+
+def bars(
+    chart_id: str,
+    title: str,
+    items: Sequence[tuple[str, float]],
+    *,
+    unit: str,
+    colors: Sequence[str] = COLORS,
+) -> str:
+    """Horizontal bars, one per (name, value): the name left of the bar, the value with
+    `unit` after its end (inside it, in the colour that reads on it, where the bar
+    leaves no room), a round scale in `unit` under them."""
+    x_ticks = ticks(max((v for _, v in items), default=0.0), 4)
+    plot_w, top = WIDTH - _NAMES - _RIGHT, x_ticks[-1]
+    row = 34
+    bottom = _TOP + row * len(items)
     body = []
-    for n, (label, value) in enumerate(items):
-        y = _TOP + n * row + row * 0.15
-        length = value / y_top * plot_w
+    for tick in x_ticks:
+        x = _NAMES + tick / top * plot_w
         body.append(
-            f'<g class="bar" data-name="{html.escape(label)}" data-value="{value!r}">'
-            f'<rect x="{_LEFT}" y="{y:.1f}" width="{length:.1f}" '
-            f'height="{row * 0.7:.1f}" fill="{COLORS[n % len(COLORS)]}"/>'
-            f'<text {_bar_label_place(length, plot_w)} y="{y + row * 0.45:.1f}">'
-            f"{html.escape(label)}: {html.escape(_fmt(value))} {html.escape(unit)}"
-            f"</text></g>"
+            f'<line class="grid" x1="{x:.1f}" y1="{_TOP}" x2="{x:.1f}" y2="{bottom}" '
+            f'stroke="{GRID}"/>' + _text(x, bottom + 16, _fmt(tick), anchor="middle")
         )
-    # the axis runs past the longest bar, to leave room for its label
-    axis_end = y_top * (WIDTH - _RIGHT - _LEFT) / plot_w
-    return _frame(chart_id, title, body, y_top, (0.0, axis_end), unit, "", y_ticks=False)
-
-
-def _bar_label_place(length: float, plot_w: float) -> str:
-    """A bar's label after its end, or inside it (right-aligned, white) when the bar
-    is long enough that a label after it would run off the chart."""
-    if length > plot_w / 2:
-        return f'x="{_LEFT + length - 4:.1f}" text-anchor="end" style="{_ON_COLOR}"'
-    return f'x="{_LEFT + length + 4:.1f}"'
+    for n, (name, value) in enumerate(items):
+        y, color = _TOP + n * row + 5, colors[n % len(colors)]
+        length = value / top * plot_w
+        text = f"{_fmt(value)} {unit}"
+        inside = length + 8 + _CHAR_W * len(text) > plot_w
+        place = (
+            _text(_NAMES + length - 6, y + 16, text, anchor="end", color=ink_on(color))
+            if inside
+            else _text(_NAMES + length + 6, y + 16, text, color=INK)
+        )
+        body.append(
+            f'<g class="bar" data-name="{html.escape(name)}" data-value="{value!r}">'
+            + _text(_NAMES - 8, y + 16, name, anchor="end", color=INK)
+            + f'<rect x="{_NAMES}" y="{y:.1f}" width="{length:.1f}" height="24" fill="{color}"/>'
+            + f"{place}</g>"
+        )
+    body += [
+        f'<line class="axis" x1="{_NAMES}" y1="{_TOP}" x2="{_NAMES}" y2="{bottom}"/>',
+        _text(_NAMES + plot_w / 2, bottom + 32, unit, anchor="middle", color=INK),
+    ]
+    return "\n".join([_open(chart_id, title, bottom + 40), *body, "</svg>"])
 
 
 _BAR = 34  # the height of a parts_bar's bar
@@ -227,23 +320,11 @@ def parts_bar(
     bottom = _TOP + _BAR + 4
     body += [
         f'<line class="axis" x1="{_LEFT}" y1="{bottom}" x2="{WIDTH - _RIGHT}" y2="{bottom}"/>',
-        f'<text x="{_LEFT}" y="{bottom + 14}">0</text>',
-        (
-            f'<text x="{WIDTH - _RIGHT}" y="{bottom + 14}" text-anchor="end">'
-            f"{html.escape(_fmt(whole))} {html.escape(unit)}</text>"
-        ),
+        _text(_LEFT, bottom + 14, "0"),
+        _text(WIDTH - _RIGHT, bottom + 14, f"{_fmt(whole)} {unit}", anchor="end"),
     ]
     legend, height = _legend(texts, colors, top=bottom + 34)
     return "\n".join([_open(chart_id, title, height), *body, legend, "</svg>"])
-
-
-def _open(chart_id: str, title: str, height: int = HEIGHT) -> str:
-    """The opening tag of a chart's svg element."""
-    esc = html.escape
-    return (
-        f'<svg id="{esc(chart_id)}" class="chart" xmlns="http://www.w3.org/2000/svg" '
-        f'viewBox="0 0 {WIDTH} {height}" role="img" aria-label="{esc(title)}">'
-    )
 
 
 def _part(
@@ -253,8 +334,7 @@ def _part(
     when it fits, and its whole label, `text`, as the tooltip."""
     x, length = span
     inside = (
-        f'<text x="{x + length / 2:.1f}" y="{_TOP + _BAR / 2 + 4:.1f}" '
-        f'text-anchor="middle" style="{_ON_COLOR}">{html.escape(share)}</text>'
+        _text(x + length / 2, _TOP + _BAR / 2 + 4, share, anchor="middle", color=ink_on(color))
         if length >= 8 * len(share) + 8
         else ""
     )
@@ -263,9 +343,6 @@ def _part(
         f'<rect x="{x:.2f}" y="{_TOP}" width="{length:.2f}" height="{_BAR}" fill="{color}"/>'
         f"{inside}<title>{html.escape(text)}</title></g>"
     )
-
-
-_CHAR_W = 6.5  # about the width of an 11 px character, for laying out a legend
 
 
 def _legend(texts: Sequence[str], colors: Sequence[str], *, top: float) -> tuple[str, int]:
@@ -278,8 +355,7 @@ def _legend(texts: Sequence[str], colors: Sequence[str], *, top: float) -> tuple
             x, y = float(_LEFT), y + 16
         keys.append(
             f'<rect x="{x:.1f}" y="{y - 9:.1f}" width="10" height="10" '
-            f'fill="{colors[n % len(colors)]}"/>'
-            f'<text x="{x + 14:.1f}" y="{y:.1f}">{html.escape(text)}</text>'
+            f'fill="{colors[n % len(colors)]}"/>' + _text(x + 14, y, text, color=INK)
         )
         x += width + 18
     return f'<g class="legend">{"".join(keys)}</g>', int(y + 8)
