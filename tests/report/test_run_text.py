@@ -104,3 +104,23 @@ def test_a_projection_costs_dollars_and_cents_not_an_exponent() -> None:
     text = render_projections([cheap, dear], width=200)
     costs = re.findall(r"(?:< )?\$\S+", text)
     assert costs == [f"${dear.cost_per_epoch:,.2f}", "< $0.01"], text
+
+
+def test_a_cpu_run_is_told_to_profile_its_cpu_not_cuda() -> None:
+    from accelkit.advisor import advise
+
+    figures = {
+        "framework": "torch",
+        "device": "cpu",
+        "mfu_calibrated": 0.1,
+        "calibrated_tflops": 0.03,
+        "achieved_tflops": 0.003,
+        "step_time_s": 1.0,
+    }
+    found = {a.id: a for a in advise(None, None, figures)}
+    assert "low_mfu" in found, list(found)
+    advice = found["low_mfu"]
+    assert (
+        "CUDA" not in advice.action and "cuda" not in advice.action and "nsys" not in advice.action
+    )
+    assert "cpu_time_total" in advice.action and "kernels" not in advice.title

@@ -139,28 +139,13 @@ def where_to_look(ctx: Context, found: list[Advice]) -> Advice | None:
         return None
     if any(a.severity is not Severity.INFO for a in found):
         return None
-    profile = ctx.pick(
-        torch=(
-            "profile a few steps: with torch.profiler.profile(activities=[ProfilerActivity.CPU, "
-            "ProfilerActivity.CUDA], schedule=torch.profiler.schedule(wait=5, warmup=2, "
-            "active=5), on_trace_ready=torch.profiler.tensorboard_trace_handler('./prof')) "
-            "as p: ... p.step() per step; then prof.key_averages().table(sort_by="
-            "'cuda_time_total'); for the whole timeline: nsys profile -t cuda,nvtx python "
-            "train.py"
-        ),
-        tensorflow=(
-            "profile a few steps: keras.callbacks.TensorBoard(log_dir='./prof', "
-            "profile_batch=(10, 15)) in model.fit, then tensorboard --logdir ./prof "
-            "(Profile tab: trace viewer, op stats); for the whole timeline: nsys "
-            "profile -t cuda,nvtx python train.py"
-        ),
-    )
+    profile = _how_to_profile(ctx)
     return Advice(
         id="low_mfu",
         severity=Severity.INFO,
         title=(
             f"MFU is {mfu:.1%} of {against} and no rule above explains it: look for "
-            "small or memory-bound kernels"
+            f"small or memory-bound {'kernels' if ctx.gpu else 'ops'}"
         ),
         evidence={
             "mfu": round(mfu, 4),
@@ -173,8 +158,30 @@ def where_to_look(ctx: Context, found: list[Advice]) -> Advice | None:
         },
         action=profile
         + (
-            "; look for non-matmul kernels (norms, softmax, element-wise) that "
-            "dominate: they are what fusion (compile=True) removes"
+            f"; look for non-matmul {'kernels' if ctx.gpu else 'ops'} (norms, softmax, "
+            "element-wise) that dominate: they are what fusion (compile=True) removes"
         ),
         expected_gain="not estimated: the profile shows where the time goes",
+    )
+
+
+def _how_to_profile(ctx: Context) -> str:
+    """The profiler call for the run's framework; on a CPU run without CUDA's activity,
+    its sort key or nsys (there is no GPU timeline to take)."""
+    gpu = ctx.gpu is not None
+    timeline = "; for the whole timeline: nsys profile -t cuda,nvtx python train.py" if gpu else ""
+    return ctx.pick(
+        torch=(
+            "profile a few steps: with torch.profiler.profile(activities=[ProfilerActivity.CPU"
+            + (", ProfilerActivity.CUDA" if gpu else "")
+            + "], schedule=torch.profiler.schedule(wait=5, warmup=2, active=5), "
+            "on_trace_ready=torch.profiler.tensorboard_trace_handler('./prof')) as p: ... "
+            "p.step() per step; then prof.key_averages().table(sort_by="
+            f"'{'cuda' if gpu else 'cpu'}_time_total'){timeline}"
+        ),
+        tensorflow=(
+            "profile a few steps: keras.callbacks.TensorBoard(log_dir='./prof', "
+            "profile_batch=(10, 15)) in model.fit, then tensorboard --logdir ./prof "
+            f"(Profile tab: trace viewer, op stats){timeline}"
+        ),
     )
