@@ -298,7 +298,8 @@ class ProfileCallback(keras.callbacks.Callback):
             "fit, so they are applied as computed, but without loss scaling float16 "
             "gradients can underflow. Fix: %s",
             type(self.model).__name__,
-            keras.mixed_precision.global_policy().name,
+            # the model's: Keras' global policy is per thread (a replica's reads float32)
+            getattr(self.model.dtype_policy, "name", "a mixed policy"),
             float(self.model.optimizer.initial_scale),
             loss_scaling.FIX,
         )
