@@ -6,6 +6,7 @@ a terminal: tests/utils/test_progress_line.py and test_progress_tty.py."""
 from __future__ import annotations
 
 import logging
+import math
 import re
 
 import pytest
@@ -17,6 +18,7 @@ from accelkit.utils import log
 pytestmark = pytest.mark.torch
 STEP = re.compile(r"^accelkit: step (\d+)(?:/(\d+) \((\d+)%\))? ")
 ETA = re.compile(r"  ETA (\d+):(\d\d)(?::(\d\d))?$")
+LOSS = re.compile(r"  loss ([0-9.e+-]+)  ")
 
 
 def _progress_lines(caplog, **fit) -> list[str]:
@@ -88,3 +90,14 @@ def test_a_shorter_redraw_clears_the_longer_lines_tail(monkeypatch) -> None:
     log.end_progress_line()
     shown = terminal.getvalue().split("\r")[-1]
     assert shown == "accelkit: step 10/10\x1b[K\n"  # clear to the end of the line
+
+
+def test_a_single_epoch_fit_shows_its_running_loss(caplog) -> None:
+    # Regression (issue 25): the line showed the last finished epoch's loss only, so a
+    # one-epoch run (most fine-tuning) never showed one. The epoch's mean so far is read
+    # at the window boundary; it must be a finite number the first line already has.
+    lines = _progress_lines(caplog, epochs=1)
+    assert lines
+    losses = [float(m.group(1)) for m in map(LOSS.search, lines) if m]
+    assert len(losses) == len(lines), lines
+    assert all(math.isfinite(loss) and loss > 0 for loss in losses)

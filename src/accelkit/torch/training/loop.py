@@ -132,9 +132,12 @@ def train(
     measure = meter.step
     done = epoch_steps = 0
     running = torch.zeros((), device=device)
-    meter.on_window = _watch_loss(
-        meter, running, _progress_printer(meter, _length(loader, schedule)) if progress else None
-    )
+
+    def epoch_loss() -> float | None:  # read at window boundaries, where the device waits
+        return float(running) / epoch_steps if epoch_steps else None
+
+    printer = _progress_printer(meter, _length(loader, schedule), epoch_loss)
+    meter.on_window = _watch_loss(meter, running, printer if progress else None)
 
     def micro_step(batch: Any, step: Step, stepping: bool) -> Any:
         # Micro-steps that do not step the optimizer skip DDP's all-reduce;
@@ -302,12 +305,15 @@ def _length(loader: Any, schedule: Schedule) -> int | None:
     return min(known) if known else None
 
 
-def _progress_printer(meter: Meter, total: int | None) -> Callable[[float, int], None]:
+def _progress_printer(
+    meter: Meter, total: int | None, epoch_loss: Callable[[], float | None]
+) -> Callable[[float, int], None]:
     """The live progress line, an INFO record at window boundaries: redrawn in place on
     a terminal by accelkit's default handler (fitted to its width there), else one record
     every 10 s. With the run's length (`total` steps) known, it says step k/N and the time
-    left at the last window's pace. The loss is the last one the meter has (the mean of
-    the last finished epoch): a list read, never a device sync of its own."""
+    left at the last window's pace. The loss is this epoch's mean so far (`epoch_loss`,
+    read only when a line is shown, at a window boundary where the meter has waited for
+    the device already), else the last finished epoch's."""
     interactive = log.live_terminal()
     started = time.perf_counter()
     last = [0.0]
@@ -318,7 +324,9 @@ def _progress_printer(meter: Meter, total: int | None) -> Callable[[float, int],
             return
         last[0] = now
         rate = (meter.last_batch_size or 0) / step_s if step_s else 0.0
-        loss = meter.losses[-1] if meter.losses else None
+        loss = epoch_loss()
+        if loss is None and meter.losses:
+            loss = meter.losses[-1]
         progress = log.Progress(step, total, rate, step_s, now - started, loss)
         _log.info("%s", progress, extra={log.PROGRESS: progress})
 
