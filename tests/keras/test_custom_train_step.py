@@ -152,3 +152,20 @@ def test_fit_keeps_a_custom_train_step_of_a_model_with_call() -> None:
     model = _compiled(Scaling)
     report = accelkit.keras.fit(model, X, Y, epochs=1, batch_size=8, verbose=0, plan=CPU_PLAN)
     assert report.trained_model is model and report.history["mine"] == [7.0]
+
+
+def test_a_step_with_optimizers_of_its_own_gets_no_verdict() -> None:
+    class GAN(Tutorial):  # the keras-io GAN: its own optimizers, self.optimizer unused
+        def train_step(self, data):
+            x, y = data
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(self(x) - y))
+            grads = tape.gradient(loss, self.trainable_weights)
+            self.own.apply_gradients(zip(grads, self.trainable_weights, strict=True))
+            return {"loss": loss}
+
+    model = _compiled(GAN)
+    model.own = keras.optimizers.SGD(0.1)  # not wrapped: divides nothing
+    report = accelkit.keras.fit(model, X, Y, epochs=1, batch_size=8, verbose=0, plan=CPU_PLAN)
+    assert _kernel(model) == pytest.approx(0.2)
+    assert "unscaled_train_step" not in {a["id"] for a in report.advice}

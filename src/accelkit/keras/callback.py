@@ -309,8 +309,9 @@ class ProfileCallback(keras.callbacks.Callback):
         if guard is not None:
             guard.restore()
             step = self.facts.get("custom_train_step")
-            if guard.scaled and not guard.unscaled and step:  # seen, whatever its source says
-                step["scales_loss"] = True
+            if step and not guard.unscaled:  # what the traced step did, whatever its source says
+                # None: it never applied self.optimizer (a GAN's own optimizers divide nothing)
+                step["scales_loss"] = True if guard.scaled else None
 
     # No per-batch hook: Keras (JAX) then keeps its async dispatch instead of waiting for
     # each step's logs. Steps are counted where Keras calls its train function
