@@ -122,7 +122,8 @@ def per_image(batch: Any) -> int | None:
 
     Example:
         >>> import torch
-        >>> per_image(([torch.zeros(3, 64, 48), torch.zeros(3, 32, 32)], [{"boxes": 0}, {"boxes": 1}]))
+        >>> images = [torch.zeros(3, 64, 48), torch.zeros(3, 32, 32)]
+        >>> per_image((images, [{"boxes": 0}, {"boxes": 1}]))
         2
         >>> per_image((torch.zeros(8, 3, 32, 32), torch.zeros(8))) is None
         True

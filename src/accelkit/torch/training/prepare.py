@@ -162,7 +162,7 @@ def checked_device(torch: Any, device: Any) -> Any:
         >>> import torch
         >>> checked_device(torch, "bogus")
         Traceback (most recent call last):
-        ValueError: device='bogus' cannot be used: it must be None (this rank's GPU, or the CPU), 'cpu', 'cuda', 'cuda:N' or a torch.device (torch says: Expected one of cpu, ...
+        ValueError: device='bogus' cannot be used: it must be None (this rank's GPU, ...
     """
     try:
         parsed = torch.device(device)

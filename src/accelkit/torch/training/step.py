@@ -169,13 +169,12 @@ def check_optimizer(optimizer: Any) -> Any:
         >>> import torch
         >>> check_optimizer(torch.optim.LBFGS([torch.zeros(1, requires_grad=True)]))
         Traceback (most recent call last):
-        ValueError: optimizer LBFGS needs a closure (step(closure)), which the fit does not give: ...
+        ValueError: optimizer LBFGS needs a closure (step(closure)), which the fit ...
     """
     kind = type(optimizer).__name__
     if not (callable(getattr(optimizer, "step", None)) and hasattr(optimizer, "zero_grad")):
         raise ValueError(
-            f"optimizer must be a torch.optim.Optimizer (with step() and zero_grad()); "
-            f"got {kind}"
+            f"optimizer must be a torch.optim.Optimizer (with step() and zero_grad()); got {kind}"
         )
     try:
         closure = inspect.signature(optimizer.step).parameters.get("closure")

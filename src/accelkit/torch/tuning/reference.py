@@ -28,6 +28,8 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from accelkit.torch.tuning import trials
+
 # The gradient values kept from every trainable parameter, spread evenly over them
 # (a strided slice of each): 4 MiB of float32, whatever the model's size.
 SAMPLE = 1 << 20
@@ -40,7 +42,8 @@ class Reference:
     Attributes:
         loss: the eager loss.
         grads: the `GradSample` of the gradients that batch gives (float32, flat).
-        loss_noise: how far a second eager draw's loss was (0: no random numbers drawn).
+        loss_noise: how far a correct step's loss may lie from `loss` for its random draws
+            (0: no random numbers drawn).
         second_grads: the second draw's gradient sample (None: no random numbers drawn).
     """
 
@@ -103,7 +106,19 @@ def eager_reference(
         if _rng_state(torch, device) == before:  # no random number drawn: one run tells
             return Reference(first[0], average(first[1]))
         second = _draw(forward_backward, batch, params, sample)
-    return Reference(first[0], average(first[1]), abs(first[0] - second[0]), average(second[1]))
+    return Reference(first[0], average(first[1]), _loss_noise(first, second), average(second[1]))
+
+
+def _loss_noise(first: tuple[float, Any], second: tuple[float, Any]) -> float:
+    """How far a correct step's loss may lie from the first draw's: `LOSS_NOISE_FACTOR`
+    times the two losses' difference, or the loss times the gradients' relative spread,
+    whichever is larger. One pair of losses tells their spread badly (a heavy tail: two
+    draws that happen to agree); the gradients, many numbers, tell it well, and a loss,
+    an average over the batch, spreads less than they do."""
+    (loss, grads), (other, other_grads) = first, second
+    norms = float(grads.norm()) + float(other_grads.norm())
+    relative = float((grads - other_grads).norm()) / norms if norms else 0.0
+    return max(trials.LOSS_NOISE_FACTOR * abs(loss - other), abs(loss) * relative)
 
 
 def _draw(
@@ -159,4 +174,4 @@ def buffers_kept(module: Any) -> Iterator[None]:
     finally:
         for owner, name, buffer, value in saved:
             buffer.data.copy_(value)
-            owner._buffers[name] = buffer  # noqa: SLF001 - the tensor the module held
+            owner._buffers[name] = buffer

@@ -31,9 +31,11 @@ more than ``LOSS_RTOL·|eager|``, or gradients off by more than ``GRAD_RTOL`` of
 eager gradients' norm (with the spread of two random draws allowed on top for a
 forward that draws random numbers, such as dropout). The eager reference costs one
 forward and backward pass (two with random draws) and leaves no trace: gradients,
-buffers and random number generators are put back (`accelkit.torch.tuning.reference`). The batch it failed on is trained again with the step
-that works, from zeroed gradients, so no data is lost. The user's own errors
-raise again there and pass through unchanged.
+buffers and random number generators are put back (`accelkit.torch.tuning.reference`).
+The batch it failed on is trained again with the step that works, from zeroed
+gradients, so no data is lost (the batches of its optimizer step trained before it
+give their gradients again without being counted twice, so an accumulation stays in
+phase). The user's own errors raise again there and pass through unchanged.
 
 `accelkit.torch.tuning.tuner` runs the trials; this module holds the numbers that govern
 them, each with the reason for its value. Their record, ``report.tuning``, is
@@ -71,9 +73,10 @@ LOSS_RTOL = 2e-2
 LOSS_ATOL = 1e-12
 GRAD_RTOL = 0.1
 # Where the forward draws random numbers (dropout; compiled kernels draw their own):
-# the loss may differ by LOSS_NOISE_FACTOR times the spread of two eager draws (one
-# pair tells the spread roughly: on the CPU, 0.5-1% of correct dropout steps lay beyond
-# 10x it), and the gradients' agreement with the eager draws' shared mean (1 for a
+# the loss may differ by LOSS_NOISE_FACTOR times the spread of two eager draws, or by
+# the gradients' relative spread (`accelkit.torch.tuning.reference`: one pair of losses
+# tells the spread badly; on the CPU, 0.5-1% of correct dropout steps lay beyond 10x
+# it), and the gradients' agreement with the eager draws' shared mean (1 for a
 # correct step, 0 for missing gradients) within GRAD_AGREEMENT of 1 (0.3-4.2 seen for
 # dropout 0.5 at batch 2, 0.7-1.7 at batch 16, 200 batches each).
 LOSS_NOISE_FACTOR = 10.0
