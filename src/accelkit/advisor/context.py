@@ -33,6 +33,12 @@ fact                       what it is
 ``ids_over_float16``       the first batch's whole numbers past a 16-bit float's exact
                            range on such an input: ``{"input", "max_id", "changed", ...}``
 ``float16_outputs``        Keras outputs computed in float16/bfloat16 (no float32 head)
+``float16_outputs_in_call``  those outputs come from a subclassed model's ``call`` (found
+                           by tracing it at the first batch): the head cannot be added
+``custom_train_step``      a Keras model with its own ``train_step``: ``{"model_class",
+                           "scales_loss", "compensated"}`` (`accelkit.keras.loss_scaling`)
+``weights_finite``         every Keras weight finite at the end (a NaN loss with finite
+                           weights is an overflow in the loss, not a broken model)
 ``half_integer_inputs``    PyTorch batch tensors in float16/bfloat16 holding only whole
                            numbers past the dtype's exact range: ``[{"input", "dtype", "max"}]``
 ``loss_scale``             ``{"initial": float, "history": [[step, scale], ...]}`` (fp16)

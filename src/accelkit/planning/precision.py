@@ -89,7 +89,7 @@ def _keras(label: str, cc: tuple[int, int], tensor_cores: bool) -> tuple[Precisi
         return Precision.FP16, (
             f"{label}: fp16 tensor cores but no native bf16; mixed_float16 with dynamic loss "
             "scaling (Keras's LossScaleOptimizer; a custom train_step must call "
-            "self.optimizer.scale_loss)"
+            "self.optimizer.scale_loss, which accelkit's ProfileCallback makes up for)"
         )
     return Precision.FP32, _no_tensor_cores(label)
 
@@ -172,7 +172,8 @@ def _tensorflow(hardware: HardwareInfo, precision: Precision, reason: str) -> li
                 Key.KERAS_LOSS_SCALE,
                 "dynamic",
                 "fp16 gradients underflow without loss scaling: Keras wraps the optimizer in "
-                "LossScaleOptimizer at compile() under mixed_float16",
+                "LossScaleOptimizer at compile() under mixed_float16; a custom train_step "
+                "scales its loss with self.optimizer.scale_loss(loss)",
             )
         )
     tf32 = _tf32_allowed(hardware, precision)
