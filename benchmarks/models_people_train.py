@@ -3,8 +3,11 @@
 Models (`--model`): `hf-gpt2` (transformers GPT-2 124M from its config, dict batches
 ``{"input_ids", "attention_mask", "labels"}``, the model computing its loss),
 `timm-vit` (timm ``vit_base_patch16_224``), `resnet50` (torchvision), `gpt2`
-(accelkit's built-in GPT-2 small). Optimizers as users write them: ``AdamW(lr)``
-(``SGD(lr, momentum)`` for ResNet-50), no ``fused=`` or ``foreach=`` set.
+(accelkit's built-in GPT-2 small), `fasterrcnn` (torchvision
+``fasterrcnn_resnet50_fpn``, no weights, as torchvision writes detection: a batch of a
+list of images and a list of target dicts, the model returning a dict of losses that
+the loops sum; needs torchvision). Optimizers as users write them: ``AdamW(lr)``
+(``SGD(lr, momentum)`` for ResNet-50 and Faster R-CNN), no ``fused=`` or ``foreach=`` set.
 
 Variants (each in its own process, all on the same synthetic batch):
 
@@ -32,6 +35,7 @@ synchronised at both ends of each repeat. Ratios compare variants of one run.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import json
 import statistics
@@ -50,7 +54,7 @@ VARIANTS = (
     "fit",
     "fit_tune",
 )
-MODELS = ("hf-gpt2", "timm-vit", "resnet50", "gpt2")
+MODELS = ("hf-gpt2", "timm-vit", "resnet50", "gpt2", "fasterrcnn")
 
 
 # -- the model, its batch and its loss, as the model's library has them --------------------
@@ -80,6 +84,8 @@ def build(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, dict[st
             None,
             {"tokens_per_sample": length},
         )
+    if args.model == "fasterrcnn":
+        return detection(args, device)
     if args.model == "timm-vit":
         import timm
 
@@ -94,7 +100,29 @@ def build(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, dict[st
     return model.to(device), batch, loss_fn, facts
 
 
+def detection(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """torchvision's Faster R-CNN and a synthetic batch as its reference scripts give it:
+    ``(images, targets)``, images of 3 x 512 x 640, two boxes each."""
+    import torch
+    from torchvision.models import detection as models
+
+    build_model = (
+        models.fasterrcnn_mobilenet_v3_large_fpn if args.smoke else models.fasterrcnn_resnet50_fpn
+    )
+    model = build_model(weights=None, weights_backbone=None, num_classes=91)
+    batch_size = args.batch_size or (2 if args.smoke else 8)
+    boxes = torch.tensor([[40.0, 60.0, 300.0, 400.0], [200.0, 100.0, 500.0, 480.0]])
+    images = [torch.rand(3, 512, 640, device=device) for _ in range(batch_size)]
+    targets = [
+        {"boxes": boxes.to(device), "labels": torch.tensor([3, 17], device=device)}
+        for _ in range(batch_size)
+    ]
+    return model.to(device), (images, targets), None, {}
+
+
 def optimizer_for(torch: Any, model: Any, name: str) -> Any:
+    if name == "fasterrcnn":  # torchvision's detection reference
+        return torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9, weight_decay=1e-4)
     if name == "resnet50":
         return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     return torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -102,9 +130,18 @@ def optimizer_for(torch: Any, model: Any, name: str) -> Any:
 
 def forward_loss(model: Any, batch: Any, loss_fn: Any) -> Any:
     if loss_fn is None:
-        return model(**batch).loss
+        return model_loss(model, batch)
     inputs, targets = batch
     return loss_fn(model(inputs), targets)
+
+
+def model_loss(model: Any, batch: Any) -> Any:
+    """The loss a model computes itself: a transformers model's ``.loss`` from a dict
+    batch; the sum of a torchvision detection model's losses from ``(images, targets)``,
+    as torchvision's reference does."""
+    if isinstance(batch, dict):
+        return model(**batch).loss
+    return sum(model(*batch).values())
 
 
 # -- the variants ------------------------------------------------------------------------
@@ -126,8 +163,10 @@ def run_loop(args: argparse.Namespace, *, configure: bool, autocast: bool) -> di
     def step() -> None:
         if autocast:  # the README's snippet, as written there
             with plan.autocast():
-                output = model(**batch) if loss_fn is None else model(batch[0])
-                loss = output.loss if loss_fn is None else loss_fn(output.float(), batch[1])
+                if loss_fn is None:
+                    loss = model_loss(model, batch)
+                else:
+                    loss = loss_fn(model(batch[0]).float(), batch[1])
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
@@ -290,7 +329,9 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
     else:
         flops = count_train_step_flops(model, batch[0], batch[1], loss_fn).total
     samples = int(
-        next(iter(batch.values())).shape[0] if isinstance(batch, dict) else batch[0].shape[0]
+        next(iter(batch.values())).shape[0]
+        if isinstance(batch, dict)
+        else len(batch[0])  # a tensor's first dimension, or a detection batch's images
     )
     datasheet = peak(accelkit.detect(), "bf16")
     del model
@@ -405,6 +446,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
+    if args.model == "fasterrcnn" and importlib.util.find_spec("torchvision") is None:
+        print(f"--model {args.model} needs torchvision: pip install torchvision", file=sys.stderr)
+        return 2
     if args.smoke:
         args.steps, args.warmup, args.repeats = 2, 1, 2
     if args.variant:
