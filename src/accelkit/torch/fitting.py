@@ -62,8 +62,12 @@ def fit(
     the loss is ``loss_fn(output, targets)``, where `output` is exactly what the model
     returned (e.g. a transformers ``ModelOutput``) and `targets` the tuple's second item
     or the dict's ``"labels"``. With ``loss_fn=None`` the whole batch goes to the model
-    and the loss is its output (0-d), ``.loss``, ``["loss"]`` or first 0-d tensor. A
-    batch or output that cannot be used raises ValueError naming what it got.
+    and the loss is its output (0-d), ``.loss``, ``["loss"]``, the sum of a dict's 0-d
+    ``loss...`` entries (torchvision's detection models, said in ``report.notes``) or a
+    tuple's one 0-d tensor (several: refused, naming them). A batch of a list of images
+    and one target dict per image (torchvision's detection) gives the list as one
+    argument. A batch or output that cannot be used raises ValueError naming what it got.
+    A submodule the script put in eval mode (a frozen BatchNorm) stays in eval mode.
 
     What it does per the plan: autocast in bf16/fp16 with the loss inside it (where
     PyTorch computes softmax and losses in float32), a GradScaler for fp16,
@@ -97,7 +101,8 @@ def fit(
             (`Plan.without_helpers`), and ``report.notes["precision"]`` says so. A plan
             given here is followed whatever its origin (a what-if plan from `plan_for`
             trains under its precision on this machine).
-        device: where to train; defaults to the GPU of this rank, or the CPU.
+        device: where to train; defaults to the GPU of this rank, or the CPU. One that
+            cannot train here (a bad name, an absent GPU, ``"meta"``) is refused first.
         accumulation_steps: batches per optimizer step.
         compile: ``torch.compile`` the model (default: the plan's choice).
         channels_last: convert conv models to channels-last (default: the plan's choice).
@@ -139,7 +144,8 @@ def fit(
 
     Raises:
         ValueError: bad arguments (including a `single_device` that is not a
-            single-device run), or a loader that yields no batch.
+            single-device run, or an optimizer that needs a closure, such as LBFGS), or
+            a loader that yields no batch.
         TypeError: a `single_device` of another type.
 
     Example:
