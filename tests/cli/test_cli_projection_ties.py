@@ -28,7 +28,7 @@ def test_a_lead_by_gpu_count_alone_is_said() -> None:
     assert [t for _, t, _ in ranked(found)] == [1, 2, 2]  # L4 and T4: the same estimate
     assert leaders(found) == [
         (
-            "fastest: 8 x NVIDIA H100 SXM5 80GB (its step takes 37.8 ms, as on 2 other(s): "
+            "fastest: 8 x NVIDIA H100 SXM5 80GB (its step takes 37.76 ms, as on 2 other(s): "
             "it leads by its 8 GPUs alone)"
         )
     ]

@@ -28,6 +28,7 @@ from accelkit import specs
 from accelkit.advisor.context import DEFAULT_MFU, Context
 from accelkit.hardware.what_if import UnknownGPUError, what_if
 from accelkit.planning import Request, plan
+from accelkit.utils.units import duration, money
 
 # Projections whose epoch times (or costs, or step times) differ by less than this share
 # are equal: the estimate is not that precise.
@@ -78,7 +79,7 @@ class Projection:
         cost = (
             ""
             if self.cost_per_epoch is None
-            else f", ${self.cost_per_epoch:,.4g} per epoch at ${self.price_per_hour:g}/GPU-hour"
+            else f", {money(self.cost_per_epoch)} per epoch at ${self.price_per_hour:g}/GPU-hour"
         )
         rate = (
             "" if self.samples_per_second is None else f", {self.samples_per_second:,.0f} samples/s"
@@ -350,16 +351,3 @@ def _by_count(fastest: Sequence[Projection], order: Sequence[tuple[Projection, .
         f" (its step takes {duration(lead.step_time_s)}, as on {len(same)} other(s): "
         f"it leads by its {lead.count} GPUs alone)"
     )
-
-
-def duration(seconds: float) -> str:
-    """Seconds as ms, s, min or h, whichever reads best."""
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.3g} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.3g} ms"
-    if seconds < 120:
-        return f"{seconds:.3g} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.3g} min"
-    return f"{seconds / 3600:.3g} h"

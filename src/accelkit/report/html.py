@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.profiling.clock import EVALUATION, OTHER
 from accelkit.profiling.metrics import label as _label
-from accelkit.report import svg, units
+from accelkit.report import svg
 from accelkit.report.phases import MEANING, TRAINING, describe, run_time
 from accelkit.report.render import (
     describe_hardware,
@@ -25,6 +25,7 @@ from accelkit.report.render import (
     unmeasured,
 )
 from accelkit.report.text import DEFAULT_WIDTH
+from accelkit.utils import units
 
 if TYPE_CHECKING:
     from accelkit.profiling.run_report import RunReport

@@ -13,11 +13,11 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from accelkit.advisor.projection import Projection, duration, leaders, ranked
+from accelkit.advisor.projection import Projection, leaders, ranked
 from accelkit.profiling.metrics import label
-from accelkit.report import units
 from accelkit.report.phases import describe, run_time
 from accelkit.report.text import paragraph, printable, table, terminal_width
+from accelkit.utils import units
 
 if TYPE_CHECKING:
     from accelkit.hardware.info import HardwareInfo
@@ -355,9 +355,9 @@ def render_projections(projections: Sequence[Projection], width: int | None = No
                 p.dtype,
                 f"{p.peak_tflops * p.count:,.0f}",
                 f"{p.mfu:.0%}",
-                duration(p.step_time_s),
+                units.duration(p.step_time_s),
                 f"{p.input_wait_s / p.step_time_s:.0%}",
-                duration(p.epoch_time_s),
+                units.duration(p.epoch_time_s),
                 "-" if p.cost_per_epoch is None else units.money(p.cost_per_epoch),
                 str(by_time),
                 "-" if by_cost is None else str(by_cost),

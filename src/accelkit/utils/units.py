@@ -65,15 +65,20 @@ def _prefixed(value: float, unit: str) -> str:
 
 
 def duration(seconds: float) -> str:
-    """Seconds as ms below one second, else as s.
+    """Seconds as ms below one second, s below two minutes, then min, then h beyond two
+    hours (an epoch's projected time), four significant digits.
 
     Example:
-        >>> duration(0.04358), duration(5.1706)
-        ('43.58 ms', '5.171 s')
+        >>> duration(0.04358), duration(5.1706), duration(754.0), duration(12_600)
+        ('43.58 ms', '5.171 s', '12.57 min', '3.500 h')
     """
-    if abs(seconds) < 1:
-        return f"{significant(seconds * 1e3)} ms"
-    return f"{significant(seconds)} s"
+    for limit, scale, unit in _DURATIONS:
+        if abs(seconds) < limit:
+            return f"{significant(seconds / scale)} {unit}"
+    return f"{significant(seconds / 3600)} h"
+
+
+_DURATIONS = ((1.0, 1e-3, "ms"), (120.0, 1.0, "s"), (7200.0, 60.0, "min"))
 
 
 def gigabytes(count: float) -> str:
