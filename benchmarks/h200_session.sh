@@ -9,8 +9,10 @@
 #   bash benchmarks/h200_session.sh examples "$OUT"  # examples/*.py --smoke, on the GPU
 #   bash benchmarks/h200_session.sh doors "$OUT"     # what measuring costs: Meter, the HF and
 #                                                    # Lightning callbacks, Keras (JAX backend)
+#   bash benchmarks/h200_session.sh tune "$OUT" MODEL...  # fit against fit(tune=True), one run
+#   bash benchmarks/h200_session.sh gputests "$OUT"  # the GPU-marked tests, doctor on the GPU
 set -uo pipefail
-usage="usage: h200_session.sh core|gpt2|resnet50|models|tests|lightning|examples|doors OUT_DIR [MODEL...]"
+usage="usage: h200_session.sh core|gpt2|resnet50|models|tests|lightning|examples|doors|tune|gputests OUT_DIR [MODEL...]"
 phase=${1:?$usage}
 out=${2:?$usage}
 shift 2
@@ -72,6 +74,20 @@ doors)
     KERAS_BACKEND=jax $py benchmarks/meter_overhead.py --framework keras --model mlp \
         --steps 200 --repeats 5 --out "$out/keras_jax_callback_mlp.json" \
         > "$out/keras_jax_callback_mlp.txt" 2>&1
+    ;;
+tune)
+    for model in "$@"; do
+        batch=()
+        [ "$model" = gpt2 ] && batch=(--batch-size 32)
+        [ "$model" = resnet50 ] && batch=(--batch-size 256)
+        (cd benchmarks && timeout 300 $py models_people_train.py --model "$model" "${batch[@]}" \
+            --variants fit fit_tune --steps 20 --repeats 3 --out "$out/tune_$model.json") \
+            > "$out/tune_$model.txt" 2>&1
+    done
+    ;;
+gputests)
+    timeout 240 $py -m pytest tests -m gpu -q -p no:cacheprovider -rs > "$out/pytest_gpu.txt" 2>&1
+    $py -m accelkit doctor > "$out/doctor.txt" 2>&1
     ;;
 tests)
     $py -m pytest tests/torch tests/profiling tests/advisor tests/report -q -p no:cacheprovider \
