@@ -145,3 +145,21 @@ def _current_plan_kept() -> Iterator[None]:
     before = configure.current_plan()
     yield
     configure.set_current_plan(before)
+
+
+@pytest.fixture(autouse=True)
+def _keras_compile_kept() -> Iterator[None]:
+    """`keras.Model.compile` as it was before each test: the TensorFlow adapter guards it
+    process-wide when it sets mixed_float16 (`accelkit.frameworks.keras_train_step`), and
+    one test's plan must not change how the next test's models train."""
+    keras = sys.modules.get("keras")
+    model = getattr(keras, "Model", None)
+    compile_ = getattr(model, "compile", None)
+    yield
+    if compile_ is not None:
+        model.compile = compile_  # type: ignore[union-attr]
+    elif "keras" in sys.modules:  # imported by the test itself: its original
+        model = sys.modules["keras"].Model
+        original = getattr(model.compile, "__wrapped__", None)
+        if original is not None:
+            model.compile = original

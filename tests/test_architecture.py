@@ -51,6 +51,7 @@ FRAMEWORK_HOMES = (
     "accelkit.frameworks.torch_adapter",
     "accelkit.frameworks.torch_precision",
     "accelkit.frameworks.tensorflow_adapter",
+    "accelkit.frameworks.keras_train_step",
     "accelkit.profiling.flops_",
     "accelkit.profiling.calibrate",
     "accelkit.bench",

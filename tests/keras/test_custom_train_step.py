@@ -169,3 +169,17 @@ def test_a_step_with_optimizers_of_its_own_gets_no_verdict() -> None:
     report = accelkit.keras.fit(model, X, Y, epochs=1, batch_size=8, verbose=0, plan=CPU_PLAN)
     assert _kernel(model) == pytest.approx(0.2)
     assert "unscaled_train_step" not in {a["id"] for a in report.advice}
+
+
+@pytest.mark.parametrize(("cls", "warned"), [(Tutorial, True), (Scaling, False)])
+def test_a_plain_fit_after_accelkit_set_mixed_float16_trains_right(cls, warned, caplog) -> None:
+    # Regression (issue 22, 2): with the T4 plan applied and a plain model.fit, no
+    # ProfileCallback, the tutorial's step trained on gradients divided by 32768 (6.1e-06).
+    keras.mixed_precision.set_global_policy("float32")
+    with caplog.at_level(logging.WARNING, logger="accelkit"):
+        accelkit.apply(accelkit.plan_for("Tesla T4", framework="tensorflow"))
+        assert keras.mixed_precision.global_policy().name == "mixed_float16"
+        model = _compiled(cls)
+        model.fit(X, Y, epochs=1, batch_size=8, verbose=0)
+    assert _kernel(model) == pytest.approx(0.2)
+    assert ("scale_loss(loss) inside the GradientTape" in caplog.text) is warned

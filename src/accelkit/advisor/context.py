@@ -36,7 +36,7 @@ fact                       what it is
 ``float16_outputs_in_call``  those outputs come from a subclassed model's ``call`` (found
                            by tracing it at the first batch): the head cannot be added
 ``custom_train_step``      a Keras model with its own ``train_step``: ``{"model_class",
-                           "scales_loss", "compensated"}`` (`accelkit.keras.loss_scaling`)
+                           "scales_loss", "compensated"}`` (`accelkit.frameworks.keras_train_step`)
 ``weights_finite``         every Keras weight finite at the end (a NaN loss with finite
                            weights is an overflow in the loss, not a broken model)
 ``half_integer_inputs``    PyTorch batch tensors in float16/bfloat16 holding only whole

@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from accelkit.frameworks import keras_train_step
 from accelkit.frameworks._common import Outcome, apply_env, is_ours, set_by_us, walk
 from accelkit.hardware import capabilities
 from accelkit.planning.keys import Key
@@ -56,6 +57,8 @@ def apply_mixed_precision(setting: Setting) -> Outcome:
         return Status.KEPT_USER_VALUE, f"policy {current!r} set by the user"
     keras.mixed_precision.set_global_policy(setting.value)
     set_by_us(setting.key, setting.value)
+    if capabilities.precision_of_policy(setting.value) == "fp16":  # mixed_float16
+        keras_train_step.guard_at_compile()  # a custom train_step's gradients, unscaled
     if setting.value not in _announced and str(setting.value).startswith("mixed"):
         _announced.add(setting.value)
         _log.info("accelkit: %s", policy_message(setting.value))
@@ -73,7 +76,8 @@ def policy_message(policy: str) -> str:
     scaling = (
         " compile() wraps the optimizer in a LossScaleOptimizer, so a custom train_step "
         "must call loss = self.optimizer.scale_loss(loss) inside its GradientTape "
-        "(ProfileCallback corrects one that does not, and says so);"
+        "(accelkit makes up for one that does not in models compiled after it set the "
+        "policy, and in ProfileCallback's fits, and says so);"
         if capabilities.precision_of_policy(policy) == "fp16"  # mixed_float16
         else ""
     )

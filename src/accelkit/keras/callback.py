@@ -29,8 +29,9 @@ import keras
 import numpy as np
 
 from accelkit.configure import current_plan
+from accelkit.frameworks import keras_train_step as loss_scaling
 from accelkit.hardware import detect, environment
-from accelkit.keras import batches, checks, head, loss_scaling, strategies
+from accelkit.keras import batches, checks, head, strategies
 from accelkit.keras.facts import device_label, loss_scale, weights_finite
 from accelkit.keras.train_function import StepCounter
 from accelkit.planning import Plan, Request
@@ -96,7 +97,7 @@ class ProfileCallback(keras.callbacks.Callback):
     without ``self.optimizer.scale_loss(loss)`` would train on gradients divided by the
     loss scale: the callback finds it while Keras traces the step and has them applied
     as computed, with a warning and the ``unscaled_train_step`` verdict
-    (`accelkit.keras.loss_scaling`).
+    (`accelkit.frameworks.keras_train_step`).
 
     At each epoch's end the callback adds the epoch's figures to Keras' ``logs``
     (``accelkit_samples_per_second``, ``accelkit_step_time_s``, ``accelkit_mfu``,
@@ -280,34 +281,32 @@ class ProfileCallback(keras.callbacks.Callback):
 
     def _guard_loss_scaling(self) -> None:
         """A custom train_step that does not scale its loss under a LossScaleOptimizer:
-        its gradients applied as computed, not divided by the scale (`loss_scaling`)."""
-        self._guard = None
+        its gradients applied as computed, not divided by the scale (`keras_train_step`).
+        A model guarded at compile (the policy accelkit set) keeps that guard."""
+        self._guard, self._own_guard = None, False
         if self._tf is None:
             return  # the JAX and PyTorch trainers apply gradients elsewhere
+        guard = loss_scaling.guard_of(self.model)
+        if guard is not None:
+            guard.found = self._unscaled_step
+            if guard.unscaled:  # traced in an earlier fit: it will not be found again
+                self._unscaled_step()
+            self._guard = guard
+            return
         guard = loss_scaling.UnscaledStepGuard(self.model, found=self._unscaled_step)
         if guard.install():
-            self._guard = guard
+            self._guard, self._own_guard = guard, True
 
     def _unscaled_step(self) -> None:
         step = self.facts.setdefault("custom_train_step", {})
         step.update(scales_loss=False, compensated=True)
-        _log.warning(
-            "accelkit: %s.train_step applies gradients without "
-            "self.optimizer.scale_loss(loss) under %s: Keras' LossScaleOptimizer would "
-            "divide them by the loss scale (%g). accelkit multiplies them back for this "
-            "fit, so they are applied as computed, but without loss scaling float16 "
-            "gradients can underflow. Fix: %s",
-            type(self.model).__name__,
-            # the model's: Keras' global policy is per thread (a replica's reads float32)
-            getattr(self.model.dtype_policy, "name", "a mixed policy"),
-            float(self.model.optimizer.initial_scale),
-            loss_scaling.FIX,
-        )
+        loss_scaling.warn_unscaled(self.model)
 
     def _unguard(self) -> None:
         guard = getattr(self, "_guard", None)
         if guard is not None:
-            guard.restore()
+            if self._own_guard:
+                guard.restore()
             step = self.facts.get("custom_train_step")
             if step and not guard.unscaled:  # what the traced step did, whatever its source says
                 # None: it never applied self.optimizer (a GAN's own optimizers divide nothing)

@@ -17,6 +17,7 @@ import logging
 import threading
 from typing import Any
 
+from accelkit.frameworks.keras_train_step import overrides_training
 from accelkit.hardware import capabilities
 from accelkit.keras import _id_paths, checks
 from accelkit.planning import Plan, Precision
@@ -113,28 +114,6 @@ def with_float32_head(model: Any) -> tuple[Any, list[str]]:
             _log.warning("accelkit: %s", what)
     wrapped = keras.Model(inputs, heads if len(heads) > 1 else heads[0], name=model.name)
     return wrapped, done
-
-
-def overrides_training(model: Any) -> str:
-    """The training methods `model`'s class overrides (``"train_step"``...), or ''.
-
-    Example:
-        >>> import keras
-        >>> class GAN(keras.Model):
-        ...     def train_step(self, data):
-        ...         return {}
-        >>> overrides_training(GAN()), overrides_training(keras.Sequential())
-        ('train_step', '')
-    """
-    names = ("train_step", "test_step", "compute_loss")
-    return ", ".join(name for name in names if _user_defined(type(model), name))
-
-
-def _user_defined(cls: type, name: str) -> bool:
-    for klass in cls.__mro__:
-        if name in vars(klass):
-            return not klass.__module__.startswith(("keras.", "tf_keras."))
-    return False
 
 
 def _head(keras: Any, output: Any, index: int) -> tuple[Any, str]:

@@ -13,11 +13,12 @@ import keras
 import tensorflow as tf
 
 from accelkit.configure import auto_configure, current_plan
+from accelkit.frameworks.keras_train_step import overrides_training
 from accelkit.hardware.environment import dist_timeout
 from accelkit.keras import _multi_worker, checks, strategies
 from accelkit.keras.callback import SINGLE_DEVICE, ProfileCallback, measurement_options
 from accelkit.keras.facts import input_facts
-from accelkit.keras.head import outputs_float32, overrides_training, with_float32_head
+from accelkit.keras.head import outputs_float32, with_float32_head
 from accelkit.keras.policy_notes import add_policy_note
 from accelkit.planning import Distribution, Plan
 from accelkit.profiling.run_report import RunReport

@@ -5,7 +5,7 @@ and its `apply` divides every gradient by the loss scale (32768 at first). A cus
 `train_step` that computes ``tape.gradient(loss, ...)`` without
 ``self.optimizer.scale_loss(loss)`` trains on gradients that many times too small, with
 no error. `accelkit.keras.ProfileCallback` applies them as computed
-(`accelkit.keras.loss_scaling`), which leaves the step without loss scaling; a plain
+(`accelkit.frameworks.keras_train_step`), which leaves the step without loss scaling; a plain
 ``model.fit`` does not. On a what-if plan whose policy is ``mixed_float16`` (a T4, a
 V100), a float32 run's step is judged as it would train there.
 """

@@ -160,7 +160,7 @@ def checked_device(torch: Any, device: Any) -> Any:
 
     Example:
         >>> import torch
-        >>> checked_device(torch, "bogus")
+        >>> checked_device(torch, "bogus")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
         ValueError: device='bogus' cannot be used: it must be None (this rank's GPU, ...
     """

@@ -167,7 +167,8 @@ def check_optimizer(optimizer: Any) -> Any:
 
     Example:
         >>> import torch
-        >>> check_optimizer(torch.optim.LBFGS([torch.zeros(1, requires_grad=True)]))
+        >>> lbfgs = torch.optim.LBFGS([torch.zeros(1, requires_grad=True)])
+        >>> check_optimizer(lbfgs)  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
         ValueError: optimizer LBFGS needs a closure (step(closure)), which the fit ...
     """

@@ -1,5 +1,10 @@
 """A custom `train_step` under Keras' `LossScaleOptimizer` that does not scale its loss.
 
+Here, below `accelkit.keras`, because the TensorFlow adapter needs it too: when it sets
+``mixed_float16`` itself it guards every model compiled afterwards (`guard_at_compile`),
+so a plain ``model.fit`` trains such a step right; `accelkit.keras.ProfileCallback`
+guards the models it fits.
+
 Under ``mixed_float16`` `model.compile` wraps the optimizer in a `LossScaleOptimizer`,
 whose `apply` divides every gradient by the loss scale (32768 at first). Keras' own
 `train_step` multiplies the loss by it first (``self.optimizer.scale_loss(loss)``);
@@ -20,22 +25,91 @@ trains as it would without loss scaling (float16 gradients can underflow, which
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from accelkit.keras.head import overrides_training
-
 _log = logging.getLogger("accelkit")
 _NO_GROWTH = 2**31 - 1  # growth steps never reached: the scale only halves on overflow
+_GUARD = "_accelkit_loss_scale_guard"  # the model attribute holding its guard
 
 FIX = (
     "call loss = self.optimizer.scale_loss(loss) inside the GradientTape, before "
     "tape.gradient (Keras' own train_step does), or train under mixed_bfloat16 "
     "(no loss scaling; compute capability >= 8.0)"
 )
+
+
+def overrides_training(model: Any) -> str:
+    """The training methods `model`'s class overrides (``"train_step"``...), or ''.
+
+    Example:
+        >>> import keras
+        >>> class GAN(keras.Model):
+        ...     def train_step(self, data):
+        ...         return {}
+        >>> overrides_training(GAN()), overrides_training(keras.Sequential())
+        ('train_step', '')
+    """
+    names = ("train_step", "test_step", "compute_loss")
+    return ", ".join(name for name in names if _user_defined(type(model), name))
+
+
+def _user_defined(cls: type, name: str) -> bool:
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return not klass.__module__.startswith(("keras.", "tf_keras."))
+    return False
+
+
+def warn_unscaled(model: Any) -> None:
+    """Say once per fit that `model`'s step applies unscaled gradients, and the fix."""
+    _log.warning(
+        "accelkit: %s.train_step applies gradients without "
+        "self.optimizer.scale_loss(loss) under %s: Keras' LossScaleOptimizer would "
+        "divide them by the loss scale (%g). accelkit multiplies them back, so they are "
+        "applied as computed, but without loss scaling float16 gradients can underflow. "
+        "Fix: %s",
+        type(model).__name__,
+        # the model's: Keras' global policy is per thread (a replica's reads float32)
+        getattr(model.dtype_policy, "name", "a mixed policy"),
+        float(model.optimizer.initial_scale),
+        FIX,
+    )
+
+
+def guard_of(model: Any) -> UnscaledStepGuard | None:
+    """The guard installed on `model` (at compile or by a fit), if any."""
+    return getattr(model, _GUARD, None)
+
+
+def guard_at_compile() -> None:
+    """From now on, every `keras.Model.compile` guards a custom `train_step` under a
+    `LossScaleOptimizer` (once per process; the TensorFlow backend only). For the
+    TensorFlow adapter, when it sets ``mixed_float16`` itself: the guard multiplies back
+    only gradients whose loss was not scaled while the step was traced, so a step that
+    calls ``scale_loss`` is left as it is. A guard that cannot be installed leaves the
+    compile as Keras made it."""
+    import keras
+
+    compile_ = keras.Model.compile
+    if getattr(compile_, _GUARD, False) or keras.config.backend() != "tensorflow":
+        return
+
+    @functools.wraps(compile_)
+    def compile(model: Any, *args: Any, **kwargs: Any) -> Any:
+        result = compile_(model, *args, **kwargs)
+        try:
+            UnscaledStepGuard(model, found=lambda: warn_unscaled(model)).install()
+        except Exception as exc:  # noqa: BLE001 - never the reason a compile fails
+            _log.debug("accelkit: no loss-scale guard for %s: %s", type(model).__name__, exc)
+        return result
+
+    setattr(compile, _GUARD, True)
+    keras.Model.compile = compile
 
 
 def is_loss_scaled(optimizer: Any) -> bool:
@@ -86,12 +160,14 @@ class UnscaledStepGuard:
         self.optimizer: Any = getattr(model, "optimizer", None)
         self.unscaled = False  # a step applied gradients it did not scale
         self.scaled = False  # a step scaled its loss before applying
-        self._found = found
+        self.found = found
         self._local = threading.local()  # per replica thread: MirroredStrategy traces in several
         self._installed = False
 
     def install(self) -> bool:
         if "train_step" not in overrides_training(self.model) or not is_loss_scaled(self.optimizer):
+            return False
+        if guard_of(self.model) is not None:  # guarded at compile: a second would double
             return False
         model, optimizer = self.model, self.optimizer
         step, scale_loss, apply = model.train_step, optimizer.scale_loss, optimizer.apply
@@ -118,6 +194,7 @@ class UnscaledStepGuard:
         model.train_step, optimizer.scale_loss, optimizer.apply = train_step, scaled, guarded_apply
         # A step traced before (an earlier fit) would keep dividing: trace it again.
         model.make_train_function(force=True)
+        setattr(model, _GUARD, self)
         self._installed = True
         return True
 
@@ -127,7 +204,7 @@ class UnscaledStepGuard:
             return
         self._installed = False
         for owner, names in (
-            (self.model, ("train_step",)),
+            (self.model, ("train_step", _GUARD)),
             (self.optimizer, ("scale_loss", "apply")),
         ):
             for name in names:
@@ -142,7 +219,7 @@ class UnscaledStepGuard:
         optimizer = self.optimizer
         if not self.unscaled:
             self.unscaled = True
-            self._found()
+            self.found()
         if not optimizer.built:
             optimizer.build(variables if variables is not None else self.model.trainable_variables)
         scale = optimizer.dynamic_scale
