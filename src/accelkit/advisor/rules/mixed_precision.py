@@ -111,13 +111,7 @@ def float16_outputs(ctx: Context) -> Advice | None:
             f"{len(outputs)} output(s) computed in {dtype} under {policy}, without a "
             f"float32 head: {', '.join(outputs)}"
         ),
-        evidence={
-            "outputs": list(outputs),
-            "policy": policy,
-            "output_dtype": dtype,
-            "relative_precision": float_formats.epsilon(dtype),
-            "largest_value": float_formats.largest(dtype),
-        },
+        evidence=_outputs_evidence(outputs, dtype, policy),
         action=(
             "model = accelkit.keras.float32_head(model) before model.compile(...): "
             "float32 outputs, so the last layer's softmax and the loss work in float32 "
@@ -127,6 +121,17 @@ def float16_outputs(ctx: Context) -> Advice | None:
         expected_gain="no speed-up: one cast per output; softmax and loss stop rounding "
         f"to {dtype} (spacing {float_formats.epsilon(dtype):g} near 1)",
     )
+
+
+def _outputs_evidence(outputs: list[str], dtype: str, policy: str) -> dict[str, Any]:
+    """What a 16-bit output holds: the dtype's spacing near 1 and its largest value."""
+    return {
+        "outputs": list(outputs),
+        "policy": policy,
+        "output_dtype": dtype,
+        "relative_precision": float_formats.epsilon(dtype),
+        "largest_value": float_formats.largest(dtype),
+    }
 
 
 def _in_call_outputs(outputs: list[str], dtype: str, policy: str) -> Advice:
@@ -140,13 +145,7 @@ def _in_call_outputs(outputs: list[str], dtype: str, policy: str) -> Advice:
             f"{dtype} under {policy}: an activation inside it (sigmoid, softmax) is computed "
             f"in {dtype}: {', '.join(outputs)}"
         ),
-        evidence={
-            "outputs": list(outputs),
-            "policy": policy,
-            "output_dtype": dtype,
-            "relative_precision": float_formats.epsilon(dtype),
-            "largest_value": float_formats.largest(dtype),
-        },
+        evidence=_outputs_evidence(outputs, dtype, policy),
         action=(
             "compute the last activation in float32 in call(): "
             'keras.layers.Activation("sigmoid", dtype="float32")(logits), or give the last '
