@@ -73,8 +73,8 @@ def test_a_report_with_the_figures_saves_and_loads_equal() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"communication_share": 1.5}, "a share of the step is from 0 to 1"),
-        ({"communication_share": -0.1}, "a share of the step is from 0 to 1"),
+        ({"communication_share": 1.5}, "communication_share.* is 1.5: a share is from 0 to 1"),
+        ({"communication_share": -0.1}, "communication_share.* is -0.1: a share is from 0 to 1"),
         ({"communication_s": None}, "communication_share is measured against communication_s"),
         ({"communication_s": "5 ms"}, "field 'communication_s' must be a number or null"),
     ],

@@ -102,7 +102,7 @@ def test_an_output_without_a_loss_is_refused_naming_it_and_what_is_accepted(outp
     message = str(error.value)
     assert received in message and hint in message
     assert "with loss_fn=None the model's output must be a 0-d tensor" in message
-    assert "ModelOutput with a 'loss'" in message and "tuple/list holding a 0-d tensor" in message
+    assert "ModelOutput with a 'loss'" in message and "tuple/list holding one 0-d tensor" in message
 
 
 def test_a_loss_fn_returning_an_unreduced_loss_is_refused():
