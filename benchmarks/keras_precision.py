@@ -53,9 +53,7 @@ def build_transformer(keras: Any) -> tuple[Any, tuple[int, ...], int, int]:
     hidden = hidden + layers.Embedding(seq, width)(keras.ops.arange(seq))
     for _ in range(6):
         normed = layers.LayerNormalization()(hidden)
-        attended = layers.MultiHeadAttention(12, width // 12)(
-            normed, normed, use_causal_mask=True
-        )
+        attended = layers.MultiHeadAttention(12, width // 12)(normed, normed, use_causal_mask=True)
         hidden = hidden + attended
         normed = layers.LayerNormalization()(hidden)
         hidden = hidden + layers.Dense(width)(layers.Dense(4 * width, activation="gelu")(normed))
@@ -122,7 +120,7 @@ def measure(keras: Any, name: str, args: argparse.Namespace) -> dict[str, Any]:
             model, x, y, _ = variants[policy]
             step_s, losses[policy] = train(model, x, y, args.steps)
             times[policy].append(step_s)
-    ratios = [b / f for b, f in zip(times["mixed_bfloat16"], times["mixed_float16"])]
+    ratios = [b / f for b, f in zip(times["mixed_bfloat16"], times["mixed_float16"], strict=True)]
     return {
         "model": name,
         "facts": {policy: facts for policy, (_, _, _, facts) in variants.items()},

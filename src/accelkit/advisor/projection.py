@@ -339,7 +339,9 @@ def _first(first: Sequence[Projection], alone: str, tied: str, figure: str) -> s
     return f"{alone}: {names}" if first else ""
 
 
-def _by_count(fastest: Sequence[Projection], order: Sequence[tuple[Projection, ...]]) -> str:
+def _by_count(
+    fastest: Sequence[Projection], order: Sequence[tuple[Projection, int, int | None]]
+) -> str:
     """Why a lone fastest projection leads when its step is no faster than others'."""
     if len(fastest) != 1:
         return ""
