@@ -91,11 +91,11 @@ def add(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    _check_installed(args.framework)  # an install hint, not a traceback
     if args.save:
         _check_writable(args.save)  # before the run, not after it
     # read (and check) a reference report before the run too; its errors name the field
     single = world.single_device_rate(_rate_or_path(args.single_device))
+    _check_installed(args.framework)  # an install hint, not a traceback
     result = built_in.run(
         args.model,
         args.framework,
