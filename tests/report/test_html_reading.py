@@ -167,6 +167,7 @@ def test_the_figures_are_a_table_not_a_terminal_s_text() -> None:
 @settings(max_examples=60, deadline=None)
 @given(values=st.lists(st.floats(0, 1e9), min_size=1, max_size=8))
 @example(values=[5e-324])  # a subnormal top: its fifth underflowed to 0 (log10 of 0)
+@example(values=[1.1125369292536007e-308])  # a tick at the top was labelled below it
 def test_the_y_axis_runs_just_past_the_largest_value(values) -> None:
     chart = ET.fromstring(
         svg.line_chart("c", "t", list(range(len(values))), [("v", values)], x_label="", y_label="")

@@ -63,8 +63,8 @@ def ticks(top: float, count: int = 5) -> list[float]:
     if not top > 0 or not math.isfinite(top):
         return [0.0, 1.0]
     raw = top / count
-    if raw < sys.float_info.min:  # subnormal (or 0 by underflow): no round steps below it
-        return [0.0, top]
+    if raw < sys.float_info.min:  # subnormal (or 0 by underflow): no round steps below it;
+        return [0.0, 2 * top]  # 2x: a tick at `top` itself is labelled (rounded) below it
     power = 10 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
     return [float(f"{i * step:.12g}") for i in range(math.ceil(top / step - 1e-9) + 1)]
