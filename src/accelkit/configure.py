@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from accelkit import frameworks
@@ -121,9 +121,7 @@ def auto_configure(
         for chosen in (decision.framework, *decision.at_import)
     }
     plans = {chosen: plan(hardware, request) for chosen, request in requests.items()}
-    for planned in plans.values():  # a framework that cannot use the GPUs here, loudly
-        if planned.hardware.gpus_unusable:
-            _log.warning("accelkit: %s", planned.hardware.gpus_unusable)
+    _warn_unusable(plans.values())
     result = plans[decision.framework]
     notes = [f"framework: {decision.reason}"]
     if requests[decision.framework].precision is not Precision.AUTO and precision == "auto":
@@ -275,3 +273,10 @@ def plan_for(
     if str(framework).lower() == "auto":
         raise ValueError("plan_for(framework='auto') is not valid; use 'torch' or 'tensorflow'")
     return plan(what_if(gpu, count, environ=environ), Request(framework=framework, **request))
+
+
+def _warn_unusable(plans: Iterable[Plan]) -> None:
+    """Loudly: each framework that cannot use the GPUs here (built without CUDA)."""
+    for planned in plans:
+        if planned.hardware.gpus_unusable:
+            _log.warning("accelkit: %s", planned.hardware.gpus_unusable)
