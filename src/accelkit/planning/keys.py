@@ -68,6 +68,11 @@ class Key(str, enum.Enum):
     DISTRIBUTION = "distribution"
     NCCL_P2P_DISABLE = "NCCL_P2P_DISABLE"
     NCCL_SOCKET_IFNAME = "NCCL_SOCKET_IFNAME"
+    # memory: how the model's state is laid out over the GPUs (planning.sharding)
+    SHARDING = "sharding"  # "ddp", "fsdp2" or "none" (one GPU / one replica per GPU)
+    ACTIVATION_CHECKPOINTING = "activation_checkpointing"  # True: recompute in backward
+    CPU_OFFLOAD = "fsdp.cpu_offload"  # True: FSDP2's CPUOffloadPolicy, the last resort
+    MEMORY = "memory"  # "does not fit": the refusal, with the numbers
 
     def __str__(self) -> str:
         return self.value
@@ -99,6 +104,9 @@ class Entry:
 ADAPTER = "adapter"
 _TORCH_FIT = "accelkit.torch.fit"
 _AUTOCAST = "plan.autocast() / accelkit.torch.fit"
+_SHARDED_FIT = (
+    "accelkit.torch.fit / accelkit.lightning.trainer_kwargs / accelkit.hf.training_arguments"
+)
 
 REGISTRY: dict[Key, Entry] = {
     Key.PRECISION: Entry(Kind.HELPER, "torch", Phase.FIT, _AUTOCAST),
@@ -137,6 +145,13 @@ REGISTRY: dict[Key, Entry] = {
     Key.DISTRIBUTION: Entry(Kind.ADVICE, "any", Phase.USER, "the user (one process per slice)"),
     Key.NCCL_P2P_DISABLE: Entry(Kind.ENV, "any", Phase.ENVIRONMENT, ADAPTER),
     Key.NCCL_SOCKET_IFNAME: Entry(Kind.ADVICE, "any", Phase.USER, "the user (the interface name)"),
+    # "any": a TensorFlow plan says "none" (its strategies replicate the whole state)
+    Key.SHARDING: Entry(Kind.HELPER, "any", Phase.FIT, _SHARDED_FIT),
+    Key.ACTIVATION_CHECKPOINTING: Entry(Kind.HELPER, "torch", Phase.FIT, _SHARDED_FIT),
+    Key.CPU_OFFLOAD: Entry(Kind.HELPER, "torch", Phase.FIT, _SHARDED_FIT),
+    Key.MEMORY: Entry(
+        Kind.ADVICE, "any", Phase.USER, "the user (more or larger GPUs, a smaller model)"
+    ),
 }
 
 

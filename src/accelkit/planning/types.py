@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from accelkit.hardware.info import HardwareInfo
+    from accelkit.planning.memory import MemoryEstimate
 
 
 class _Choice(str, enum.Enum):
@@ -66,6 +67,21 @@ class Distribution(_Choice):
     MIRRORED = "mirrored"  # tf.distribute.MirroredStrategy, one process, local GPUs
     MULTI_WORKER_MIRRORED = "multi_worker_mirrored"  # tf.distribute under TF_CONFIG
     DDP = "ddp"  # torch DistributedDataParallel under torchrun
+    # torch FSDP2 (`torch.distributed.fsdp.fully_shard`) under torchrun/SLURM, one process
+    # per GPU: chosen when the model's state does not fit each GPU whole (planning.sharding)
+    FSDP = "fsdp"
+
+
+class Optimizer(_Choice):
+    """The optimizer whose state the memory estimate counts (`accelkit.planning.memory`
+    gives the bytes per parameter of each, with their sources)."""
+
+    ADAMW = "adamw"
+    ADAM = "adam"
+    ADAMW_8BIT = "adamw_8bit"  # bitsandbytes AdamW8bit: m and v in 8 bits
+    ADAFACTOR = "adafactor"  # factored second moment, no first moment (HF's defaults)
+    SGD_MOMENTUM = "sgd_momentum"
+    SGD = "sgd"
 
 
 class Status(_Choice):
@@ -165,6 +181,11 @@ class Request:
     fixed_shapes: bool = True
     deterministic: bool = False
 
+    params: float | int | None = None
+    trainable_params: float | int | None = None
+    optimizer: Optimizer = Optimizer.ADAMW
+    activation_bytes: int | None = None
+
     if TYPE_CHECKING:
         # What the generated __init__ accepts: the choices' names as strings too, and
         # True/False/None for distribute. __post_init__ turns them into the members.
@@ -176,6 +197,10 @@ class Request:
             compile: bool = False,
             fixed_shapes: bool = True,
             deterministic: bool = False,
+            params: float | int | None = None,
+            trainable_params: float | int | None = None,
+            optimizer: Optimizer | str = Optimizer.ADAMW,
+            activation_bytes: int | None = None,
         ) -> None: ...
 
     def __post_init__(self) -> None:
@@ -196,6 +221,55 @@ class Request:
                 raise ValueError(  # noqa: TRY004 - every bad argument is a ValueError (STYLE.md)
                     f"{name}={getattr(self, name)!r} is not valid; use True or False"
                 )
+        object.__setattr__(self, "optimizer", Optimizer.parse(self.optimizer, name="optimizer"))
+        _check_model_size(self)
+
+
+def _check_model_size(request: Request) -> None:
+    """The model's size: parameter counts are positive whole numbers (8e9 is taken as
+    8,000,000,000), trainable ones no more than all, activations bytes >= 0."""
+    for name in ("params", "trainable_params"):
+        value = getattr(request, name)
+        if value is None:
+            continue
+        count = _whole_count(value)
+        if count is None:
+            raise ValueError(
+                f"{name}={value!r} is not valid; use a positive number of parameters "
+                "such as 8e9 or 8_000_000_000, or None"
+            )
+        object.__setattr__(request, name, count)
+    if request.trainable_params is not None:
+        if request.params is None:
+            raise ValueError(
+                f"trainable_params={request.trainable_params:,} needs params (the model's "
+                "parameter count) as well"
+            )
+        if request.trainable_params > request.params:
+            raise ValueError(
+                f"trainable_params={request.trainable_params:,} is not valid; use at most "
+                f"params={request.params:,}"
+            )
+    activations = request.activation_bytes
+    if activations is not None and (
+        isinstance(activations, bool) or _whole_count(activations, zero=True) is None
+    ):
+        raise ValueError(
+            f"activation_bytes={activations!r} is not valid; use the bytes of activations "
+            "one GPU holds (a whole number >= 0, e.g. measured peak minus state), or None"
+        )
+    if activations is not None:
+        object.__setattr__(request, "activation_bytes", int(activations))
+
+
+def _whole_count(value: object, *, zero: bool = False) -> int | None:
+    """`value` as an int when it is a finite whole number > 0 (>= 0 with `zero`)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if value != value or value in (float("inf"), float("-inf")) or value != int(value):
+        return None
+    count = int(value)
+    return count if count > 0 or (zero and count == 0) else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,6 +301,9 @@ class Plan:
     # Why `auto_configure` planned this plan but applied none of it (a dry run,
     # ACCELKIT_DISABLE, the framework missing); "" for any other plan.
     not_applied: str = ""
+    # What the model's state and activations take per GPU and the parallelism chosen
+    # for it (`accelkit.planning.memory`); None when the request gave no model size.
+    memory: MemoryEstimate | None = None
 
     # -- reading -------------------------------------------------------------
 
@@ -326,13 +403,16 @@ class Plan:
             "env": self.env,
             "notes": list(self.notes),
             "hardware": self.hardware.to_dict(),
+            "memory": None if self.memory is None else self.memory.to_dict(),
             **({"not_applied": self.not_applied} if self.not_applied else {}),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Plan:
         from accelkit.hardware.info import HardwareInfo
+        from accelkit.planning.memory import MemoryEstimate
 
+        memory = data.get("memory")
         return cls(
             framework=Framework.parse(data["framework"]),
             precision=Precision.parse(data["precision"]),
@@ -341,6 +421,7 @@ class Plan:
             hardware=HardwareInfo.from_dict(data["hardware"]),
             notes=tuple(data.get("notes", ())),
             not_applied=data.get("not_applied", ""),
+            memory=None if memory is None else MemoryEstimate.from_dict(memory),
         )
 
     def __str__(self) -> str:

@@ -1,0 +1,296 @@
+"""What a model's training state takes in device memory: bytes per parameter by
+optimizer and precision, activations, and what one GPU holds under each layout.
+
+Pure arithmetic on counts; `accelkit.planning.sharding` chooses the layout from it.
+
+The weights accelkit trains are float32 under every plan: PyTorch's autocast runs
+matmuls in bf16/fp16 on the fly but leaves the parameters, their gradients and the
+optimizer's state in float32 (PyTorch AMP docs: "autocast ... ops run in lower
+precision, the model's parameters stay in float32"), and Keras's mixed policies keep
+float32 variables (TensorFlow mixed-precision guide). So mixed precision with AdamW is
+4 (weights) + 4 (gradients) + 8 (m and v) = 16 bytes per trainable parameter: the
+ZeRO paper's figure (Rajbhandari et al. 2020, section 3.1: 2 + 2 + 12 = 16 for fp16
+weights and gradients plus fp32 master weights, m and v), laid out differently.
+FSDP2 with ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`` keeps
+the same float32 state, sharded (16/N per GPU), and gathers bf16 copies of one unit
+(a transformer block) at a time for compute (PyTorch FSDP2 docs, ``fully_shard``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from accelkit.planning.types import Framework, Optimizer, Precision
+
+GB = 1e9  # memory figures are decimal GB, as the datasheets give device memory
+
+WEIGHT_BYTES = 4  # float32 parameters under every accelkit plan (see the module docstring)
+GRADIENT_BYTES = 4  # .grad has the parameter's dtype (PyTorch autograd; tf.GradientTape)
+
+OPTIMIZER_BYTES: Mapping[Optimizer, float] = {
+    # m and v in float32 (torch.optim.AdamW / Adam; ZeRO section 3.1 counts them in K=12)
+    Optimizer.ADAMW: 8,
+    Optimizer.ADAM: 8,
+    # m and v in 8 bits, block-wise quantisation statistics negligible (Dettmers et al.
+    # 2022, "8-bit Optimizers via Block-wise Quantization"; bitsandbytes AdamW8bit)
+    Optimizer.ADAMW_8BIT: 2,
+    # a factored second moment (rows + columns of each matrix, not rows x columns) and
+    # no first moment by default (Shazeer & Stern 2018; transformers' Adafactor beta1=None)
+    Optimizer.ADAFACTOR: 0,
+    # one float32 momentum buffer (torch.optim.SGD, momentum > 0)
+    Optimizer.SGD_MOMENTUM: 4,
+    Optimizer.SGD: 0,
+}
+
+# Temporaries of one optimizer step, per trainable parameter: PyTorch's default
+# multi-tensor ("foreach") Adam allocates sqrt(v) for every parameter at once
+# (torch/optim/adamw.py, _multi_tensor_adamw: torch._foreach_sqrt); fused=True and the
+# 8-bit kernels update in place; SGD's foreach update is in place without weight decay.
+# Keras optimizers update one variable at a time (no step-wide temporaries).
+FOREACH_STEP_BYTES: Mapping[Optimizer, float] = {Optimizer.ADAMW: 4, Optimizer.ADAM: 4}
+
+# A 16-bit copy of each weight, made by autocast (cached for leaf tensors that require
+# grad: torch/csrc/autograd/autocast_mode.cpp, cached_cast) or by Keras's
+# AutoCastVariable, and kept for the backward pass.
+CAST_BYTES = 2
+
+# FSDP2 per GPU holds, besides its shard: the unit it computes (bf16 params, 2 bytes),
+# the next unit prefetched (2), the unit's unsharded bf16 gradients (2) and their
+# float32 copy for the reduce-scatter in reduce_dtype=float32 (4): 10 bytes x unit.
+FSDP_UNIT_BYTES = 10
+
+# Headroom: the caching allocator's fragmentation and rounding take a share of the
+# device (PyTorch's CUDA memory docs; expandable_segments lowers it), and the CUDA
+# context, cuBLAS workspaces and NCCL's buffers a fixed amount before any tensor
+# (about 0.3-0.6 GB of context with lazy module loading, NCCL a few hundred MB).
+HEADROOM = 0.10
+RESERVED_BYTES = int(1 * GB)
+
+# Blocks (transformer layers) of models of known size, for the size of one FSDP unit
+# and of one recomputed block when the model itself is not at hand: GPT-2 small (124M,
+# 12 layers), Llama 3.2 1B (1.24B, 16), Llama 3 8B (8.03B, 32), 70B (70.6B, 80),
+# 405B (406B, 126) (the GPT-2 paper; The Llama 3 Herd of Models, 2024, table 3).
+_BLOCKS = ((0.124e9, 12), (1.24e9, 16), (8.03e9, 32), (70.6e9, 80), (406e9, 126))
+
+# Activations kept with full recomputation of each block: its 2-byte input, 2sbh, out
+# of sbh(34 + 5as/h) without (Korthikanti et al. 2022, "Reducing Activation
+# Recomputation in Large Transformer Models", section 4): at most 1/17; plus the one
+# block recomputed during the backward pass.
+_CHECKPOINTED_SHARE = 1 / 17
+
+
+@dataclasses.dataclass(frozen=True)
+class PerParam:
+    """Bytes per parameter that a training step keeps or makes.
+
+    Attributes:
+        weights, gradients, optimizer: kept per trainable parameter (the state).
+        frozen: kept per frozen parameter (its weight only: no gradient, no state).
+        casts: 16-bit copies of the weights made for the forward pass (0 in fp32/tf32).
+        step: temporaries of the optimizer step (foreach implementations).
+    """
+
+    weights: float
+    gradients: float
+    optimizer: float
+    frozen: float
+    casts: float
+    step: float
+
+    @property
+    def state(self) -> float:
+        """Weights + gradients + optimizer state (+ master weights: the weights here)."""
+        return self.weights + self.gradients + self.optimizer
+
+
+def per_param(optimizer: Optimizer, precision: Precision, framework: Framework) -> PerParam:
+    """The bytes per parameter of `optimizer` under `precision` (see the module docstring).
+
+    Example:
+        >>> per_param(Optimizer.ADAMW, Precision.BF16, Framework.TORCH).state
+        16
+    """
+    mixed = precision in (Precision.BF16, Precision.FP16)
+    foreach = framework is Framework.TORCH
+    return PerParam(
+        weights=WEIGHT_BYTES,
+        gradients=GRADIENT_BYTES,
+        optimizer=OPTIMIZER_BYTES[optimizer],
+        frozen=WEIGHT_BYTES,
+        casts=CAST_BYTES if mixed else 0,
+        step=FOREACH_STEP_BYTES.get(optimizer, 0) if foreach else 0,
+    )
+
+
+def blocks(params: int) -> int:
+    """The blocks a model of `params` parameters has, interpolated (in log-log) between
+    models of known size (`_BLOCKS`), for when the model is not at hand.
+
+    Example:
+        >>> blocks(8_030_000_000), blocks(70_600_000_000)
+        (32, 80)
+    """
+    (p0, b0), *_ = _BLOCKS
+    if params <= p0:
+        return b0
+    for (lo, b_lo), (hi, b_hi) in zip(_BLOCKS, _BLOCKS[1:]):
+        if params <= hi:
+            share = math.log(params / lo) / math.log(hi / lo)
+            return round(b_lo * (b_hi / b_lo) ** share)
+    return _BLOCKS[-1][1]
+
+
+def checkpointed(activation_bytes: int, params: int) -> int:
+    """Activations left with every block checkpointed: each block's input, and one
+    block's activations while it is recomputed (`_CHECKPOINTED_SHARE`, Korthikanti et
+    al. 2022).
+
+    Example:
+        >>> checkpointed(17_000_000_000, 8_030_000_000)
+        1531250000
+    """
+    return math.ceil(activation_bytes * (_CHECKPOINTED_SHARE + 1 / blocks(params)))
+
+
+def usable_bytes(device_bytes: int) -> int:
+    """What tensors can use of a device of `device_bytes`: less the CUDA context's
+    share (`RESERVED_BYTES`) and the allocator's (`HEADROOM`).
+
+    Example:
+        >>> usable_bytes(80_000_000_000) / 1e9
+        71.1
+    """
+    return max(0, int((device_bytes - RESERVED_BYTES) * (1 - HEADROOM)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How the state is spread: over `shards` GPUs (1: whole on each, DDP or one GPU),
+    with blocks recomputed (`checkpointing`) or the state in host memory (`offload`)."""
+
+    shards: int = 1
+    checkpointing: bool = False
+    offload: bool = False
+
+    @property
+    def name(self) -> str:
+        """The `MemoryEstimate.choice` this layout gives on `gpus` GPUs (without them)."""
+        extras = "".join(
+            f"+{name}"
+            for name, on in (("offload", self.offload), ("checkpointing", self.checkpointing))
+            if on
+        )
+        return f"fsdp2{extras}" if self.sharded else f"replicated{extras}"
+
+    @property
+    def sharded(self) -> bool:
+        return self.shards > 1 or self.offload
+
+
+@dataclasses.dataclass(frozen=True)
+class Footprint:
+    """What one GPU holds under a layout, in bytes."""
+
+    state: int  # its share of weights, gradients and optimizer state
+    transient: int  # casts, gathered FSDP units, step temporaries (the larger phase)
+    activations: int  # as given (checkpointed when the layout recomputes); 0 if unknown
+
+    @property
+    def total(self) -> int:
+        return self.state + self.transient + self.activations
+
+
+def footprint(
+    layout: Layout, sizes: PerParam, params: int, trainable: int, activations: int | None
+) -> Footprint:
+    """What one GPU holds under `layout`: its share of the state, then the larger of the
+    two phases of a step that do not overlap: forward/backward (casts or gathered units,
+    activations) and the optimizer step (its temporaries).
+
+    Example:
+        >>> sizes = per_param(Optimizer.ADAMW, Precision.BF16, Framework.TORCH)
+        >>> footprint(Layout(), sizes, 10**9, 10**9, None).total / 1e9
+        20.0
+    """
+    state = trainable * sizes.state + (params - trainable) * sizes.frozen
+    kept = 0 if activations is None else activations
+    if layout.checkpointing and activations is not None:
+        kept = checkpointed(activations, params)
+    if not layout.sharded:
+        compute = params * sizes.casts + kept
+        return Footprint(int(state), int(max(compute, trainable * sizes.step)), kept)
+    unit = FSDP_UNIT_BYTES * params / blocks(params)
+    step = 0 if layout.offload else trainable * sizes.step / layout.shards
+    own = 0 if layout.offload else state / layout.shards  # offload: all of it in host memory
+    return Footprint(math.ceil(own), math.ceil(max(unit + kept, step)), kept)
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryEstimate:
+    """A model's memory per GPU and the layout chosen for it (`plan.memory`).
+
+    Bytes are ints; GB in reasons are decimal (1e9), as device memory is given.
+
+    Attributes:
+        params: the model's parameters; trainable_params: those the optimizer updates.
+        optimizer, precision: what the bytes per parameter are counted for.
+        bytes_per_param: weights + gradients + optimizer state (master weights
+            included) per trainable parameter.
+        state_bytes: that state for the whole model (all GPUs together; frozen
+            parameters count their weights only).
+        gpus: the GPUs the state may be spread over (the launcher's world size, or
+            the GPUs of a what-if).
+        state_per_gpu_bytes: one GPU's share of the state under the choice.
+        transient_bytes: per GPU: casts, gathered FSDP units or step temporaries.
+        activation_bytes: per GPU as given (measured); None: not known yet (measured
+            at the first step where the model is at hand).
+        activations: "measured" or "unknown", as the plan says it.
+        per_gpu_bytes: what one GPU holds under the choice (activations as kept).
+        device_bytes: one GPU's memory (None: no GPU or unknown).
+        usable_bytes: what tensors can use of it (less `headroom` and the context).
+        headroom: the share of the device kept free.
+        host_bytes: host memory the choice needs (CPU offload), else 0.
+        choice: "none", "ddp", "fsdp2", each with "+checkpointing" and fsdp2 with
+            "+offload" where chosen, or "does not fit".
+        reason: the numbers the choice rests on.
+        gpus_needed: GPUs of this model that hold it sharded (FSDP2), None if unknown.
+        largest_params: the largest model (parameters) the choice's layout fits here.
+    """
+
+    params: int
+    trainable_params: int
+    optimizer: str
+    precision: str
+    bytes_per_param: float
+    state_bytes: int
+    gpus: int
+    state_per_gpu_bytes: int
+    transient_bytes: int
+    activation_bytes: int | None
+    activations: str
+    per_gpu_bytes: int
+    device_bytes: int | None
+    usable_bytes: int | None
+    headroom: float
+    host_bytes: int
+    choice: str
+    reason: str
+    gpus_needed: int | None = None
+    largest_params: int | None = None
+
+    @property
+    def fits(self) -> bool:
+        """False only when the choice is the refusal."""
+        return self.choice != "does not fit"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field under its name; bytes as ints."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MemoryEstimate:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
