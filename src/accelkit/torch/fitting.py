@@ -172,10 +172,7 @@ def fit(
     check_mode(tune)
     ddp_options = wrapping.check_options(ddp)
     plan, held_back = _plan_to_follow(plan)
-    group = parallel.world() if distributed else None
-    rank_zero = group.is_zero if group is not None else (not distributed or parallel.is_rank_zero())
-    progress = progress and rank_zero
-    alone = parallel.why_alone(plan, group, distributed, chatty=progress)
+    group, progress, alone = _where(plan, distributed, progress)
     run = prepare(
         model,
         loader,
@@ -202,13 +199,28 @@ def fit(
     except BaseException:
         restore(run)
         raise
+    _say_why(report, plan, alone=alone, held_back=held_back)
+    return report
+
+
+def _where(plan: Plan, distributed: bool, progress: bool) -> tuple[Any, bool, str | None]:
+    """The process group this fit trains in (None: alone), whether this process shows
+    progress (rank 0 only), and why it trains alone where it could use several devices."""
+    group = parallel.world() if distributed else None
+    rank_zero = group.is_zero if group is not None else (not distributed or parallel.is_rank_zero())
+    progress = progress and rank_zero
+    return group, progress, parallel.why_alone(plan, group, distributed, chatty=progress)
+
+
+def _say_why(report: RunReport, plan: Plan, *, alone: str | None, held_back: str) -> None:
+    """The report's notes on how the run differs from what was asked: trained alone, the
+    plan's helpers held back, GPUs here that this torch build cannot use."""
     if alone:
         report.note("world_size", alone)
     if held_back:
         report.note("precision", held_back)
-    if plan.hardware.gpus_unusable:  # GPUs here that this torch build cannot use
+    if plan.hardware.gpus_unusable:
         report.note("device", plan.hardware.gpus_unusable)
-    return report
 
 
 def _plan_to_follow(given: Plan | None) -> tuple[Plan, str]:

@@ -126,73 +126,108 @@ def train(
         6
     """
     torch = require("torch")
-    model, loader, device, layout = run.model, run.loader, run.device, run.layout
-    ddp = run.group is not None
-    steps, accumulation_steps = schedule.steps, schedule.accumulation_steps
-    measure = meter.step
-    done = epoch_steps = 0
-    running = torch.zeros((), device=device)
-
-    def epoch_loss() -> float | None:  # read at window boundaries, where the device waits
-        return float(running) / epoch_steps if epoch_steps else None
-
-    printer = _progress_printer(meter, _length(loader, schedule), epoch_loss)
-    meter.on_window = _watch_loss(meter, running, printer if progress else None)
-
-    def micro_step(batch: Any, step: Step, stepping: bool) -> Any:
-        # Micro-steps that do not step the optimizer skip DDP's all-reduce;
-        # the gradients are summed locally and reduced on the stepping one.
-        # The step's own wrapper: tune may train through a re-wrapped one.
-        with _no_sync(step.model if step.model is not None else model, ddp and not stepping):
-            loss = step.forward_loss(batch)
-            step.scaler.scale(loss / accumulation_steps).backward()
-        return loss
-
-    def train_one(batch: Any, step: Step, again: bool = False) -> Any:
-        nonlocal done, epoch_steps
-        if again:  # counted already, in the unit of a trial that failed: its gradients only
-            return micro_step(batch, step, stepping=False)
-        if done == 0 and count_flops:
-            meter.set_flops(step.count_flops(batch))
-        stepping = (done + 1) % accumulation_steps == 0
-        with measure(batch):
-            loss = micro_step(batch, step, stepping)
-            if stepping:
-                step.optimizer_step()
-            running.add_(loss.detach().float())
-        done += 1  # after the step: a trial step that failed is trained again
-        epoch_steps += 1
-        return loss
-
-    def limit_reached() -> bool:
-        return steps is not None and done >= steps
-
+    counter = _Counter(run, meter, schedule, torch.zeros((), device=run.device), count_flops)
+    printer = _progress_printer(meter, _length(run.loader, schedule), counter.epoch_loss)
+    meter.on_window = _watch_loss(meter, counter.running, printer if progress else None)
     try:
         for epoch in range(schedule.epochs):
-            epoch_steps = 0
-            running.zero_()
-            if ddp:
-                parallel.set_epoch(loader, epoch)
-            batches = (to_device(batch, device, layout) for batch in loader)
-            if tuner is not None and epoch == 0:
-                step = tuner.run(batches, train_one, limit_reached, on_step=_warmup_held(meter))
-            if not limit_reached():
-                for batch in batches:
-                    train_one(batch, step)
-                    if limit_reached():
-                        break
-                else:
-                    if epoch and not epoch_steps:
-                        _ran_dry(meter, epoch, schedule.epochs)
-                        break
-                    meter.facts.setdefault("steps_per_epoch", epoch_steps)
-            if epoch_steps:
-                _end_epoch(meter, running / epoch_steps, done, evaluate, step)
-            if limit_reached():
+            step = _epoch(counter, step, epoch, tuner, evaluate)
+            if counter.limit_reached() or counter.dry:
                 break
-        _last_step(run, step, done, accumulation_steps)
+        _last_step(run, step, counter.done, schedule.accumulation_steps)
     except KeyboardInterrupt:
-        _interrupted(meter, run, done)
+        _interrupted(meter, run, counter.done)
+    return step
+
+
+class _Counter:
+    """One run's count of steps and its running loss, and `train_one`, which trains one
+    batch and counts it: what the epochs share, and what the tuner trains its trials with.
+
+    Attributes:
+        done: steps trained in all (a step is a batch: a micro-step under accumulation).
+        epoch_steps: steps trained in this epoch.
+        running: this epoch's summed loss, on the device (read once an epoch).
+        dry: the loader yielded nothing in a later epoch (`_ran_dry`).
+    """
+
+    def __init__(
+        self, run: Prepared, meter: Meter, schedule: Schedule, running: Any, count_flops: bool
+    ) -> None:
+        self.run, self.meter, self.schedule = run, meter, schedule
+        self.running = running
+        self.count_flops = count_flops
+        self.done = self.epoch_steps = 0
+        self.dry = False
+
+    def epoch_loss(self) -> float | None:
+        """This epoch's mean loss so far: read at window boundaries, where the device waits."""
+        return float(self.running) / self.epoch_steps if self.epoch_steps else None
+
+    def limit_reached(self) -> bool:
+        return self.schedule.steps is not None and self.done >= self.schedule.steps
+
+    def micro_step(self, batch: Any, step: Step, stepping: bool) -> Any:
+        """Forward, loss and backward of one batch. Micro-steps that do not step the
+        optimizer skip DDP's all-reduce; the gradients are summed locally and reduced on
+        the stepping one. The step's own wrapper: tune may train through a re-wrapped one."""
+        model = step.model if step.model is not None else self.run.model
+        skip = self.run.group is not None and not stepping
+        with _no_sync(model, skip):
+            loss = step.forward_loss(batch)
+            step.scaler.scale(loss / self.schedule.accumulation_steps).backward()
+        return loss
+
+    def train_one(self, batch: Any, step: Step, again: bool = False) -> Any:
+        """Train one batch, measured, and count it (`accelkit.torch.training.step.TrainOne`)."""
+        if again:  # counted already, in the unit of a trial that failed: its gradients only
+            return self.micro_step(batch, step, stepping=False)
+        if self.done == 0 and self.count_flops:
+            self.meter.set_flops(step.count_flops(batch))
+        stepping = (self.done + 1) % self.schedule.accumulation_steps == 0
+        with self.meter.step(batch):
+            loss = self.micro_step(batch, step, stepping)
+            if stepping:
+                step.optimizer_step()
+            self.running.add_(loss.detach().float())
+        self.done += 1  # after the step: a trial step that failed is trained again
+        self.epoch_steps += 1
+        return loss
+
+
+def _epoch(
+    counter: _Counter,
+    step: Step,
+    epoch: int,
+    tuner: Trials | None,
+    evaluate: Callable[[Step], float | None] | None,
+) -> Step:
+    """Train one epoch (its first batches through the tuner's trials in the first epoch)
+    and end it; returns the step the run goes on with."""
+    run, meter = counter.run, counter.meter
+    counter.epoch_steps = 0
+    counter.running.zero_()
+    if run.group is not None:
+        parallel.set_epoch(run.loader, epoch)
+    batches = (to_device(batch, run.device, run.layout) for batch in run.loader)
+    if tuner is not None and epoch == 0:
+        step = tuner.run(
+            batches, counter.train_one, counter.limit_reached, on_step=_warmup_held(meter)
+        )
+    if not counter.limit_reached():
+        for batch in batches:
+            counter.train_one(batch, step)
+            if counter.limit_reached():
+                break
+        else:
+            if epoch and not counter.epoch_steps:
+                _ran_dry(meter, epoch, counter.schedule.epochs)
+                counter.dry = True
+                return step
+            meter.facts.setdefault("steps_per_epoch", counter.epoch_steps)
+    if counter.epoch_steps:
+        mean = counter.running / counter.epoch_steps
+        _end_epoch(meter, mean, counter.done, evaluate, step)
     return step
 
 
