@@ -58,6 +58,20 @@ def _plans() -> list[Plan]:
             )
     for hardware in (NO_P2P, MIG):
         found += [plan(hardware, Request(framework=f)) for f in ("torch", "tensorflow")]
+    # model sizes: replicated, sharded, checkpointed, offloaded and refused (plan.memory)
+    for gpu, count, params, activations in (
+        ("NVIDIA H200", 1, 1e9, None),
+        ("NVIDIA H200", 2, 8e9, None),
+        ("NVIDIA H200", 2, 8e9, 80e9),
+        ("A100-SXM4-80GB", 1, 70e9, None),
+    ):
+        for framework in ("torch", "tensorflow"):
+            found.append(
+                plan(
+                    what_if(gpu, count, environ=LAUNCHERS[1]),
+                    Request(framework=framework, params=params, activation_bytes=activations),
+                )
+            )
     return found
 
 

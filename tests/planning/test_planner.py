@@ -325,7 +325,7 @@ def test_never_sets_nvlink_multicast(framework: str, generation: str) -> None:
     [
         ("precision", "float16", "'bf16'"),
         ("framework", "jax", "'tensorflow'"),
-        ("distribute", "fsdp", "'mirrored'"),
+        ("distribute", "zero3", "'mirrored'"),
     ],
 )
 def test_bad_request_values_name_the_valid_ones(field: str, value: str, valid: str) -> None:

@@ -27,8 +27,17 @@ BUCKET_VIEW = Setting(
 )
 
 
-def choose(hardware: HardwareInfo, request: Request) -> tuple[Distribution, list[Setting]]:
-    """The distribution engine and the settings that go with it."""
+def choose(
+    hardware: HardwareInfo, request: Request, sharded: bool = False
+) -> tuple[Distribution, list[Setting]]:
+    """The distribution engine and the settings that go with it.
+
+    Args:
+        hardware: the GPUs, their links and the launcher.
+        request: what the caller asked.
+        sharded: the model's state is sharded (`accelkit.planning.sharding`): PyTorch
+            runs FSDP2 in place of DDP.
+    """
     if request.distribute is Distribution.NONE:
         return Distribution.NONE, []
     if hardware.mig_enabled:
@@ -43,8 +52,11 @@ def choose(hardware: HardwareInfo, request: Request) -> tuple[Distribution, list
     if request.framework is Framework.TENSORFLOW:
         distribution, out = _tensorflow(hardware)
     else:
-        distribution, out = _torch(hardware)
-    if distribution in (Distribution.DDP, Distribution.MULTI_WORKER_MIRRORED) and hardware.gpus:
+        distribution, out = _torch(hardware, sharded)
+    if (
+        distribution in (Distribution.DDP, Distribution.FSDP, Distribution.MULTI_WORKER_MIRRORED)
+        and hardware.gpus
+    ):
         out += nccl_settings(hardware)
     _check_requested(request, distribution)
     return distribution, out
@@ -104,17 +116,24 @@ def _tensorflow(hardware: HardwareInfo) -> tuple[Distribution, list[Setting]]:
     return Distribution.NONE, []
 
 
-def _torch(hardware: HardwareInfo) -> tuple[Distribution, list[Setting]]:
+def _engine(sharded: bool) -> tuple[Distribution, str, list[Setting]]:
+    """PyTorch's engine, how a reason names it, and the settings only it has."""
+    if sharded:
+        return Distribution.FSDP, "FSDP2 (fully_shard)", []
+    return Distribution.DDP, "DistributedDataParallel", [BUCKET_VIEW]
+
+
+def _torch(hardware: HardwareInfo, sharded: bool) -> tuple[Distribution, list[Setting]]:
     launcher = hardware.launcher
+    engine, named, own = _engine(sharded)
     if launcher.torchrun and (launcher.world_size or 1) > 1:
         backend = "nccl" if hardware.gpus else "gloo"
-        return Distribution.DDP, [
+        return engine, [
             Setting(
                 Key.TORCH_PROCESS_GROUP,
                 backend,
                 f"torchrun started {launcher.world_size} processes on {launcher.nodes} "
-                f"node(s): a {backend} process group; DistributedDataParallel in "
-                "accelkit.torch.fit",
+                f"node(s): a {backend} process group; {named} in accelkit.torch.fit",
             ),
             *(
                 [
@@ -127,16 +146,16 @@ def _torch(hardware: HardwareInfo) -> tuple[Distribution, list[Setting]]:
                 if hardware.gpus
                 else []
             ),
-            BUCKET_VIEW,
+            *own,
         ]
     if launcher.slurm:
-        return Distribution.DDP, [*_slurm_torch(hardware), BUCKET_VIEW]
+        return engine, [*_slurm_torch(hardware, named), *own]
     if hardware.gpu_count > 1:
-        return Distribution.NONE, [_launch(hardware)]
+        return Distribution.NONE, [_launch(hardware, named)]
     return Distribution.NONE, []
 
 
-def _slurm_torch(hardware: HardwareInfo) -> list[Setting]:
+def _slurm_torch(hardware: HardwareInfo, named: str) -> list[Setting]:
     """The process group srun's tasks start: as under torchrun, from SLURM's variables
     (the adapter exports them as RANK, WORLD_SIZE, MASTER_ADDR... for ``env://``)."""
     launcher = hardware.launcher
@@ -147,8 +166,7 @@ def _slurm_torch(hardware: HardwareInfo) -> list[Setting]:
             backend,
             f"SLURM's srun started {launcher.world_size} tasks on {launcher.nodes} "
             f"node(s) (SLURM_NTASKS, SLURM_PROCID): a {backend} process group at "
-            f"{launcher.master_addr}:{launcher.master_port}; DistributedDataParallel "
-            "in accelkit.torch.fit",
+            f"{launcher.master_addr}:{launcher.master_port}; {named} in accelkit.torch.fit",
         )
     ]
     if hardware.gpus:
@@ -165,7 +183,7 @@ def _slurm_torch(hardware: HardwareInfo) -> list[Setting]:
     return out
 
 
-def _launch(hardware: HardwareInfo) -> Setting:
+def _launch(hardware: HardwareInfo, named: str) -> Setting:
     """The torchrun command for GPUs visible to one process, with the NCCL variables the
     launched run will get: `nccl_settings` for the same GPUs under that launch, so the
     advice and the launched plan are one decision."""
@@ -182,13 +200,13 @@ def _launch(hardware: HardwareInfo) -> Setting:
         )
         seen = (
             f"{count} GPUs span {nodes} servers of up to {per_node}: run this on each, "
-            "HOST being the first server, for DistributedDataParallel"
+            f"HOST being the first server, for {named}"
         )
     else:
         where = f"--nproc-per-node {count}"
         seen = (
             f"{count} GPUs visible but one process: relaunch under torchrun for "
-            "DistributedDataParallel (DataParallel is slower and single-process)"
+            f"{named} (DataParallel is slower and single-process)"
         )
     launched = (
         (

@@ -19,6 +19,7 @@ the same float32 state, sharded (16/N per GPU), and gathers bf16 copies of one u
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -136,7 +137,7 @@ def blocks(params: int) -> int:
     (p0, b0), *_ = _BLOCKS
     if params <= p0:
         return b0
-    for (lo, b_lo), (hi, b_hi) in zip(_BLOCKS, _BLOCKS[1:]):
+    for (lo, b_lo), (hi, b_hi) in itertools.pairwise(_BLOCKS):
         if params <= hi:
             share = math.log(params / lo) / math.log(hi / lo)
             return round(b_lo * (b_hi / b_lo) ** share)
@@ -192,23 +193,30 @@ class Layout:
 
 @dataclasses.dataclass(frozen=True)
 class Footprint:
-    """What one GPU holds under a layout, in bytes."""
+    """What one GPU holds under a layout, in bytes: its share of the state, and the
+    larger of the two phases of a step, which do not overlap: forward and backward
+    (casts or gathered FSDP units, and the activations) and the optimizer step (its
+    temporaries)."""
 
     state: int  # its share of weights, gradients and optimizer state
-    transient: int  # casts, gathered FSDP units, step temporaries (the larger phase)
+    compute: int  # 16-bit weight casts, or FSDP2's gathered units
     activations: int  # as given (checkpointed when the layout recomputes); 0 if unknown
+    step: int  # the optimizer step's temporaries
 
     @property
     def total(self) -> int:
-        return self.state + self.transient + self.activations
+        return self.state + max(self.compute + self.activations, self.step)
+
+    @property
+    def transient(self) -> int:
+        """What the peak holds beyond the state and the activations."""
+        return self.total - self.state - self.activations
 
 
 def footprint(
     layout: Layout, sizes: PerParam, params: int, trainable: int, activations: int | None
 ) -> Footprint:
-    """What one GPU holds under `layout`: its share of the state, then the larger of the
-    two phases of a step that do not overlap: forward/backward (casts or gathered units,
-    activations) and the optimizer step (its temporaries).
+    """What one GPU holds under `layout` (`Footprint`).
 
     Example:
         >>> sizes = per_param(Optimizer.ADAMW, Precision.BF16, Framework.TORCH)
@@ -220,12 +228,13 @@ def footprint(
     if layout.checkpointing and activations is not None:
         kept = checkpointed(activations, params)
     if not layout.sharded:
-        compute = params * sizes.casts + kept
-        return Footprint(int(state), int(max(compute, trainable * sizes.step)), kept)
+        return Footprint(int(state), int(params * sizes.casts), kept, int(trainable * sizes.step))
     unit = FSDP_UNIT_BYTES * params / blocks(params)
-    step = 0 if layout.offload else trainable * sizes.step / layout.shards
-    own = 0 if layout.offload else state / layout.shards  # offload: all of it in host memory
-    return Footprint(math.ceil(own), math.ceil(max(unit + kept, step)), kept)
+    # offload: the state, and the optimizer step, live in host memory
+    own, step = (0.0, 0.0) if layout.offload else (state, trainable * sizes.step)
+    return Footprint(
+        math.ceil(own / layout.shards), math.ceil(unit), kept, math.ceil(step / layout.shards)
+    )
 
 
 @dataclasses.dataclass(frozen=True)

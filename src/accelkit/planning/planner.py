@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from accelkit.hardware import framework_builds
 from accelkit.hardware.info import HardwareInfo
-from accelkit.planning import distribution, precision, runtime
-from accelkit.planning.types import Plan, Precision, Request
+from accelkit.planning import distribution, precision, runtime, sharding
+from accelkit.planning.types import Distribution, Plan, Precision, Request
 
 
 def plan(hardware: HardwareInfo, request: Request | None = None) -> Plan:
@@ -18,6 +18,9 @@ def plan(hardware: HardwareInfo, request: Request | None = None) -> Plan:
     Args:
         hardware: a snapshot (`accelkit.detect()`, `what_if(...)` or `HardwareInfo.from_dict`).
         request: what the caller asks for; defaults to PyTorch with everything on auto.
+            With ``params`` (the model's size) the plan carries ``plan.memory`` and
+            chooses DDP, FSDP2, activation checkpointing or CPU offload from it
+            (`accelkit.planning.sharding`).
 
     Returns:
         An immutable `Plan` whose settings each carry a one-line reason. When the
@@ -41,11 +44,16 @@ def plan(hardware: HardwareInfo, request: Request | None = None) -> Plan:
         chosen, reason = Precision.FP32, f"fp32: {hardware.gpus_unusable}"
     else:
         chosen, reason = precision.choose(hardware, request)
-    engine, distribution_settings = distribution.choose(hardware, request)
+    memory, memory_settings = sharding.choose(hardware, request, chosen)
+    sharded = request.distribute is Distribution.FSDP or (
+        memory is not None and memory.choice.startswith("fsdp2")
+    )
+    engine, distribution_settings = distribution.choose(hardware, request, sharded)
     settings = [
         *precision.settings(hardware, request, chosen, reason),
         *runtime.settings(hardware, request, chosen),
         *distribution_settings,
+        *memory_settings,
     ]
     return Plan(
         framework=request.framework,
@@ -54,4 +62,5 @@ def plan(hardware: HardwareInfo, request: Request | None = None) -> Plan:
         settings=tuple(settings),
         hardware=hardware,
         notes=hardware.notes,
+        memory=memory,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -181,8 +182,8 @@ class Request:
     fixed_shapes: bool = True
     deterministic: bool = False
 
-    params: float | int | None = None
-    trainable_params: float | int | None = None
+    params: int | None = None  # a whole count once validated (8e9 is taken)
+    trainable_params: int | None = None
     optimizer: Optimizer = Optimizer.ADAMW
     activation_bytes: int | None = None
 
@@ -197,8 +198,8 @@ class Request:
             compile: bool = False,
             fixed_shapes: bool = True,
             deterministic: bool = False,
-            params: float | int | None = None,
-            trainable_params: float | int | None = None,
+            params: float | None = None,
+            trainable_params: float | None = None,
             optimizer: Optimizer | str = Optimizer.ADAMW,
             activation_bytes: int | None = None,
         ) -> None: ...
@@ -266,7 +267,7 @@ def _whole_count(value: object, *, zero: bool = False) -> int | None:
     """`value` as an int when it is a finite whole number > 0 (>= 0 with `zero`)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    if value != value or value in (float("inf"), float("-inf")) or value != int(value):
+    if not math.isfinite(value) or value != int(value):
         return None
     count = int(value)
     return count if count > 0 or (zero and count == 0) else None
