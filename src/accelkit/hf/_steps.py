@@ -127,6 +127,7 @@ class TrainerSteps:
                 count,
                 total=count.total * len(batches),
                 forward=None,
+                recomputed=None if count.recomputed is None else count.recomputed * len(batches),
                 notes=(*count.notes, f"first micro-batch x {len(batches)} (gradient accumulation)"),
             )
         self.flops = count.total

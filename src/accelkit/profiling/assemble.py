@@ -154,27 +154,42 @@ def _phases(report: RunReport, clock: ClockSummary) -> None:
     report.evaluation_share = report.evaluation_seconds / clock.total_s
 
 
-def _flops(report: RunReport, m: Measurements) -> None:
+def _flops_per_step(report: RunReport, m: Measurements) -> None:
+    """Model FLOPs per step (the user's figure, else the count) and hardware FLOPs (the
+    count's, with the forward activation checkpointing recomputed; PaLM appendix B)."""
     if m.flops_per_step is not None:
         report.flops_per_step, report.flops_method = float(m.flops_per_step), "given by the user"
+        report.note(
+            "hardware_flops_per_step",
+            "flops_per_step was given: whether it holds recomputed activations is not known",
+        )
     elif m.flops is not None and m.flops.total is not None:
         report.flops_per_step, report.flops_method = float(m.flops.total), m.flops.method
         if m.flops.notes:
             report.note("flops_per_step", "; ".join(m.flops.notes))
+        hardware = m.flops.hardware
+        report.hardware_flops_per_step = float(hardware) if hardware is not None else None
     else:
         why = "; ".join(m.flops.notes) if m.flops is not None else "not counted"
         report.note("flops_per_step", why + " (pass flops_per_step= to give it)")
+
+
+def _flops(report: RunReport, m: Measurements) -> None:
+    _flops_per_step(report, m)
     if report.flops_per_step is None or not report.steady_seconds:
         report.note("achieved_tflops", "needs flops_per_step and steady-state time")
         return
-    report.achieved_tflops = (
-        report.flops_per_step * report.steady_steps / report.steady_seconds / 1e12
-    )
+    steps, seconds = report.steady_steps, report.steady_seconds
+    report.achieved_tflops = report.flops_per_step * steps / seconds / 1e12
+    if report.hardware_flops_per_step is not None:
+        report.hardware_tflops = report.hardware_flops_per_step * steps / seconds / 1e12
     found = mfu.peak(m.hardware, report.matmul_dtype, devices=m.devices, gpu=m.gpu)
     report.peak_source = found.source
     if found.tflops is not None:
         report.peak_tflops = found.tflops
         report.mfu = report.achieved_tflops / found.tflops
+        if report.hardware_tflops is not None:
+            report.hfu = report.hardware_tflops / found.tflops
     calibration = m.calibration
     if found.tflops is None:  # the remedy only where the run did not measure a rate
         remedy = f" ({found.remedy})" if found.remedy and calibration is None else ""

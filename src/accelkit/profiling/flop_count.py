@@ -15,18 +15,26 @@ class FlopCount:
     backward pass; elementwise ops, normalisation and the optimizer update are
     not counted.
 
+    MFU is taken on model FLOPs, HFU on hardware FLOPs (PaLM appendix B): the forward
+    that activation checkpointing recomputes in backward is hardware work, counted in
+    `recomputed`, never in `total`.
+
     Attributes:
-        total: FLOPs of forward + backward for the batch; None when they could
-            not be counted (the reason is in `notes`).
+        total: model FLOPs of forward + backward for the batch (no recomputation);
+            None when they could not be counted (the reason is in `notes`).
         forward: FLOPs of the forward pass alone (loss included); None when unknown.
-        by_op: FLOPs of forward + backward per op name, e.g. ``{"aten.mm": 123}``.
+        by_op: FLOPs per op name as the ops ran, e.g. ``{"aten.mm": 123}`` (any
+            recomputation included).
         method: how the figures were obtained, e.g. "torch FlopCounterMode".
         notes: anything a reader of the figures should know (what was assumed,
             why a figure is missing).
+        recomputed: FLOPs of the forward ops recomputed in backward (activation
+            checkpointing): 0 when nothing was, None when the counter cannot tell.
 
     Example:
-        >>> FlopCount(total=6, forward=2, by_op={"aten.mm": 6}, method="analytic")
-        FlopCount(total=6, forward=2, by_op={'aten.mm': 6}, method='analytic', notes=())
+        >>> count = FlopCount(total=6, forward=2, by_op={"aten.mm": 8}, recomputed=2)
+        >>> count.total, count.hardware
+        (6, 8)
     """
 
     total: int | None
@@ -34,3 +42,12 @@ class FlopCount:
     by_op: dict[str, int] = field(default_factory=dict)
     method: str = ""
     notes: tuple[str, ...] = ()
+    recomputed: int | None = 0
+
+    @property
+    def hardware(self) -> int | None:
+        """FLOPs the hardware ran for the step: `total` plus the recomputed forward;
+        None when either is unknown."""
+        if self.total is None or self.recomputed is None:
+            return None
+        return self.total + self.recomputed

@@ -19,8 +19,10 @@ Convention (the one MFU figures use; PaLM appendix B, Lightning's `measure_flops
   QKᵀ that flash/memory-efficient kernels do in backward (2·B·T²·D); that is
   hardware work, not model work, so it is taken out again (half the forward
   attention count) and the amount is stated in `notes`.
-- What runs is what is counted: activation checkpointing's recomputed forward
-  is included (hardware FLOPs, not model FLOPs).
+- Activation checkpointing's recomputed forward is hardware work, not model work
+  (PaLM appendix B: MFU excludes rematerialisation, HFU counts it): `total` leaves it
+  out and `recomputed` holds it (`accelkit.profiling.flops_recompute` says how it is
+  told apart). The fused kernels' own recomputation of QKᵀ is in neither.
 
 - A convolution's backward costs its forward once per gradient it computes (input,
   weight), grouped and depthwise convolutions included.
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from accelkit.profiling import torch_batches
@@ -122,8 +124,8 @@ def count_train_step_flops(
 
     notes: list[str] = []
     model = _unwrap(model, torch, notes)
-    counts: dict[str, int] = {}
     forward: int | None = None
+    counter = None
     try:
         with _restored(model, batch_inputs, torch), torch.enable_grad():
             counter = flop_counter()
@@ -139,14 +141,43 @@ def count_train_step_flops(
                     )
                     return FlopCount(None, forward, _by_op(counter), _METHOD, tuple(notes))
                 loss.backward()
-            counts = _by_op(counter)
-            total = counter.get_total_flops() - _attention_recompute(counts, notes)
     except Exception as error:  # noqa: BLE001 - counting must never break training
         notes.append(f"FLOP counting failed: {type(error).__name__}: {error}")
+        counts = _by_op(counter) if counter is not None else {}
         return FlopCount(None, forward, counts, _METHOD, tuple(notes))
+    return counted(counter, forward=forward, method=_METHOD, notes=notes)
+
+
+def counted(
+    counter: Any, *, forward: int | None = None, method: str = _METHOD, notes: Sequence[str] = ()
+) -> FlopCount:
+    """The `FlopCount` of what `counter` (a `flop_counter()`, exited) saw: model FLOPs in
+    `total` (without the forward activation checkpointing recomputed, and without the
+    fused attention kernels' own recomputation of QKᵀ), the recomputed forward in
+    `recomputed`, the ops as they ran in `by_op`.
+
+    Example:
+        >>> import torch
+        >>> with flop_counter() as counter:
+        ...     torch.nn.Linear(4, 2)(torch.randn(8, 4)).sum().backward()
+        >>> count = counted(counter, method="example")
+        >>> count.total, count.recomputed, count.hardware
+        (256, 0, 256)
+    """
+    notes = list(notes)
+    counts = _by_op(counter)
+    recomputed_by_op = counter.recomputed_by_op()
+    model_counts = {op: n - recomputed_by_op.get(op, 0) for op, n in counts.items()}
+    recomputed = sum(recomputed_by_op.values())
+    total = sum(model_counts.values()) - _attention_recompute(model_counts, notes)
+    if recomputed:
+        notes.append(
+            f"activation checkpointing recomputed {recomputed:.4g} FLOPs of forward in backward:"
+            " in hardware_flops_per_step (HFU), not in flops_per_step (MFU; PaLM appendix B)"
+        )
     if total == 0:
         notes.append("no matmul, convolution or attention op was counted: total is 0")
-    return FlopCount(total, forward, counts, _METHOD, tuple(notes))
+    return FlopCount(total, forward, counts, method, tuple(notes), recomputed=recomputed)
 
 
 def _failed(note: str) -> FlopCount:
@@ -169,7 +200,9 @@ def _unwrap(model: Any, torch: Any, notes: list[str]) -> Any:
 
 def flop_counter() -> Any:
     """A `FlopCounterMode` with accelkit's formulas for what PyTorch's registry misses
-    (`_extra_formulas`): the counter every door counts a step with.
+    (`_extra_formulas`) that counts the forward activation checkpointing recomputes
+    apart (`accelkit.profiling.flops_recompute.StepFlopCounter`): the counter every door
+    counts a step with; `counted` turns what it saw into a `FlopCount`.
 
     Example:
         >>> import torch
@@ -179,9 +212,10 @@ def flop_counter() -> Any:
         128
     """
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
-    return FlopCounterMode(display=False, custom_mapping=_extra_formulas(torch))
+    from accelkit.profiling.flops_recompute import StepFlopCounter
+
+    return StepFlopCounter(custom_mapping=_extra_formulas(torch))
 
 
 def _extra_formulas(torch: Any) -> dict[Any, Callable[..., int]]:

@@ -40,8 +40,14 @@ METRICS = (
     Metric("step_time_s", "step time (s)", "seconds per training step, device-synchronised"),
     Metric("samples_per_second", "samples/s", "training samples per second"),
     Metric("tokens_per_second", "tokens/s", "token positions per second (padding included)"),
-    Metric("achieved_tflops", "TFLOP/s", "counted FLOPs per step over the step time"),
+    Metric("achieved_tflops", "TFLOP/s", "model FLOPs per step over the step time"),
     Metric("mfu", "MFU", "achieved FLOP/s over the datasheet's dense peak for the matmul dtype"),
+    Metric(
+        "hfu",
+        "HFU",
+        "hardware FLOP/s (the forward activation checkpointing recomputes included) over "
+        "the same peak",
+    ),
     Metric("input_wait_share", "input wait", "share of training time spent waiting for batches"),
     Metric("gpu_utilization", "GPU busy (%)", "NVML utilisation, mean over training"),
     Metric("gpu_memory_used_bytes", "GPU memory", "NVML memory used, the largest"),
@@ -53,6 +59,8 @@ BY_NAME = {metric.name: metric for metric in METRICS}
 LABELS = {
     "real_tokens_per_second": "real tokens/s",
     "flops_per_step": "FLOPs/step",
+    "hardware_flops_per_step": "hardware FLOPs/step",
+    "hardware_tflops": "hardware TFLOP/s",
     "peak_memory_bytes": "peak memory",
     "sm_clock_mhz": "SM clock (MHz)",
     "global_samples_per_second": "samples/s of all ranks",
@@ -100,37 +108,45 @@ def window_figures(
     *,
     flops_per_step: float | None,
     peak_tflops: float | None,
+    hardware_flops_per_step: float | None = None,
     gpu: Any = None,
     unmeasured: Collection[str] = (),
 ) -> dict[str, float]:
     """The figures of some steady windows of training (`StepClock.take`), by `METRICS`
     name; empty when they hold no time. The same arithmetic as the run's report
-    (`accelkit.profiling.assemble`): MFU is FLOPs per step x steps / seconds / peak
-    (PaLM, appendix B).
+    (`accelkit.profiling.assemble`): MFU is model FLOPs per step x steps / seconds /
+    peak, HFU the same with hardware FLOPs (PaLM, appendix B).
 
     Args:
         sums: the windows' steps, samples, tokens, input wait and training seconds.
-        flops_per_step: FLOPs of one step, or None when not known.
+        flops_per_step: model FLOPs of one step, or None when not known.
         peak_tflops: the dense peak of the devices used, or None when not known.
+        hardware_flops_per_step: FLOPs of one step with the forward activation
+            checkpointing recomputes, or None when not known (no ``hfu``).
         gpu: a `SamplerSummary` over the same stretch, or None.
         unmeasured: figures the run cannot measure (its notes' fields): left out.
 
     Example:
         >>> sums = WindowSums(steps=10, samples=320, tokens=0, input_wait_s=0.5, seconds=5.0)
-        >>> window_figures(sums, flops_per_step=2e12, peak_tflops=100.0)
+        >>> window_figures(sums, flops_per_step=2e12, peak_tflops=100.0,
+        ...                hardware_flops_per_step=2.5e12)
         ... # doctest: +NORMALIZE_WHITESPACE
         {'step_time_s': 0.5, 'samples_per_second': 64.0, 'achieved_tflops': 4.0,
-         'mfu': 0.04, 'input_wait_share': 0.1}
+         'mfu': 0.04, 'hfu': 0.05, 'input_wait_share': 0.1}
     """
     if sums.seconds <= 0 or not sums.steps:
         return {}
-    achieved = flops_per_step * sums.steps / sums.seconds / 1e12 if flops_per_step else None
+    achieved, hardware = (
+        flops * sums.steps / sums.seconds / 1e12 if flops else None
+        for flops in (flops_per_step, hardware_flops_per_step)
+    )
     figures: dict[str, Any] = {
         "step_time_s": sums.seconds / sums.steps,
         "samples_per_second": sums.samples / sums.seconds if sums.samples else None,
         "tokens_per_second": sums.tokens / sums.seconds if sums.tokens else None,
         "achieved_tflops": achieved,
         "mfu": achieved / peak_tflops if achieved and peak_tflops else None,
+        "hfu": hardware / peak_tflops if hardware and peak_tflops else None,
         "input_wait_share": min(1.0, sums.input_wait_s / sums.seconds),
     }
     if gpu is not None:

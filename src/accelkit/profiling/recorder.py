@@ -137,6 +137,15 @@ class Recorder:
             return self.options.flops_per_step
         return float(self.flops.total) if self.flops is not None and self.flops.total else None
 
+    @property
+    def hardware_flops_per_step(self) -> float | None:
+        """The counted FLOPs with the forward activation checkpointing recomputed (HFU's);
+        None when the user gave the figure (what it holds is not known) or none was counted."""
+        if self.options.flops_per_step is not None or self.flops is None:
+            return None
+        hardware = self.flops.hardware
+        return float(hardware) if hardware else None
+
     def set_peak(self, hardware: Any, dtype: str, *, devices: int = 1, gpu: int = 0) -> None:
         """The dense peak for the window figures' MFU: the report's (`mfu.peak`)."""
         self.peak = mfu.peak(hardware, dtype, devices=devices, gpu=gpu)
@@ -188,6 +197,7 @@ class Recorder:
         return window_figures(
             sums,
             flops_per_step=self.flops_per_step,
+            hardware_flops_per_step=self.hardware_flops_per_step,
             peak_tflops=self.peak.tflops if self.peak is not None else None,
             gpu=gpu if gpu is not None and gpu.samples else None,
             unmeasured=self.notes.keys(),

@@ -46,6 +46,7 @@ _TUNING_DERIVED: dict[str, Any] = {
 # A figure that is a ratio to another: one without the other is a damaged report.
 _NEEDS = {
     "mfu": "peak_tflops",
+    "hfu": "peak_tflops",
     "mfu_calibrated": "calibrated_tflops",
     "communication_share": "communication_s",
 }

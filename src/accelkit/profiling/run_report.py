@@ -39,12 +39,20 @@ class RunReport:
             `tokens_per_sample`), when known.
         real_tokens_per_second: the same without the padding: the ones of the batches'
             `attention_mask`. None, with a note, when the token ids came without one.
-        flops_per_step: FLOPs of one training step (forward + backward), counted
-            (`flops_method` says how) or given by the user.
+        flops_per_step: model FLOPs of one training step (forward + backward, once),
+            counted (`flops_method` says how) or given by the user. The forward that
+            activation checkpointing recomputes in backward is not in it (PaLM
+            appendix B: model FLOPs exclude rematerialisation).
+        hardware_flops_per_step: the FLOPs the hardware ran for one step: the model's
+            and the recomputed forward. Equal to flops_per_step when nothing is
+            recomputed; None (with a note) when flops_per_step was given by the user.
         achieved_tflops: flops_per_step x steady steps / steady seconds / 1e12.
+        hardware_tflops: the same with hardware_flops_per_step.
         peak_tflops: the dense datasheet peak for `matmul_dtype`, times the devices used.
         peak_source: the datasheet row's source, or why there is none.
-        mfu: achieved_tflops / peak_tflops.
+        mfu: achieved_tflops / peak_tflops: model FLOPs utilisation.
+        hfu: hardware_tflops / peak_tflops: hardware FLOPs utilisation (PaLM appendix B),
+            above mfu by the recomputed forward's share.
         calibrated_tflops, mfu_calibrated: the same against a matmul rate measured
             on the device at hand (`calibrate=True`).
         input_wait_share: share of steady-state time spent waiting for input.
@@ -106,10 +114,13 @@ class RunReport:
     real_tokens_per_second: float | None = None
     flops_per_step: float | None = None
     flops_method: str | None = None
+    hardware_flops_per_step: float | None = None
     achieved_tflops: float | None = None
+    hardware_tflops: float | None = None
     peak_tflops: float | None = None
     peak_source: str | None = None
     mfu: float | None = None
+    hfu: float | None = None
     calibrated_tflops: float | None = None
     calibration_method: str | None = None
     mfu_calibrated: float | None = None

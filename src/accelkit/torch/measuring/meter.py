@@ -32,6 +32,7 @@ from accelkit.planning import plan as make_plan
 from accelkit.profiling import calibrate, torch_batches
 from accelkit.profiling.clock import StepClock
 from accelkit.profiling.flop_count import FlopCount
+from accelkit.profiling.flops_torch import counted
 from accelkit.profiling.options import MeterOptions
 from accelkit.profiling.recorder import Recorder
 from accelkit.profiling.run_report import RunReport
@@ -246,13 +247,7 @@ class Meter:
                 self._count_first = False
                 with counter:
                     yield
-                self.set_flops(
-                    FlopCount(
-                        total=int(counter.get_total_flops()),
-                        forward=None,
-                        method="torch FlopCounterMode on the first step",
-                    )
-                )
+                self.set_flops(counted(counter, method="torch FlopCounterMode on the first step"))
             self.step_counted(batch, samples)
         finally:
             self._guard.leave()
