@@ -64,11 +64,15 @@ from typing_extensions import override
 
 from accelkit.hf import _order
 from accelkit.hf._steps import TrainerSteps
+from accelkit.hf._tune import trials_for
 from accelkit.profiling import metrics
 from accelkit.profiling.clock import EVALUATION, OTHER
 from accelkit.profiling.options import MeterOptions
+from accelkit.profiling.tuning import TuneResult
 from accelkit.torch.distributed import trainer_timing
 from accelkit.torch.measuring.meter import Meter
+from accelkit.torch.tuning.in_trainer import TrainerTrials
+from accelkit.torch.tuning.trials import check_mode
 from accelkit.utils.log import logger
 
 if TYPE_CHECKING:
@@ -91,6 +95,11 @@ class AccelkitCallback(transformers.TrainerCallback):
     """Measures a `Trainer` run like `accelkit.torch.Meter`; `report` holds the result.
 
     Args:
+        tune: ``"auto"`` (default), True or False, as ``accelkit.torch.fit``'s: measure
+            the fused optimizer and ``torch.compile`` of the model's forward on the run's
+            first optimizer steps and keep the fastest that computes the same
+            (`accelkit.hf._tune`); ``"auto"`` tunes GPU runs long enough to pay it back.
+            ``report.tuning`` holds what was measured.
         **options: the measurement options of every door, checked here
             (`accelkit.profiling.options.MeterOptions`): ``plan`` (for MFU's dtype and
             the advice), ``flops_per_step`` (counted when not given), ``warmup``
@@ -123,8 +132,11 @@ class AccelkitCallback(transformers.TrainerCallback):
         True
     """
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, tune: bool | str = "auto", **options: Any) -> None:
+        self.tune = check_mode(tune)
         self.options = MeterOptions.of(options)
+        self._trials: TrainerTrials | None = None
+        self._trial_hook: Any = None
         self.meter: Meter | None = None
         self.report: RunReport | None = None
         self._steps: TrainerSteps | None = None
@@ -144,6 +156,7 @@ class AccelkitCallback(transformers.TrainerCallback):
             self.meter.__exit__(kind, error, traceback)  # stops the sampler; errors pass
         if self._steps is not None:
             self._steps.detach()
+        self._stop_trials()
 
     @property
     def _measuring(self) -> bool:
@@ -181,6 +194,7 @@ class AccelkitCallback(transformers.TrainerCallback):
         self._steps.attach(model)
         # the Trainer wrapped `model` in DDP before this call (its callbacks get the module)
         trainer_timing.time_all_reduce(trainer_timing.wrapper_of(model), self.meter)
+        self._start_trials(args, state, model, optimizer)
 
     def _before_loggers(self) -> None:
         handler = _order.handler_calling(self)
@@ -200,6 +214,8 @@ class AccelkitCallback(transformers.TrainerCallback):
         if self._evaluating:  # an evaluation that ended without on_evaluate
             self._break(EVALUATION)
         self._steps.begin()
+        if self._trials is not None:
+            self._trials.begin()
 
     @override
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any) -> None:
@@ -216,6 +232,9 @@ class AccelkitCallback(transformers.TrainerCallback):
             or (epoch is not None and float(epoch).is_integer())  # the epoch's last step
         )
         self._steps.end(model, synchronize=bool(break_follows))
+        if self._trials is not None:
+            self._trials.end()
+            self._keep_trials()
 
     @override
     def on_log(
@@ -286,8 +305,45 @@ class AccelkitCallback(transformers.TrainerCallback):
         self.meter.recorder.resume()  # an evaluation before the first step
         self.meter.recorder.attribute(phase, mid_epoch=not epoch_over)
 
+    # -- tune ------------------------------------------------------------------------
+
+    def _start_trials(self, args: Any, state: Any, model: Any, optimizer: Any) -> None:
+        """The trials of `tune` on the run's first steps (`accelkit.hf._tune`)."""
+        assert self.meter is not None
+        self._stop_trials()
+        if self.tune is False:
+            return
+        found = trials_for(args, state, model, optimizer, self.tune, self.meter)
+        if isinstance(found, TuneResult):
+            self.meter.tuning = found.to_dict()
+            return
+        self._trials = found
+        self._trial_hook = model.register_forward_pre_hook(self._trial_batch, with_kwargs=True)
+        self._keep_trials()
+
+    def _trial_batch(self, module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        if self._trials is not None and module.training and not args:
+            self._trials.batch(kwargs)
+
+    def _keep_trials(self, *, stop: bool = False) -> None:
+        """Once the trials end (or the run, with `stop`): their record in the report."""
+        if self._trials is None:
+            return
+        if stop:
+            self._trials.stop()
+        if self._trials.result is not None:
+            assert self.meter is not None
+            self.meter.tuning = self._trials.result.to_dict()
+            self._stop_trials()
+
+    def _stop_trials(self) -> None:
+        if self._trial_hook is not None:
+            self._trial_hook.remove()
+        self._trials = self._trial_hook = None
+
     def _close(self) -> RunReport:
         assert self.meter is not None and self._steps is not None  # made together
+        self._keep_trials(stop=True)
         self.meter.recorder.attribute(OTHER)  # from the last step to the end
         self._steps.detach()
         self.report = self.meter.close()

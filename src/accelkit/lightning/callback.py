@@ -34,15 +34,19 @@ from typing_extensions import override
 from accelkit.lightning._flops import count_training_step
 from accelkit.lightning._framework import lightning_pytorch
 from accelkit.lightning._meter_steps import OpenStep
+from accelkit.lightning._tune import trials_for
 from accelkit.planning import Plan
 from accelkit.profiling import metrics
 from accelkit.profiling.clock import EVALUATION, OTHER
 from accelkit.profiling.options import MeterOptions
 from accelkit.profiling.recorder import Recorder
 from accelkit.profiling.run_report import RunReport
+from accelkit.profiling.tuning import TuneResult
 from accelkit.torch.distributed import trainer_timing
 from accelkit.torch.measuring.facts import loader_facts
 from accelkit.torch.measuring.meter import Meter
+from accelkit.torch.tuning.in_trainer import TrainerTrials
+from accelkit.torch.tuning.trials import check_mode
 
 _Callback: Any = lightning_pytorch().Callback  # a base class read off a module: Any to mypy
 
@@ -52,6 +56,11 @@ class AccelkitCallback(_Callback):
 
     Args:
         plan: the plan in force (default: the last `auto_configure()` plan).
+        tune: ``"auto"`` (default), True or False, as ``accelkit.torch.fit``'s: measure
+            the fused optimizer and ``torch.compile`` of the module's children on the
+            fit's first batches and keep the fastest that computes the same
+            (`accelkit.lightning._tune`); ``"auto"`` tunes GPU fits long enough to pay
+            it back. ``report.tuning`` holds what was measured.
         **options: the measurement options of every door, checked here
             (`accelkit.profiling.options.MeterOptions`): ``flops_per_step`` (counted on
             the first batch otherwise), ``tokens_per_sample``, ``warmup``, ``window``
@@ -88,9 +97,11 @@ class AccelkitCallback(_Callback):
         (8, True)
     """
 
-    def __init__(self, plan: Plan | None = None, **options: Any) -> None:
+    def __init__(self, plan: Plan | None = None, tune: bool | str = "auto", **options: Any) -> None:
         super().__init__()
+        self.tune = check_mode(tune)
         self.options = MeterOptions.of(options, plan=plan)
+        self._trials: TrainerTrials | None = None
         self.report: RunReport | None = None
         self.meter: Meter | None = None
         self._steps: OpenStep | None = None
@@ -123,6 +134,7 @@ class AccelkitCallback(_Callback):
         self._loss_sum, self._loss_steps = None, 0
         # Lightning's DDP strategies have wrapped the module by now
         trainer_timing.time_all_reduce(getattr(trainer.strategy, "model", None), self.meter)
+        self._start_trials(trainer, pl_module)
         self.meter.start()
         self._pause(OTHER)  # the set-up, until the first step
 
@@ -142,6 +154,9 @@ class AccelkitCallback(_Callback):
             self._count = False
             self._count_flops(trainer, pl_module, batch)
         self._steps.begin(batch)
+        if self._trials is not None:
+            self._trials.begin()
+            self._trials.batch(batch)
 
     @override
     def on_train_batch_end(
@@ -150,6 +165,9 @@ class AccelkitCallback(_Callback):
         if self._steps is None or self.report is not None:
             return
         self._steps.end()
+        if self._trials is not None:
+            self._trials.end()
+            self._keep_trials()
         loss: Any = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if getattr(loss, "ndim", None) == 0:  # summed where it lies: no sync per step
             loss = loss.detach().float()
@@ -171,6 +189,9 @@ class AccelkitCallback(_Callback):
         if self.meter is None or self._steps is None or self.report is not None:
             return
         self._steps.end()
+        if self._trials is not None:
+            self._trials.stop()
+            self._keep_trials()
         self.meter.epochs = self._epochs
         self.report = self.meter.close()
 
@@ -185,6 +206,29 @@ class AccelkitCallback(_Callback):
         self.meter.__exit__(type(exception), exception, exception.__traceback__)
         if isinstance(exception, KeyboardInterrupt):
             self.report = self.meter.close()
+
+    # -- tune ------------------------------------------------------------------------
+
+    def _start_trials(self, trainer: Any, pl_module: Any) -> None:
+        """The trials of `tune` on the fit's first batches (`accelkit.lightning._tune`)."""
+        assert self.meter is not None
+        self._trials, self.meter.tuning = None, None
+        if self.tune is False:
+            return
+        found = trials_for(trainer, pl_module, self.tune, self.meter)
+        if isinstance(found, TuneResult):
+            self.meter.tuning = found.to_dict()
+            return
+        self._trials = found
+        self._keep_trials()
+
+    def _keep_trials(self) -> None:
+        """Once the trials end: their record in the report; the kept candidate trains on."""
+        if self._trials is None or self._trials.result is None:
+            return
+        assert self.meter is not None
+        self.meter.tuning = self._trials.result.to_dict()
+        self._trials = None
 
     # -- the run's other phases ------------------------------------------------------
 

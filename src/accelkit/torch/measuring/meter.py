@@ -146,6 +146,7 @@ class Meter:
         self._report: RunReport | None = None
         # What accelkit.torch.fit's tuner measured (TuneResult.to_dict()), for the report.
         self.tuning: dict[str, Any] | None = None
+        self._warmup_after_trials: int | None = None
         self.communication: GradientTimer | None = None  # communication.timed sets it
 
     @property
@@ -310,6 +311,15 @@ class Meter:
         """Use `count` (e.g. from `count_train_step_flops`) instead of counting inline."""
         self.recorder.set_flops(count)
         self._count_first = False
+
+    def hold_warmup(self) -> None:
+        """Keep the warm-up open until `warmup` steps after the next one (at least one):
+        called before each `tune` trial step, so that the steady-state figures are those
+        of the step the run keeps, not of the candidates tried."""
+        clock = self.clock
+        if self._warmup_after_trials is None:  # the warm-up asked for, kept after the trials
+            self._warmup_after_trials = max(clock.warmup, 1)
+        clock.warmup = max(clock.warmup, clock.steps + 1 + self._warmup_after_trials)
 
     def record_loss(self, value: float) -> None:
         self.losses.append(float(value))

@@ -48,7 +48,15 @@ from typing import Any
 
 from accelkit.profiling.tuning import Trial, TuneResult, summary
 
-__all__ = ["Trial", "TuneResult", "check_mode", "summary", "trial_steps"]
+__all__ = [
+    "Trial",
+    "TuneResult",
+    "check_mode",
+    "decide_after",
+    "decide_before",
+    "summary",
+    "trial_steps",
+]
 
 # "auto" tunes when the planned run, at the baseline's measured step time, lasts at
 # least this long: compiling a GPT-2-sized model takes about a minute, so the trials
@@ -106,6 +114,47 @@ def times_faster(trial: Trial, best: Trial) -> float:
     if trial.step_seconds is None or best.step_seconds is None:
         raise ValueError(f"{trial.name!r} and {best.name!r} must both have been timed")
     return best.step_seconds / trial.step_seconds
+
+
+def decide_before(mode: Any, torch: Any, device: Any, planned: int | None) -> str:
+    """ "tuned", or why not, where no measurement is needed to tell: `mode` True always
+    tunes; ``"auto"`` tunes a GPU run of at least `AUTO_MIN_STEPS` `planned` training
+    steps that did not ask for deterministic algorithms."""
+    if mode is True:
+        return "tuned"
+    if torch.are_deterministic_algorithms_enabled() or torch.backends.cudnn.deterministic:
+        # A reproducible run keeps the kernels it asked for; compiled kernels differ.
+        return "not tuned: the script asked for deterministic algorithms (tune=True tunes)"
+    if device.type != "cuda":
+        return "not tuned: tune='auto' tunes GPU runs (tune=True tunes this one)"
+    if planned is None:
+        return "not tuned: the run's length is unknown (no steps= and no len(loader))"
+    if planned < AUTO_MIN_STEPS:
+        return (
+            f"not tuned: {planned} steps are fewer than the "
+            f"{AUTO_MIN_STEPS} it takes to pay back a compilation"
+        )
+    return "tuned"
+
+
+def decide_after(mode: Any, step_seconds: float, planned: int | None) -> str:
+    """ "tuned", or why not, once the baseline's time per training step is known:
+    ``"auto"`` goes on when the planned run lasts at least `AUTO_MIN_RUN_S`.
+
+    Example:
+        >>> decide_after("auto", 0.05, 1000)  # doctest: +ELLIPSIS
+        'not tuned: the run is estimated at 50 s (1000 steps x 50.0 ms), under the 600 s...'
+    """
+    if mode is True:
+        return "tuned"
+    estimate = step_seconds * (planned or 0)
+    if estimate < AUTO_MIN_RUN_S:
+        return (
+            f"not tuned: the run is estimated at {estimate:.0f} s ({planned} "
+            f"steps x {step_seconds * 1e3:.1f} ms), under the {AUTO_MIN_RUN_S:.0f} s "
+            "that pays back the trials"
+        )
+    return "tuned"
 
 
 def check_mode(tune: Any) -> Any:

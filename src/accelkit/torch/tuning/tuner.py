@@ -201,38 +201,13 @@ class Tuner:
 
     def _before(self) -> str:
         """ "tuned", or why not, where no measurement is needed to tell."""
-        if self._mode is True:
-            return "tuned"
-        torch = self._torch
-        if torch.are_deterministic_algorithms_enabled() or torch.backends.cudnn.deterministic:
-            # A reproducible run keeps the kernels it asked for; compiled kernels differ.
-            return "not tuned: the script asked for deterministic algorithms (tune=True tunes)"
-        if self._device.type != "cuda":
-            return "not tuned: tune='auto' tunes GPU runs (tune=True tunes this one)"
-        if self._planned is None:
-            return "not tuned: the run's length is unknown (no steps= and no len(loader))"
-        if self._planned < trials.AUTO_MIN_STEPS:
-            return (
-                f"not tuned: {self._planned} steps are fewer than the "
-                f"{trials.AUTO_MIN_STEPS} it takes to pay back a compilation"
-            )
-        return "tuned"
+        return trials.decide_before(self._mode, self._torch, self._device, self._planned)
 
     def _after(self, baseline: Trial) -> str:
         """ "tuned", or why not, once the baseline's step time is known (``"auto"``)."""
         if self._ended or baseline.step_seconds is None:
             return "not tuned: the data ended during the baseline's steps"
-        if self._mode is True:
-            return "tuned"
-        step_s = baseline.step_seconds / self._unit
-        estimate = step_s * (self._planned or 0)
-        if estimate < trials.AUTO_MIN_RUN_S:
-            return (
-                f"not tuned: the run is estimated at {estimate:.0f} s ({self._planned} "
-                f"steps x {step_s * 1e3:.1f} ms), under the {trials.AUTO_MIN_RUN_S:.0f} s "
-                "that pays back the trials"
-            )
-        return "tuned"
+        return trials.decide_after(self._mode, baseline.step_seconds / self._unit, self._planned)
 
     def _best_trial(self) -> Trial:
         timed = [t for t in self._trials[:-1] if t.status in ("baseline", "chosen")]

@@ -1,0 +1,95 @@
+"""`tune` in a Lightning fit: the trials of `AccelkitCallback(tune=...)`.
+
+The callback tells `accelkit.torch.tuning.in_trainer.TrainerTrials` where each training
+batch begins and ends; this module builds them for the fit: the LightningModule's
+children that hold parameters are what the compiled candidate compiles (a
+``training_step`` that calls ``self(x)`` or ``self.model(x)`` reaches them either way;
+the loss computed in ``training_step`` stays eager), and the check's forward and
+backward pass is the module's own ``training_step`` under the Trainer's precision, its
+``self.log`` calls silenced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+from accelkit.lightning._flops import _logging_off
+from accelkit.profiling.tuning import TuneResult
+from accelkit.torch.tuning.in_trainer import TrainerTrials, not_tuned
+
+# The strategies whose module trains whole on each device, as tune measures it.
+_TUNED_STRATEGIES = ("SingleDeviceStrategy", "DDPStrategy")
+
+
+def trials_for(trainer: Any, pl_module: Any, mode: Any, meter: Any) -> TrainerTrials | TuneResult:
+    """The trials of this fit, or the record of why it is not tuned."""
+    why = _not_tunable(trainer, pl_module)
+    if why is not None:
+        return not_tuned(why)
+    optimizers = list(getattr(trainer, "optimizers", None) or ())
+    accumulate = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
+    return TrainerTrials(
+        pl_module,
+        optimizers[0] if len(optimizers) == 1 else None,
+        pl_module.device,
+        mode=mode,
+        compile_targets=_with_parameters(pl_module),
+        compile_fixed=_compiled_by_script(pl_module),
+        planned_steps=_planned_batches(trainer, accumulate),
+        batches_per_unit=accumulate,
+        forward_backward=_forward_backward(trainer, pl_module),
+        decide=(lambda value: trainer.strategy.broadcast(value, src=0))
+        if trainer.world_size > 1
+        else (lambda value: value),
+        on_step=meter.hold_warmup,
+    )
+
+
+def _not_tunable(trainer: Any, pl_module: Any) -> str | None:
+    if not getattr(pl_module, "automatic_optimization", True):
+        return "the LightningModule steps its own optimizers (automatic_optimization=False)"
+    strategy = type(trainer.strategy).__name__
+    if strategy not in _TUNED_STRATEGIES:
+        return f"the {strategy}: tune measures single-device and DDP fits"
+    return None
+
+
+def _with_parameters(pl_module: Any) -> list[Any]:
+    return [child for child in pl_module.children() if any(True for _ in child.parameters())]
+
+
+def _compiled_by_script(pl_module: Any) -> str | None:
+    """Why compile is the script's already, or None."""
+    if getattr(pl_module, "_compiler_ctx", None):  # Lightning's record of torch.compile(module)
+        return "the script compiled the LightningModule (torch.compile)"
+    for name, module in pl_module.named_modules():
+        forward = vars(module).get("forward")
+        if type(module).__name__ == "OptimizedModule" or hasattr(
+            forward, "_torchdynamo_orig_callable"
+        ):
+            return f"the script compiled {name or 'the module'} (torch.compile)"
+    return None
+
+
+def _planned_batches(trainer: Any, accumulate: int) -> int | None:
+    try:
+        steps = float(trainer.estimated_stepping_batches)
+    except Exception:  # noqa: BLE001 - a loader without a length: the length is unknown
+        return None
+    return int(steps * accumulate) if steps != float("inf") else None
+
+
+def _forward_backward(trainer: Any, pl_module: Any) -> Any:
+    plugin = getattr(trainer, "precision_plugin", None)
+    context = getattr(plugin, "train_step_context", contextlib.nullcontext)
+
+    def forward_backward(batch: Any) -> Any:
+        with _logging_off(pl_module), context():
+            output = pl_module.training_step(batch, 0)
+        loss = output["loss"] if isinstance(output, Mapping) else output
+        loss.backward()
+        return loss
+
+    return forward_backward

@@ -1,0 +1,458 @@
+"""`tune` inside a trainer's own loop: the trials of the Lightning and Hugging Face callbacks.
+
+A trainer runs its steps itself, so the trials cannot draw batches as `Tuner.run` does.
+The callback tells `TrainerTrials` where each training batch begins and ends
+(`begin`, `end`) and shows it each batch before the forward pass (`batch`); the trials
+switch candidates between steps. The candidates, limits and record are the fit's
+(`accelkit.torch.tuning.trials`):
+
+1. the trainer as configured (the baseline);
+2. the optimizer's fused (or foreach) implementation, switched in place
+   (`accelkit.torch.tuning.optimizers`), when the script left that choice to PyTorch;
+3. ``torch.compile`` of the forward pass (`Compiled`), when neither the script nor the
+   trainer compiled the model.
+
+A unit is one optimizer step (`batches_per_unit` batches), timed with the device
+synchronised at both ends; each candidate runs `trials.WARMUP_UNITS` untimed units, then
+`trials.TIMED_UNITS` timed ones. Every trial step is a real training step of the run.
+
+The compiled candidate is checked before the trainer trains on it: on its first batch,
+the eager and the compiled forward and backward pass each run at the same weights
+(`check`), compared as the fit compares them (`trial_guards.check_loss`, ``check_grads``),
+the gradients, buffers and random number generators put back (`reference.kept`). One
+that fails the check, or raises while compiling, is dropped before the trainer's step
+runs: nothing trains on it, and that step trains with the best candidate so far.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from accelkit.profiling import torch_batches
+from accelkit.profiling.tuning import Trial, TuneResult
+from accelkit.torch.tuning import optimizers, reference, trials
+from accelkit.torch.tuning import trial_guards as guards
+
+_log = logging.getLogger("accelkit")
+
+
+class Compiled:
+    """``torch.compile`` of `modules`' forward passes, switched on and off in place.
+
+    The compiled forward is set as each module's own ``forward`` attribute, the one
+    ``module(...)`` calls: the module's hooks (the callbacks' batch readers) stay outside
+    the compiled code, and `off` puts back exactly what was there (a trainer's own
+    wrapper, such as Accelerate's autocast of ``forward``). Compiling happens at the first
+    call after `on`.
+
+    Example:
+        >>> import torch
+        >>> layer = torch.nn.Linear(4, 2)
+        >>> compiled = Compiled(torch, [layer])
+        >>> compiled.on()
+        >>> "forward" in vars(layer)
+        True
+        >>> compiled.off()
+        >>> "forward" in vars(layer)
+        False
+    """
+
+    def __init__(self, torch: Any, modules: list[Any], mode: str | None = None) -> None:
+        self._modules = modules
+        self._saved = [vars(module).get("forward") for module in modules]
+        self._compiled = [torch.compile(module.forward, mode=mode) for module in modules]
+
+    def on(self) -> None:
+        for module, compiled in zip(self._modules, self._compiled, strict=True):
+            module.forward = compiled
+
+    def off(self) -> None:
+        for module, saved in zip(self._modules, self._saved, strict=True):
+            if saved is None:
+                vars(module).pop("forward", None)
+            else:
+                module.forward = saved
+
+
+@dataclasses.dataclass
+class _Candidate:
+    name: str
+    settings: dict[str, Any]
+    on: Callable[[], None]
+    off: Callable[[], None]
+    checked: bool = False  # its first batch is checked against the eager step
+
+
+class TrainerTrials:
+    """The trials of a trainer's first steps; `result` holds the record once they end.
+
+    Args:
+        module: the module trained (what the check's gradients and buffers belong to).
+        optimizer: the torch optimizer the trainer steps (switched in place; None: the
+            trainer steps several, or none).
+        device: where it trains (synchronised around each timed unit).
+        mode: ``"auto"``, True or False, as the fit's ``tune``.
+        compile_targets: the modules whose forward pass the compiled candidate compiles;
+            empty leaves compile out.
+        compile_fixed: why compile is not a candidate (the script or trainer compiled
+            already), or None.
+        planned_steps: the run's length in batches, for ``"auto"`` (None: unknown).
+        batches_per_unit: batches per optimizer step (gradient accumulation).
+        forward_backward: ``forward_backward(batch) -> loss``: one batch's forward and
+            backward pass as the trainer runs it, through the module's current forward,
+            without the optimizer step (the check runs it eager and compiled).
+        decide: rank 0's value on every rank (identity when training alone).
+        on_step: called before each trial batch (the meter keeps its warm-up open).
+
+    Example:
+        >>> import torch
+        >>> model = torch.nn.Linear(8, 2)
+        >>> opt = torch.optim.AdamW(model.parameters())
+        >>> def forward_backward(batch):
+        ...     loss = model(batch).square().mean()
+        ...     loss.backward()
+        ...     return loss
+        >>> tuning = TrainerTrials(model, opt, torch.device("cpu"), mode=True,
+        ...     compile_targets=[model], compile_fixed=None, planned_steps=None,
+        ...     batches_per_unit=1, forward_backward=forward_backward)
+        >>> while tuning.active:              # the trainer's loop, told by the callback
+        ...     tuning.begin()
+        ...     batch = torch.randn(4, 8)
+        ...     tuning.batch(batch)
+        ...     _ = forward_backward(batch)
+        ...     opt.step()
+        ...     opt.zero_grad()
+        ...     tuning.end()
+        >>> tuning.result.decision, len(tuning.result.trials), tuning.result.steps
+        ('tuned', 3, 30)
+        >>> [trial.name for trial in tuning.result.trials]  # doctest: +SKIP
+        ['eager', 'eager+fused', 'compile+fused']
+    """
+
+    def __init__(
+        self,
+        module: Any,
+        optimizer: Any,
+        device: Any,
+        *,
+        mode: Any,
+        compile_targets: list[Any],
+        compile_fixed: str | None,
+        planned_steps: int | None,
+        batches_per_unit: int,
+        forward_backward: Callable[[Any], Any],
+        decide: Callable[[Any], Any] = lambda value: value,
+        on_step: Callable[[], None] = lambda: None,
+    ) -> None:
+        import torch
+
+        self._torch, self._module, self._device = torch, module, device
+        self._optimizer = optimizer
+        self._mode = trials.check_mode(mode)
+        self._targets, self._compile_fixed = compile_targets, compile_fixed
+        self._planned = planned_steps
+        self._unit = batches_per_unit
+        self._forward_backward = forward_backward
+        self._decide, self._on_step = decide, on_step
+        self._trials: list[Trial] = []
+        self._queue: list[Callable[[], _Candidate | None]] = [self._fused, self._compiled]
+        self._best = _Candidate("eager", {"compile": False, "optimizer": "default"}, _no, _no)
+        self._current: _Candidate | None = None
+        self._trial: Trial | None = None
+        self._times: list[float] = []
+        self._first: float | None = None
+        self._batches = self._units = self._steps = 0
+        self._idle = (
+            0  # batches left to train untimed after a failed check, before the next candidate
+        )
+        self._started_at = self._unit_at = time.perf_counter()
+        self._breaks = 0
+        self.result: TuneResult | None = None
+        self._start()
+
+    @property
+    def active(self) -> bool:
+        """True while trials run (the callback tells it about each batch)."""
+        return self.result is None
+
+    # -- the trainer's loop ----------------------------------------------------------
+
+    def begin(self) -> None:
+        """A training batch begins (before its forward pass)."""
+        if not self.active:
+            return
+        self._on_step()
+        if not self._idle and self._batches % self._unit == 0:
+            self._sync()
+            self._unit_at = time.perf_counter()
+            if self._units == 0:
+                self._breaks = guards.graph_breaks(self._torch)
+
+    def batch(self, batch: Any) -> None:
+        """The batch the trainer is about to train on (checks a candidate's first)."""
+        current = self._current
+        if current is not None and current.checked and self.active and not self._idle:
+            current.checked = False  # one check per candidate
+            if (why := self._check(current, batch)) is not None:
+                self._drop(why, idle=self._unit)  # this batch trains with the best so far
+
+    def end(self) -> None:
+        """The batch's backward pass and optimizer step (if any) are done."""
+        if not self.active:
+            return
+        self._steps += 1
+        if self._idle:
+            self._idle -= 1
+            if not self._idle:
+                self._next()
+            return
+        self._batches += 1
+        if self._batches % self._unit:
+            return
+        self._sync()
+        seconds = time.perf_counter() - self._unit_at
+        self._units += 1
+        if self._units == 1:
+            self._first = seconds
+            self._storm()
+        elif self._units > trials.WARMUP_UNITS:
+            self._times.append(seconds)
+        if self._units == trials.WARMUP_UNITS + trials.TIMED_UNITS:
+            self._close()
+
+    def stop(self) -> None:
+        """The training ended during the trials: the best so far stays on, and the
+        record says where they stopped."""
+        if not self.active:
+            return
+        if self._trial is not None and self._trial.status == "skipped":
+            self._trial.why = "the training ended during this candidate's steps"
+            self._trial.steps = self._units * self._unit + self._batches % self._unit
+        baseline = self._trials[0]
+        if baseline.status != "baseline":
+            self._finish("not tuned: the training ended during the baseline's steps")
+            return
+        self._finish("tuned")
+
+    # -- candidates ------------------------------------------------------------------
+
+    def _start(self) -> None:
+        before = trials.decide_before(self._mode, self._torch, self._device, self._planned)
+        decision = self._decide(before)
+        if decision != "tuned":
+            self._trials.append(Trial("eager", dict(self._best.settings), status="baseline"))
+            self._finish(decision)
+            return
+        self._begin_trial(self._best)
+
+    def _begin_trial(self, candidate: _Candidate) -> None:
+        self._current = candidate
+        self._trial = Trial(candidate.name, dict(candidate.settings))
+        self._trials.append(self._trial)
+        self._times, self._first, self._units = [], None, 0
+        self._batches = 0
+
+    def _close(self) -> None:
+        """The current candidate's units are done: judge it, go on to the next."""
+        trial, candidate = self._trial, self._current
+        assert trial is not None and candidate is not None
+        trial.step_seconds = statistics.median(self._times)
+        trial.spread = [min(self._times), max(self._times)]
+        trial.steps = self._units * self._unit
+        if candidate is self._best:  # the baseline
+            trial.status = "baseline"
+            decision = self._decide(
+                trials.decide_after(self._mode, trial.step_seconds / self._unit, self._planned)
+            )
+            if decision != "tuned":
+                self._finish(decision)
+                return
+        else:
+            if "compile" in candidate.settings and candidate.settings["compile"] and self._first:
+                trial.compile_seconds = round(max(self._first - trial.step_seconds, 0.0), 3)
+            self._judge(trial, candidate)
+        self._next()
+
+    def _judge(self, trial: Trial, candidate: _Candidate) -> None:
+        best = next(t for t in reversed(self._trials) if t.status in ("baseline", "chosen"))
+        faster = trials.clearly_faster(trial, best)
+        if self._decide("chosen" if faster else "slower") == "chosen":
+            if best.status == "chosen":
+                best.status = "slower"
+            trial.status, trial.why = (
+                "chosen",
+                f"{trials.times_faster(trial, best):.2f}x {best.name}",
+            )
+            self._best = candidate
+            return
+        trial.status = "slower"
+        trial.why = (
+            f"not clearly faster than {best.name} (by {trials.MARGIN:.0%} and beyond its "
+            "fastest step)"
+        )
+        candidate.off()
+        self._best.on()
+
+    def _drop(self, why: str, *, idle: int = 0) -> None:
+        """The current candidate failed: off, and the best back on. The next one starts
+        after `idle` more batches (the rest of the unit under way), or now."""
+        assert self._trial is not None and self._current is not None
+        self._trial.status, self._trial.why = "failed", why
+        self._trial.steps = self._units * self._unit + (1 if idle else 0)
+        self._current.off()
+        self._best.on()
+        self._idle = idle
+        if not idle:
+            self._next()
+
+    def _next(self) -> None:
+        while self._queue:
+            candidate = self._queue.pop(0)()
+            if candidate is None:
+                continue
+            try:
+                candidate.on()
+            except Exception as error:  # noqa: BLE001 - a candidate that cannot start is a finding
+                failed = Trial(candidate.name, candidate.settings, "failed", why=guards.why(error))
+                self._trials.append(failed)
+                continue
+            self._begin_trial(candidate)
+            return
+        self._finish("tuned")
+
+    def _fused(self) -> _Candidate | None:
+        if self._optimizer is None:
+            self._skipped("optimizer", "not one torch optimizer to switch")
+            return None
+        variant, why = optimizers.faster_variant(self._optimizer)
+        if variant is None:
+            self._skipped("optimizer", why)
+            return None
+        settings = {**self._best.settings, "optimizer": variant.name}
+        return _Candidate(
+            f"{self._best.name}+{variant.name}",
+            settings,
+            on=lambda: optimizers.use(self._optimizer, variant, True),
+            off=lambda: optimizers.use(self._optimizer, variant, False),
+        )
+
+    def _compiled(self) -> _Candidate | None:
+        if self._compile_fixed is not None:
+            self._skipped("compile", self._compile_fixed)
+            return None
+        if not self._targets:
+            self._skipped("compile", "no module with parameters to compile")
+            return None
+        compiled = Compiled(self._torch, self._targets)
+        optimizer = self._best.settings.get("optimizer", "default")
+        name = "compile" + ("" if optimizer == "default" else f"+{optimizer}")
+        return _Candidate(
+            name,
+            {**self._best.settings, "compile": True},
+            on=compiled.on,
+            off=compiled.off,
+            checked=True,
+        )
+
+    def _skipped(self, name: str, why: str) -> None:
+        self._trials.append(Trial(name, {}, status="skipped", why=why))
+
+    # -- the check -------------------------------------------------------------------
+
+    def _check(self, candidate: _Candidate, batch: Any) -> str | None:
+        """Why `candidate` computes something else than the eager step on `batch`, or
+        None. Leaves the module as it found it, with `candidate` on."""
+        torch = self._torch
+        params = [p for p in self._module.parameters() if p.requires_grad]
+        sample = reference.GradSample(params, torch)
+        candidate.off()
+        self._best.on()
+        try:
+            eager = reference.eager_reference(
+                self._forward_backward,
+                batch,
+                module=self._module,
+                params=params,
+                sample=sample,
+                device=self._device,
+                torch=torch,
+            )
+        finally:
+            candidate.on()
+        try:
+            with reference.kept(self._module, params, self._device, torch):
+                for param in params:
+                    param.grad = None
+                loss = self._forward_backward(batch)
+                guards.check_loss(float(loss.detach().float()), eager)
+                guards.check_grads(sample(), eager)
+        except Exception as error:  # noqa: BLE001 - a compile error, an OOM, a mismatch
+            if self._device.type == "cuda":
+                torch.cuda.empty_cache()
+            return guards.why(error)
+        return None
+
+    def _storm(self) -> None:
+        if self._current is None or not self._current.settings.get("compile"):
+            return
+        storm = guards.graph_breaks(self._torch) - self._breaks
+        if storm > trials.GRAPH_BREAK_STORM:
+            self._drop(f"graph break storm: {storm} breaks")
+
+    # -- the end ---------------------------------------------------------------------
+
+    def _finish(self, decision: str) -> None:
+        best = self._best
+        self.result = TuneResult(
+            decision=decision,
+            trials=tuple(self._trials),
+            compile=bool(best.settings.get("compile")),
+            optimizer=str(best.settings.get("optimizer", "default")),
+            seconds=time.perf_counter() - self._started_at,
+            steps=self._steps,
+        )
+        level = logging.INFO if self._steps else logging.DEBUG
+        _log.log(level, "tune: %s", trials.summary(self.result))
+
+    def _sync(self) -> None:
+        if self._device.type == "cuda":
+            self._torch.cuda.synchronize(self._device)
+
+
+def not_tuned(why: str) -> TuneResult:
+    """The record of a run that a door does not tune, and why.
+
+    Example:
+        >>> not_tuned("the fit shards the model").decision
+        'not tuned: the fit shards the model'
+    """
+    baseline = Trial("eager", {"compile": False, "optimizer": "default"}, status="baseline")
+    return TuneResult(f"not tuned: {why}", (baseline,), False, "default", 0.0, 0)
+
+
+def scalar_of(output: Any) -> Any:
+    """What the check compares of a model's `output`: its loss (the fit's rule,
+    `torch_batches.loss_of`), else the mean square of its first tensor (a trainer that
+    computes the loss itself), whose backward pass reaches every output value.
+
+    Example:
+        >>> import torch
+        >>> float(scalar_of({"logits": torch.ones(2, 3)}))
+        1.0
+    """
+    try:
+        return torch_batches.loss_of(output)
+    except ValueError:
+        found = torch_batches.first_tensor(output)
+        if found is None:
+            raise
+        return found.float().square().mean()
+
+
+def _no() -> None:
+    return None
