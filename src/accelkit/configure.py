@@ -250,8 +250,18 @@ def plan_for(
         count: how many.
         framework: ``"torch"`` or ``"tensorflow"``.
         **request: ``precision``, ``distribute``, ``compile``, ``fixed_shapes``,
-            ``deterministic``, and
-            ``environ`` (launcher variables such as torchrun's or TF_CONFIG).
+            ``deterministic``; the model's size for the memory estimate: ``params``
+            (parameter count, e.g. 8e9), ``trainable_params`` (default: all),
+            ``optimizer`` (``"adamw"``, ``"adam"``, ``"adamw_8bit"``, ``"adafactor"``,
+            ``"sgd_momentum"``, ``"sgd"``), ``activation_bytes`` (per GPU, measured;
+            default unknown); and ``environ`` (launcher variables such as torchrun's
+            or TF_CONFIG).
+
+    Returns:
+        The `Plan`; with ``params``, ``plan.memory`` (`MemoryEstimate`) holds the bytes
+        per GPU and the choice (DDP, FSDP2, checkpointing, CPU offload, or "does not
+        fit"), and the settings ``sharding``, ``activation_checkpointing`` and
+        ``fsdp.cpu_offload`` (or ``memory``, the refusal) carry the reasons.
 
     Raises:
         UnknownGPUError: no datasheet row for `gpu` (the message suggests names).
@@ -261,6 +271,8 @@ def plan_for(
         >>> import accelkit
         >>> accelkit.plan_for("Tesla T4", framework="tensorflow").precision.value
         'fp16'
+        >>> accelkit.plan_for("H100", count=8, params=8e9).memory.choice
+        'fsdp2'
     """
     environ: Mapping[str, str] | None = request.pop("environ", None)
     valid = {f.name for f in dataclasses.fields(Request)} - {"framework"}

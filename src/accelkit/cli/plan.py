@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import decimal
+import re
 from typing import Any
 
 from accelkit.cli.common import (
@@ -12,11 +14,13 @@ from accelkit.cli.common import (
     add_precision,
     emit_json,
     gpus_in_one_server,
+    values,
 )
 from accelkit.configure import plan_for
 from accelkit.hardware import detect
 from accelkit.hardware.what_if import MAX_GPUS_PER_NODE
 from accelkit.planning import Request, plan
+from accelkit.planning.types import Optimizer
 
 EXAMPLES = (
     "accelkit plan",
@@ -25,7 +29,56 @@ EXAMPLES = (
     'accelkit plan --gpu "H100 PCIe" --count 2',
     "accelkit plan --gpu T4 --count 2 --framework tensorflow --json",
     "accelkit plan --gpu A100-SXM4-80GB --precision fp16 --compile",
+    "accelkit plan --gpu H100 --count 8 --params 8e9",
+    "accelkit plan --gpu A100-SXM4-40GB --count 8 --params 8B --activation-bytes 30GB --json",
+    "accelkit plan --gpu H200 --params 70B --trainable-params 0.2B --optimizer adamw",
 )
+
+# A count's suffix: 8B = 8e9 parameters (the way model names give sizes), 25GB = 25e9 bytes.
+_SCALE = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+_BYTES = {
+    "": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+}
+
+
+def _count(text: str, suffixes: dict[str, int], *, zero: bool, what: str, example: str) -> int:
+    """`text` as a whole number: digits, 8e9, 8_000_000_000, or a number and a suffix."""
+    match = re.fullmatch(
+        r"\s*([0-9][0-9_]*(?:\.[0-9_]*)?(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*", text.lower()
+    )
+    number = None
+    if match and match.group(2) in suffixes:
+        # exact decimal arithmetic, so 0.3B is 300,000,000, not 300,000,000.00000006
+        scaled = decimal.Decimal(match.group(1).replace("_", "")) * suffixes[match.group(2)]
+        small = scaled.adjusted() < 20  # larger is out of any range (Request's bounds)
+        if small and scaled == scaled.to_integral_value() and (scaled > 0 or zero):
+            number = int(scaled)
+    if number is None:
+        names = ", ".join(k for k in suffixes if k)
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not valid; give {what} as a whole number {'>= 0' if zero else '> 0'} "
+            f"({example}; suffixes {names})"
+        )
+    return number
+
+
+def parameters(text: str) -> int:
+    """`--params` / `--trainable-params`: 8e9, 8000000000, 8_000_000_000 or 8B."""
+    return _count(
+        text, _SCALE, zero=False, what="a parameter count", example="8e9, 8000000000 or 8B"
+    )
+
+
+def byte_count(text: str) -> int:
+    """`--activation-bytes`: 30e9, 30000000000 or 30GB."""
+    return _count(text, _BYTES, zero=True, what="bytes", example="30e9 or 30GB")
 
 
 def add(commands: Any) -> None:
@@ -56,12 +109,39 @@ def add(commands: Any) -> None:
         action="store_true",
         help="plan to compile the train step (torch.compile; XLA under TensorFlow)",
     )
+    parser.add_argument(
+        "--params",
+        type=parameters,
+        metavar="N",
+        help="the model's parameter count (8e9, 8000000000 or 8B): the plan adds the memory "
+        "per GPU and chooses DDP, FSDP2, activation checkpointing or CPU offload from it",
+    )
+    parser.add_argument(
+        "--trainable-params",
+        type=parameters,
+        metavar="N",
+        help="parameters the optimizer updates (default: all; a LoRA's adapters, say 0.2B); "
+        "frozen ones hold their weights only",
+    )
+    parser.add_argument(
+        "--optimizer",
+        choices=values(Optimizer),
+        default=Optimizer.ADAMW.value,
+        help="whose state the memory counts (default: adamw, 8 bytes per trainable parameter)",
+    )
+    parser.add_argument(
+        "--activation-bytes",
+        type=byte_count,
+        metavar="BYTES",
+        help="activations one GPU holds at your micro-batch, measured (30e9 or 30GB); "
+        "without it they are unknown and the plan leaves room for them",
+    )
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     parser.set_defaults(command=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    request = {"precision": args.precision, "compile": args.compile}
+    request = {"precision": args.precision, "compile": args.compile, **_model_size(args)}
     if args.gpu is not None and not args.gpu.strip():
         raise ValueError(
             "--gpu names no GPU; give a name from `accelkit specs`, or leave "
@@ -76,3 +156,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(result)
     return 0
+
+
+def _model_size(args: argparse.Namespace) -> dict[str, Any]:
+    """The model's size, for the memory estimate (none without ``--params``)."""
+    given = {
+        "params": args.params,
+        "trainable_params": args.trainable_params,
+        "optimizer": args.optimizer,
+        "activation_bytes": args.activation_bytes,
+    }
+    if args.params is None:
+        for flag, name in (
+            ("--trainable-params", "trainable_params"),
+            ("--activation-bytes", "activation_bytes"),
+        ):
+            if given[name] is not None:
+                raise ValueError(f"{flag} needs --params (the model's parameter count) as well")
+        return {"optimizer": args.optimizer}
+    return given

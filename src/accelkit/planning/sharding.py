@@ -17,7 +17,6 @@ from accelkit.hardware.info import HardwareInfo
 from accelkit.hardware.what_if import MAX_GPUS
 from accelkit.planning.keys import Key
 from accelkit.planning.memory import (
-    GB,
     HEADROOM,
     Footprint,
     Layout,
@@ -27,7 +26,15 @@ from accelkit.planning.memory import (
     per_param,
     usable_bytes,
 )
-from accelkit.planning.types import Distribution, Framework, Precision, Request, Setting
+from accelkit.planning.types import (
+    MAX_PARAMS,
+    Distribution,
+    Framework,
+    Precision,
+    Request,
+    Setting,
+)
+from accelkit.utils.units import gigabytes
 
 REFUSED = "does not fit"
 
@@ -133,7 +140,7 @@ class _Model:
         """The most parameters `layout` fits here (0: none), by bisection."""
         if self.usable is None:
             return 0
-        lo, hi = 0, 10**15
+        lo, hi = 0, MAX_PARAMS
         while hi - lo > max(1, lo // 1000):
             mid = (lo + hi) // 2
             if mid and self.footprint(layout, mid).total <= self.usable:
@@ -201,10 +208,6 @@ def _these(gpus: int, can: bool = True) -> str:
     return f"these {gpus} GPUs"
 
 
-def _gb(value: float) -> str:
-    return f"{value / GB:,.1f} GB"
-
-
 def _params(value: int) -> str:
     return f"{value / 1e9:,.1f}B" if value >= 1e8 else f"{value / 1e6:,.1f}M"
 
@@ -216,7 +219,7 @@ def _state_line(model: _Model) -> str:
     return (
         f"{_params(model.trainable)} trainable params x {sizes.state:g} B "
         f"({sizes.weights:g} weights + {sizes.gradients:g} gradients + {sizes.optimizer:g} "
-        f"{model.request.optimizer.value} state){of_frozen} = {_gb(model.state)} of state"
+        f"{model.request.optimizer.value} state){of_frozen} = {gigabytes(model.state)} of state"
     )
 
 
@@ -225,25 +228,26 @@ def _activations_line(model: _Model, layout: Layout) -> str:
         left = (
             ""
             if model.usable is None
-            else f", {_gb(model.usable - model.footprint(layout).total)} left for them"
+            else f", {gigabytes(model.usable - model.footprint(layout).total)} left for them"
         )
         return f"activations unknown (measured at the first step){left}"
     held = model.footprint(layout).activations
     if layout.checkpointing:
-        return f"activations {_gb(model.request.activation_bytes)} -> {_gb(held)} checkpointed"
-    return f"activations {_gb(held)}"
+        given = gigabytes(model.request.activation_bytes)
+        return f"activations {given} -> {gigabytes(held)} checkpointed"
+    return f"activations {gigabytes(held)}"
 
 
 def _per_gpu_line(model: _Model, layout: Layout) -> str:
     held = model.footprint(layout)
     device = (
-        f"{_gb(model.usable)} usable of {model.gpu_name}'s {_gb(model.device)}"
+        f"{gigabytes(model.usable)} usable of {model.gpu_name}'s {gigabytes(model.device)}"
         if model.usable is not None and model.device is not None
         else f"{model.gpu_name}: device memory unknown"
     )
     return (
-        f"per GPU {_gb(held.state)} state + {_gb(held.transient)} transient, "
-        f"{_activations_line(model, layout)}: {_gb(held.total)} of {device}"
+        f"per GPU {gigabytes(held.state)} state + {gigabytes(held.transient)} transient, "
+        f"{_activations_line(model, layout)}: {gigabytes(held.total)} of {device}"
     )
 
 
@@ -259,16 +263,19 @@ def _reason(model: _Model, chosen: Layout | None, layouts: list[Layout]) -> str:
     if not chosen.sharded:
         copies = f" (each of the {model.gpus} GPUs holds a whole replica)" if model.gpus > 1 else ""
         return f"{state}; {fits}{copies}"
-    why = (
-        f"a whole replica needs {_gb(whole.total)} per GPU, more than {_gb(model.usable)} usable; "
-    )
+    usable = gigabytes(model.usable)
+    why = f"a whole replica needs {gigabytes(whole.total)} per GPU, more than {usable} usable; "
     if chosen.offload:
-        host = f"host memory {_gb(model.host)}" if model.host is not None else "host memory unknown"
+        host = (
+            f"host memory {gigabytes(model.host)}"
+            if model.host is not None
+            else "host memory unknown"
+        )
         return (
             f"{state}; {why}sharded over {_these(model.gpus, can=False)} it does not fit "
             "either: "
             f"CPU offload (FSDP2 CPUOffloadPolicy, the last resort: state and optimizer "
-            f"step in host memory, {_gb(model.state)} needed, {host}, slower by the PCIe "
+            f"step in host memory, {gigabytes(model.state)} needed, {host}, slower by the PCIe "
             f"traffic){_without_offload(model)}; {fits}"
         )
     also = ", activations checkpointed too" if chosen.checkpointing else ""
@@ -286,7 +293,7 @@ def _without_offload(model: _Model) -> str:
 def _refusal(model: _Model, whole: Footprint) -> str:
     """The numbers of a model that fits no planned layout here."""
     sharded = (
-        f", sharded over {model.gpus}: {_gb(model.footprint(Layout(model.gpus)).total)}"
+        f", sharded over {model.gpus}: {gigabytes(model.footprint(Layout(model.gpus)).total)}"
         if model.gpus > 1 and model.request.framework is Framework.TORCH
         else ""
     )
@@ -305,9 +312,10 @@ def _refusal(model: _Model, whole: Footprint) -> str:
             else "no count of these GPUs holds it (the activations and one gathered "
             "block alone exceed a GPU): a smaller micro-batch or larger GPUs"
         )
+    device = f"{gigabytes(model.usable or 0)} usable of {model.gpu_name}'s"
     return (
-        f"does not fit: per GPU {_gb(whole.total)} as a whole replica{sharded}, "
-        f"{_gb(model.usable or 0)} usable of {model.gpu_name}'s {_gb(model.device or 0)}; "
+        f"does not fit: per GPU {gigabytes(whole.total)} as a whole replica{sharded}, "
+        f"{device} {gigabytes(model.device or 0)}; "
         f"the largest model {_these(model.gpus)} hold: {_params(largest)} params; {more}"
     )
 
@@ -345,12 +353,14 @@ def _checkpoint_reason(estimate: MemoryEstimate, chosen: Layout) -> str:
             "not planned: activations are unknown until the first step (give "
             "activation_bytes, or the fit measures them)"
         )
-    given = _gb(estimate.activation_bytes)
+    given = gigabytes(estimate.activation_bytes)
     if chosen.checkpointing:
         return (
             f"activations of {given} do not fit beside the state: each block recomputed in "
             f"the backward pass keeps about 1/17 of its activations plus one block "
-            f"(Korthikanti et al. 2022): {_gb(estimate.per_gpu_bytes)} per GPU; a smaller "
+            f"(Korthikanti et al. 2022): {gigabytes(estimate.per_gpu_bytes)} per GPU; a smaller "
             "micro-batch with gradient accumulation is the other way, without recomputing"
         )
-    return f"activations of {given} fit beside the state: {_gb(estimate.per_gpu_bytes)} per GPU"
+    return (
+        f"activations of {given} fit beside the state: {gigabytes(estimate.per_gpu_bytes)} per GPU"
+    )

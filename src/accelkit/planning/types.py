@@ -226,6 +226,12 @@ class Request:
         _check_model_size(self)
 
 
+# Bounds that keep the memory arithmetic in floats' range: a quadrillion parameters
+# (1,000x the largest published models) and an exabyte of activations.
+MAX_PARAMS = 10**15
+MAX_BYTES = 10**18
+
+
 def _check_model_size(request: Request) -> None:
     """The model's size: parameter counts are positive whole numbers (8e9 is taken as
     8,000,000,000), trainable ones no more than all, activations bytes >= 0."""
@@ -233,11 +239,11 @@ def _check_model_size(request: Request) -> None:
         value = getattr(request, name)
         if value is None:
             continue
-        count = _whole_count(value)
+        count = _whole_count(value, MAX_PARAMS)
         if count is None:
             raise ValueError(
-                f"{name}={value!r} is not valid; use a positive number of parameters "
-                "such as 8e9 or 8_000_000_000, or None"
+                f"{name}={value!r} is not valid; use a whole number of parameters from 1 to "
+                f"{MAX_PARAMS:.0e} such as 8e9 or 8_000_000_000, or None"
             )
         object.__setattr__(request, name, count)
     if request.trainable_params is not None:
@@ -252,25 +258,24 @@ def _check_model_size(request: Request) -> None:
                 f"params={request.params:,}"
             )
     activations = request.activation_bytes
-    if activations is not None and (
-        isinstance(activations, bool) or _whole_count(activations, zero=True) is None
-    ):
+    if activations is not None and (_whole_count(activations, MAX_BYTES, zero=True) is None):
         raise ValueError(
             f"activation_bytes={activations!r} is not valid; use the bytes of activations "
-            "one GPU holds (a whole number >= 0, e.g. measured peak minus state), or None"
+            f"one GPU holds (a whole number from 0 to {MAX_BYTES:.0e}, e.g. measured peak "
+            "minus state), or None"
         )
     if activations is not None:
         object.__setattr__(request, "activation_bytes", int(activations))
 
 
-def _whole_count(value: object, *, zero: bool = False) -> int | None:
-    """`value` as an int when it is a finite whole number > 0 (>= 0 with `zero`)."""
+def _whole_count(value: object, maximum: int, *, zero: bool = False) -> int | None:
+    """`value` as an int when it is a whole number from 1 (0 with `zero`) to `maximum`."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     if not math.isfinite(value) or value != int(value):
         return None
     count = int(value)
-    return count if count > 0 or (zero and count == 0) else None
+    return count if (0 if zero else 1) <= count <= maximum else None
 
 
 @dataclasses.dataclass(frozen=True)

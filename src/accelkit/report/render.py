@@ -21,6 +21,7 @@ from accelkit.utils import units
 
 if TYPE_CHECKING:
     from accelkit.hardware.info import HardwareInfo
+    from accelkit.planning.memory import MemoryEstimate
     from accelkit.planning.types import Plan
     from accelkit.profiling.run_report import RunReport
 
@@ -66,7 +67,22 @@ def render_plan(plan: Plan, width: int | None = None, shown: Sequence[str] = ())
         rows.append((s.key, _value(s.value), status, reason))
     body = table(("setting", "value", "status", "reason"), rows, width=width)
     notes = "".join("\n" + paragraph(f"note: {n}", width) for n in _unique(plan.notes, shown))
-    return f"{paragraph(head, width)}\n{body}{notes}"
+    memory = "" if plan.memory is None else "\n" + paragraph(_memory_line(plan.memory), width)
+    return f"{paragraph(head, width)}{memory}\n{body}{notes}"
+
+
+def _memory_line(memory: MemoryEstimate) -> str:
+    """The plan's memory in one line; the settings below give the reasons."""
+    usable = (
+        f" of {units.gigabytes(memory.usable_bytes)} usable"
+        if memory.usable_bytes is not None
+        else " (device memory unknown)"
+    )
+    return (
+        f"memory: {memory.choice}: {units.gigabytes(memory.per_gpu_bytes)} per GPU{usable}, "
+        f"{units.gigabytes(memory.state_bytes)} of state in all ({memory.bytes_per_param:g} B "
+        f"per trainable parameter, {memory.optimizer}), activations {memory.activations}"
+    )
 
 
 def _unique(notes: Sequence[str], shown: Sequence[str] = ()) -> list[str]:
