@@ -213,7 +213,7 @@ def test_flops_the_user_gave_have_no_hardware_figure() -> None:
     report = _report(flops_per_step=1e12)
     assert report.mfu is not None and report.hfu is None
     assert report.hardware_flops_per_step is None
-    assert "given" in report.notes["hardware_flops_per_step"]
+    assert "flops_per_step is given" in report.notes["hardware_flops_per_step"]
 
 
 # -- the trainer doors ------------------------------------------------------------------

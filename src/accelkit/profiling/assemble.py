@@ -161,7 +161,7 @@ def _flops_per_step(report: RunReport, m: Measurements) -> None:
         report.flops_per_step, report.flops_method = float(m.flops_per_step), "given by the user"
         report.note(
             "hardware_flops_per_step",
-            "flops_per_step was given: whether it holds recomputed activations is not known",
+            "not known when flops_per_step is given (recomputed activations or not)",
         )
     elif m.flops is not None and m.flops.total is not None:
         report.flops_per_step, report.flops_method = float(m.flops.total), m.flops.method

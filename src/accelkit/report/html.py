@@ -19,6 +19,7 @@ from accelkit.report.phases import MEANING, TRAINING, describe, run_time
 from accelkit.report.render import (
     describe_hardware,
     evidence_line,
+    recomputation,
     render_tuning,
     run_notes,
     run_rows,
@@ -121,6 +122,8 @@ def headline(r: RunReport) -> list[tuple[str, str, str]]:
         cards.append((_label("mfu"), f"{r.mfu:.1%}", "of the datasheet peak"))
     elif r.mfu_calibrated is not None:
         cards.append((_label("mfu"), f"{r.mfu_calibrated:.1%}", "of the measured peak"))
+    if r.hfu is not None and recomputation(r) is not None:
+        cards.append((_label("hfu"), f"{r.hfu:.1%}", "the recomputed forward counted"))
     if r.achieved_tflops is not None:
         cards.append(("achieved", units.flop_rate(r.achieved_tflops), ""))
     if r.input_wait_share is not None:
@@ -344,6 +347,8 @@ def _mfu(r: RunReport) -> str:
     ]
     if r.mfu_calibrated is not None:
         parts.append(f"{r.mfu_calibrated:.1%} of the measured peak ({r.calibration_method})")
+    if (hardware := recomputation(r)) is not None:
+        parts.append(" ".join(hardware))
     return _figure("chart-mfu", chart, "; ".join(parts) + ".", "")
 
 

@@ -210,11 +210,34 @@ def _training_rows(r: RunReport) -> list[Row]:
             else f"{peak}, the datasheet peak"
         )
         rows.append((label("mfu"), f"{r.mfu:.1%} of {of}"))
+    if (hardware := recomputation(r)) is not None:
+        rows.append(hardware)
     if r.mfu_calibrated is not None and r.calibrated_tflops:
         how = f" ({r.calibration_method})" if r.calibration_method else ""
         rate = units.flop_rate(r.calibrated_tflops)
         rows.append((label("mfu_calibrated"), f"{r.mfu_calibrated:.1%} of {rate} measured{how}"))
     return rows
+
+
+def recomputation(r: RunReport) -> Row | None:
+    """HFU beside MFU where they differ (PaLM appendix B): what the forward that activation
+    checkpointing recomputed costs, as ("HFU", "x% (...)"), or the hardware FLOPs per
+    step where no peak gives an HFU. None when nothing was recomputed or it is not known.
+
+    Example:
+        >>> from accelkit.profiling.run_report import RunReport
+        >>> r = RunReport("torch", "m", "cuda:0", "bf16", "bf16", flops_per_step=6e12,
+        ...               hardware_flops_per_step=8e12, mfu=0.3, hfu=0.4)
+        >>> recomputation(r)
+        ('HFU', '40.0% (8.00 TFLOP/step, the recomputed forward counted)')
+    """
+    hardware = r.hardware_flops_per_step
+    if hardware is None or not r.flops_per_step or hardware <= r.flops_per_step:
+        return None
+    per_step = f"{units.flops(hardware)}/step"
+    if r.hfu is not None:
+        return label("hfu"), f"{r.hfu:.1%} ({per_step}, the recomputed forward counted)"
+    return label("hardware_flops_per_step"), f"{per_step} (the recomputed forward counted)"
 
 
 def _device_rows(r: RunReport) -> list[Row]:
