@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -307,3 +310,11 @@ def test_the_choice_fits_when_it_says_it_fits(
         if needed > 1:
             fewer = plan(what_if(gpu, needed - 1), request)
             assert fewer.memory.choice not in ("none", "ddp", "fsdp2")
+
+
+def test_the_docs_what_if_table_is_up_to_date() -> None:
+    script = Path(__file__).resolve().parents[2] / "scripts" / "memory_table.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--check"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
