@@ -37,7 +37,7 @@ BATCHES = lm_batches(n=3, batch=2, length=32)
 def _llama(reentrant: bool | None):
     """A tiny `LlamaForCausalLM`; `reentrant` None: no checkpointing, else the
     `use_reentrant` of `gradient_checkpointing_enable` (the non-reentrant one is
-    Hugging Face's default, the reentrant one was before)."""
+    transformers 5's default, the reentrant one 4.x's)."""
     model = llama(layers=3, vocab=1000, context=32)
     if reentrant is not None:
         with warnings.catch_warnings():

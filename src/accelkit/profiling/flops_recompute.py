@@ -9,7 +9,7 @@ model work in more time.
 
 `torch.utils.checkpoint` re-runs the checkpointed function during backward, in both of
 its implementations: the reentrant one in `CheckpointFunction.backward`, the
-non-reentrant one (Hugging Face's default) in the unpack hook of the first saved tensor
+non-reentrant one (transformers 5's default) in the unpack hook of the first saved tensor
 a backward formula reads, stopping once the tensors it needs are back. An op is counted
 as recomputation when all three hold:
 

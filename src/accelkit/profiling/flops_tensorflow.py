@@ -35,6 +35,9 @@ PyTorch counter, so both frameworks give the same number for the same model):
   `mixed_float16` the numbers are the same.
 - Attention is counted over the full T x T score matrix (`Einsum` of Q·Kᵀ and
   of the probabilities with V: 2·2·B·T²·D forward, 2x that backward).
+- A `tf.recompute_grad` block's recomputed forward is in the traced graph and is not
+  told apart from the model's: it counts in `total`, and `recomputed` stays 0 (HFU =
+  MFU for Keras runs; the PyTorch counter separates it, `flops_recompute`).
 
 TensorFlow 2.x has no FLOP rule for some of the counted ops and a wrong one for
 others in training graphs (`BatchMatMul*`, `Conv2DBackprop*`): the rules used
