@@ -17,7 +17,7 @@ from accelkit.configure import auto_configure, current_plan
 from accelkit.planning import Plan
 from accelkit.profiling.options import MeterOptions
 from accelkit.profiling.run_report import RunReport
-from accelkit.torch.distributed import parallel, wrapping
+from accelkit.torch.distributed import parallel, sharding, wrapping
 from accelkit.torch.measuring.facts import loader_facts, steps_per_epoch
 from accelkit.torch.measuring.meter import Meter
 from accelkit.torch.training import loop
@@ -181,6 +181,7 @@ def fit(
         channels_last=channels_last,
         group=group,
         ddp=ddp_options,
+        optimizer=optimizer,
     )
     try:
         report = _train(
@@ -269,12 +270,7 @@ def _train(
         gather=group is not None,
         **measuring.to_kwargs(plan=plan, warmup=warmup),
     )
-    meter.facts.update(_loader_facts(run.loader), compiled=step.compiled)
-    if run.wrapping is not None:
-        meter.facts.update(distributed=True, sampler=run.sampling)
-        run.wrapping.measure(meter)
-    if run.changes:
-        meter.facts["model_changes"] = list(run.changes)
+    _run_facts(meter, run, plan, step)
     with meter:
         kept = loop.train(
             run,
@@ -371,6 +367,28 @@ def tune(
     return TuneResult.from_dict(report.tuning)
 
 
+def _run_facts(meter: Meter, run: Prepared, plan: Plan, step: Step) -> None:
+    """What the report says of how the run was laid out: the loader, DDP or FSDP2, the
+    changes made to the model, and the plan's predicted memory per GPU beside the peak
+    the meter measures (``facts["predicted_memory_bytes"]``, `accelkit.planning.memory`)."""
+    meter.facts.update(_loader_facts(run.loader), compiled=step.compiled)
+    if run.group is not None:
+        meter.facts.update(distributed=True, sampler=run.sampling)
+    if run.wrapping is not None:
+        run.wrapping.measure(meter)
+    if run.sharded is not None:
+        meter.facts["sharding"] = run.sharded.to_dict()
+    elif sharding.wanted(plan):
+        why = "the script's DistributedDataParallel is kept" if run.group else "no process group"
+        meter.note("sharding", f"the plan shards with FSDP2, not applied: {why}")
+    if run.changes:
+        meter.facts["model_changes"] = list(run.changes)
+    if plan.memory is not None:
+        meter.facts.update(
+            predicted_memory_bytes=plan.memory.per_gpu_bytes, memory_choice=plan.memory.choice
+        )
+
+
 def _tuner(
     mode: bool | str,
     step: Step,
@@ -401,8 +419,17 @@ def _tuner(
         planned_steps=min(planned) if planned else None,
         accumulation_steps=schedule.accumulation_steps,
         decide=decide,
-        levers=levers.Levers(run.wrapping, run.module, run.device, plan) if run.wrapping else None,
+        levers=_levers(run, plan),
     )
+
+
+def _levers(run: Prepared, plan: Plan) -> Any:
+    """tune's DDP levers for this run: none alone; skipped, saying why, under FSDP2."""
+    if run.wrapping is not None:
+        return levers.Levers(run.wrapping, run.module, run.device, plan)
+    if run.sharded is not None:
+        return levers.Skipped("the model is sharded with FSDP2: the DDP levers do not apply")
+    return None
 
 
 def _loader_facts(loader: Any) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The third part of `accelkit.torch.fit`: the epochs, measured step by step.
 
-Gradient accumulation (micro-steps under DDP's ``no_sync()``), the optimizer step,
+Gradient accumulation (micro-steps under DDP's ``no_sync()``; under FSDP2 each
+micro-step reduce-scatters, so the gradients stay sharded), the optimizer step,
 the running loss (summed on the device, read once an epoch), an early stop on
 KeyboardInterrupt, and the live progress line. The per-step path does no more
 than the step itself and the meter's two clock reads: no device sync, no ``.item()``.
@@ -172,7 +173,8 @@ class _Counter:
         optimizer skip DDP's all-reduce; the gradients are summed locally and reduced on
         the stepping one. The step's own wrapper: tune may train through a re-wrapped one."""
         model = step.model if step.model is not None else self.run.model
-        skip = self.run.group is not None and not stepping
+        # DDP only: FSDP2 reduce-scatters every micro-step, so gradients stay sharded.
+        skip = self.run.wrapping is not None and not stepping
         with _no_sync(model, skip):
             loss = step.forward_loss(batch)
             step.scaler.scale(loss / self.schedule.accumulation_steps).backward()
@@ -241,7 +243,7 @@ def _last_step(run: Prepared, step: Step, done: int, accumulation_steps: int) ->
     if done == 0:
         raise ValueError("the loader yielded no batch: nothing to train on")
     if done % accumulation_steps:
-        if run.group is not None:  # ddp: the last micro-steps ran under no_sync()
+        if run.wrapping is not None:  # ddp: the last micro-steps ran under no_sync()
             parallel.sync_gradients(run.model, run.group)
         step.optimizer_step()
 

@@ -1,7 +1,8 @@
 """The first part of `accelkit.torch.fit`: the model and the data as the loop trains them.
 
 The model goes to its device (channels-last for conv nets when the plan says so)
-and, under a process group, into `DistributedDataParallel`, with the loader
+and, under a process group, into `DistributedDataParallel` (or, when the plan shards
+it, FSDP2's ``fully_shard``: `accelkit.torch.distributed.sharding`), with the loader
 sharded by rank (`accelkit.torch.distributed.parallel`). `to_device` moves each batch
 after it.
 """
@@ -15,7 +16,7 @@ from typing import Any
 
 from accelkit.planning import Plan
 from accelkit.planning.keys import Key
-from accelkit.torch.distributed import parallel
+from accelkit.torch.distributed import parallel, sharding
 from accelkit.torch.distributed.wrapping import Wrapping
 from accelkit.utils.imports import require
 
@@ -36,7 +37,10 @@ class Prepared:
         group: this process's place in the process group, or None when it trains alone.
         sampling: what was done to the loader for the process group, or None.
         wrapping: how the model was put in DDP (`accelkit.torch.distributed.wrapping.Wrapping`: its
-            options, the all-reduce timing), or None without a process group.
+            options, the all-reduce timing), or None without a process group or under FSDP2.
+        sharded: what FSDP2 did to the module (`accelkit.torch.distributed.sharding.Sharded`)
+            when the plan shards it under a process group, else None; `model` is then the
+            module itself, sharded in place.
         changes: what was done in place to the user's module (moved to a device,
             converted to channels-last), for the report; `restore` undoes the layout.
     """
@@ -50,6 +54,7 @@ class Prepared:
     sampling: str | None = None
     changes: tuple[str, ...] = ()
     wrapping: Any = None
+    sharded: sharding.Sharded | None = None
 
 
 def prepare(
@@ -61,6 +66,7 @@ def prepare(
     channels_last: bool | None,
     group: parallel.World | None,
     ddp: Mapping[str, Any] | None = None,
+    optimizer: Any = None,
 ) -> Prepared:
     """Place `model` (and wrap it for `group`), shard `loader`, and set training mode.
 
@@ -74,6 +80,9 @@ def prepare(
         group: the process group to train in, or None to train this process alone.
         ddp: the script's DDP options (`accelkit.torch.distributed.wrapping.check_options`), for the
             wrapper built under `group`.
+        optimizer: the fit's optimizer: when the plan shards the model with FSDP2, its
+            parameter groups are given the sharded parameters
+            (`accelkit.torch.distributed.sharding.follow_parameters`).
 
     Example:
         >>> import accelkit
@@ -103,8 +112,12 @@ def prepare(
             changes.append(
                 "converted to channels-last memory format in place (undone if the fit raises)"
             )
-    sampling = wrapping = None
-    if group is not None:
+    sampling = wrapping = sharded = None
+    if group is not None and module is model and sharding.wanted(plan):
+        sharded = sharding.shard(module, plan, device, optimizer)
+        changes.append(sharded.change())
+        loader, sampling = parallel.shard(loader, group)
+    elif group is not None:
         wrapping = Wrapping(plan, ddp or {})
         model = wrapping.wrap(model, device)
         loader, sampling = parallel.shard(loader, group)
@@ -123,6 +136,7 @@ def prepare(
         sampling=sampling,
         changes=tuple(changes),
         wrapping=wrapping,
+        sharded=sharded,
     )
 
 

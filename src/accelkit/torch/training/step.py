@@ -19,6 +19,7 @@ from accelkit.planning import Plan
 from accelkit.profiling import torch_batches
 from accelkit.profiling.flop_count import FlopCount
 from accelkit.profiling.flops_torch import count_train_step_flops
+from accelkit.torch.distributed import sharding
 from accelkit.torch.training.prepare import Prepared
 from accelkit.utils.imports import require
 
@@ -113,6 +114,8 @@ def make_step(
         if device_type == "cuda"
         else torch.amp.GradScaler(device_type, enabled=False)
     )
+    if run.sharded is not None:  # FSDP2: every rank must agree on a step's inf/NaN
+        scaler = sharding.grad_scaler(scaler)
     # Compiling forward and loss together lets the compiler fuse the loss into the
     # output layer's epilogue.
     compiled = plan.compile if compile is None else compile

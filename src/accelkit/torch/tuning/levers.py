@@ -75,6 +75,21 @@ class Lever:
     verify: Callable[[], str | None] = lambda: None
 
 
+class Skipped:
+    """No DDP wrapper to tune (FSDP2 shards the model): one candidate, skipped, saying why.
+
+    Example:
+        >>> [lever.skip for lever in Skipped("sharded with FSDP2").candidates()]
+        ['sharded with FSDP2']
+    """
+
+    def __init__(self, why: str) -> None:
+        self._why = why
+
+    def candidates(self) -> Iterator[Lever]:
+        yield Lever("ddp", skip=self._why)
+
+
 class Levers:
     """The DDP candidates of one fit's tune, in the order tried.
 
