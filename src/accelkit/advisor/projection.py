@@ -134,24 +134,13 @@ def project(
             "projection needs the run's FLOPs per step, which this report lacks "
             "(pass flops_per_step= to the fit)"
         )
-    spec, variant = specs.resolve(gpu)  # "H100": the most deployed variant, noted
-    if spec is None:
-        raise UnknownGPUError(specs.unknown_message(gpu))
-    facts = data.get("facts") or {}
-    dtype, dtype_note = _dtype(data, spec, count, precision)
-    peak = spec.peak(dtype)
-    if not peak:
-        raise ValueError(f"{spec.name} has no dense {dtype} peak in its datasheet")
+    spec, variant, dtype, dtype_note, peak = _target(data, gpu, count, precision)
     share = float(data.get("input_wait_share") or 0.0)
     wait = share * float(data.get("step_time_s") or 0.0)
     chosen_mfu, mfu_source = _mfu(data, mfu, share)
-    devices = int(facts.get("devices_used") or 1)
-    measured_devices = devices * int(data.get("world_size") or 1)
-    per_gpu_flops = float(flops) / devices
+    per_gpu_flops, per_gpu_batch, measured_devices = _per_gpu(data, float(flops))
     step = per_gpu_flops / (chosen_mfu * peak * 1e12) + wait
-    batch = data.get("batch_size")
-    per_gpu_batch = float(facts.get("batch_size") or batch or 0) / devices or None
-    steps, steps_note = _steps_per_epoch(data, facts)
+    steps, steps_note = _steps_per_epoch(data, data.get("facts") or {})
     steps_here = steps * measured_devices / count
     epoch = steps_here * step
     cost = None if price_per_hour is None else epoch / 3600 * price_per_hour * count
@@ -182,6 +171,37 @@ def project(
         cost_per_epoch=cost,
         assumptions=tuple(assumptions),
     )
+
+
+def _target(
+    data: Mapping[str, Any], gpu: str, count: int, precision: str | None
+) -> tuple[Any, str, str, str, float]:
+    """The GPU projected to: its datasheet row, which variant a bare name like "H100"
+    was taken for ("" for a full name), the matmul dtype assumed there and why, and
+    that dtype's dense peak.
+
+    Raises:
+        UnknownGPUError: no datasheet row for `gpu`.
+        ValueError: no dense peak for the dtype (or a bad precision).
+    """
+    spec, variant = specs.resolve(gpu)  # "H100": the most deployed variant, noted
+    if spec is None:
+        raise UnknownGPUError(specs.unknown_message(gpu))
+    dtype, dtype_note = _dtype(data, spec, count, precision)
+    peak = spec.peak(dtype)
+    if not peak:
+        raise ValueError(f"{spec.name} has no dense {dtype} peak in its datasheet")
+    return spec, variant, dtype, dtype_note, peak
+
+
+def _per_gpu(data: Mapping[str, Any], flops: float) -> tuple[float, float | None, int]:
+    """The measured run per GPU: FLOPs and samples of one GPU's step (a process that drove
+    several GPUs split its step among them), and the GPUs the run measured in all."""
+    facts = data.get("facts") or {}
+    devices = int(facts.get("devices_used") or 1)
+    batch = float(facts.get("batch_size") or data.get("batch_size") or 0)
+    measured_devices = devices * int(data.get("world_size") or 1)
+    return flops / devices, batch / devices or None, measured_devices
 
 
 def _input_and_scaling(wait: float, count: int, measured_devices: int) -> list[str]:

@@ -146,49 +146,15 @@ def _measured(
     """The verdict where the wait for the all-reduce was measured: its share, and the
     gain of removing it (Amdahl), against what else the step lost."""
     share = wait.share
-    evidence.update(
-        all_reduce_wait_share=round(share, 4),
-        all_reduce_wait_ms=round(wait.seconds * 1e3, 3),
-        step_ms=round(wait.step * 1e3, 3),
-    )
-    if wait.in_flight is not None:
-        evidence["all_reduce_in_flight_ms"] = round(wait.in_flight * 1e3, 3)
-    if len(ctx.get("ranks") or ()) > 1:
-        evidence["waiting_for_slowest_rank_ms"] = round(wait.for_slowest * 1e3, 3)
-    sent = ctx.fact("communication") or {}
-    if sent.get("gradient_bytes"):
-        evidence["gradient_mb"] = round(sent["gradient_bytes"] / 1e6, 2)
-        evidence["buckets"] = sent.get("buckets")
+    _wait_evidence(ctx, wait, evidence)
     lost = _lost(ctx, wait, evidence)
     cap = 1.0 / efficiency if efficiency else 1.0 / (1.0 - min(share, 0.99))
     gain = removing_share(share, cap)
-    what = _what_is_sent(evidence)
     if share >= NOTABLE:
-        title = f"{head}: {share:.0%} of each step waits for the gradient all-reduce{what}"
-        speedup = gain
-        expected = (
-            f"up to {gain:.2f}x: 1 / (1 - {share:.3f}), each step without its "
-            f"{wait.seconds * 1e3:.2f} ms wait for the all-reduce (Amdahl), never more"
-            + (f" than 1 / {efficiency:.3f} (perfect scaling)" if efficiency else "")
-            + "; each lever below removes part of that wait"
-        )
+        title, speedup, expected = _the_wait_is_the_cause(head, wait, efficiency, gain, evidence)
     else:
-        elsewhere = (
-            f", and {evidence['elsewhere_ms']:.1f} ms of the {lost * 1e3:.1f} ms each step "
-            "lost against one device is elsewhere"
-            if lost is not None
-            else ""
-        )
-        title = (
-            f"{head}; the gradient all-reduce is not the cause: {share:.0%} of each step "
-            f"waits for it{elsewhere}"
-        )
-        speedup = cap
-        expected = (
-            f"up to {cap:.2f}x: 1 / {efficiency:.3f}, an upper bound (perfect scaling); "
-            f"the wait for the all-reduce accounts for at most {gain:.2f}x of it"
-            if efficiency
-            else f"up to {gain:.2f}x: 1 / (1 - {share:.3f}) (Amdahl)"
+        title, speedup, expected = _the_wait_is_not_the_cause(
+            head, wait, efficiency, gain, cap, lost, evidence
         )
     severe = (efficiency is not None and efficiency < POOR) or (
         efficiency is None and share >= SEVERE
@@ -202,6 +168,73 @@ def _measured(
         expected_gain=expected,
         speedup=speedup,
     )
+
+
+def _wait_evidence(ctx: Context, wait: Wait, evidence: dict[str, Any]) -> None:
+    """The measured wait for the all-reduce, and what it sent, into `evidence`."""
+    evidence.update(
+        all_reduce_wait_share=round(wait.share, 4),
+        all_reduce_wait_ms=round(wait.seconds * 1e3, 3),
+        step_ms=round(wait.step * 1e3, 3),
+    )
+    if wait.in_flight is not None:
+        evidence["all_reduce_in_flight_ms"] = round(wait.in_flight * 1e3, 3)
+    if len(ctx.get("ranks") or ()) > 1:
+        evidence["waiting_for_slowest_rank_ms"] = round(wait.for_slowest * 1e3, 3)
+    sent = ctx.fact("communication") or {}
+    if sent.get("gradient_bytes"):
+        evidence["gradient_mb"] = round(sent["gradient_bytes"] / 1e6, 2)
+        evidence["buckets"] = sent.get("buckets")
+
+
+def _the_wait_is_the_cause(
+    head: str, wait: Wait, efficiency: float | None, gain: float, evidence: Mapping[str, Any]
+) -> tuple[str, float, str]:
+    """(title, speedup, expected gain) where a notable share of each step waits for the
+    all-reduce: removing the wait gains at most Amdahl's bound."""
+    share = wait.share
+    title = (
+        f"{head}: {share:.0%} of each step waits for the gradient all-reduce"
+        f"{_what_is_sent(evidence)}"
+    )
+    expected = (
+        f"up to {gain:.2f}x: 1 / (1 - {share:.3f}), each step without its "
+        f"{wait.seconds * 1e3:.2f} ms wait for the all-reduce (Amdahl), never more"
+        + (f" than 1 / {efficiency:.3f} (perfect scaling)" if efficiency else "")
+        + "; each lever below removes part of that wait"
+    )
+    return title, gain, expected
+
+
+def _the_wait_is_not_the_cause(
+    head: str,
+    wait: Wait,
+    efficiency: float | None,
+    gain: float,
+    cap: float,
+    lost: float | None,
+    evidence: Mapping[str, Any],
+) -> tuple[str, float, str]:
+    """(title, speedup, expected gain) where little of each step waits for the all-reduce:
+    the step loses its time elsewhere, and perfect scaling is the bound."""
+    share = wait.share
+    elsewhere = (
+        f", and {evidence['elsewhere_ms']:.1f} ms of the {lost * 1e3:.1f} ms each step "
+        "lost against one device is elsewhere"
+        if lost is not None
+        else ""
+    )
+    title = (
+        f"{head}; the gradient all-reduce is not the cause: {share:.0%} of each step "
+        f"waits for it{elsewhere}"
+    )
+    expected = (
+        f"up to {cap:.2f}x: 1 / {efficiency:.3f}, an upper bound (perfect scaling); "
+        f"the wait for the all-reduce accounts for at most {gain:.2f}x of it"
+        if efficiency
+        else f"up to {gain:.2f}x: 1 / (1 - {share:.3f}) (Amdahl)"
+    )
+    return title, cap, expected
 
 
 def _what_is_sent(evidence: Mapping[str, Any]) -> str:
