@@ -19,13 +19,14 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore::FutureWarning")]
 
+from torch.utils.checkpoint import checkpoint
+
 import accelkit.torch
 from accelkit.hardware.info import GpuInfo, HardwareInfo
 from accelkit.planning import Request, plan
 from accelkit.profiling.assemble import Measurements, report_from
 from accelkit.profiling.clock import ClockSummary
 from accelkit.profiling.flops_torch import count_train_step_flops
-from torch.utils.checkpoint import checkpoint
 
 from ..helpers.torch_data import CPU_PLAN
 from ..helpers.transformers_models import llama, lm_batches
@@ -61,9 +62,7 @@ def plain_llama():
 
 
 @pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
-def test_a_checkpointed_llama_has_the_model_flops_of_the_plain_one(
-    plain_llama, reentrant
-) -> None:
+def test_a_checkpointed_llama_has_the_model_flops_of_the_plain_one(plain_llama, reentrant) -> None:
     plain, forward = plain_llama
     report = _fit(_llama(reentrant))
     assert report.flops_per_step == pytest.approx(plain.flops_per_step, rel=0.01)
@@ -88,7 +87,9 @@ class _Blocks(torch.nn.Module):
         self.embed = torch.nn.Linear(width, width)
         self.blocks = torch.nn.ModuleList(
             torch.nn.Sequential(
-                torch.nn.Linear(width, 4 * width), torch.nn.GELU(), torch.nn.Linear(4 * width, width)
+                torch.nn.Linear(width, 4 * width),
+                torch.nn.GELU(),
+                torch.nn.Linear(4 * width, width),
             )
             for _ in range(depth)
         )
@@ -265,9 +266,7 @@ def _hf(checkpointing):
         gradient_checkpointing=checkpointing,
     )
     callback = accelkit.hf.AccelkitCallback(**_meter_options())
-    transformers.Trainer(
-        _llama(None), args, train_dataset=samples, callbacks=[callback]
-    ).train()
+    transformers.Trainer(_llama(None), args, train_dataset=samples, callbacks=[callback]).train()
     return callback.report
 
 

@@ -54,9 +54,7 @@ def test_other_runs_show_no_hfu(figures) -> None:
 
 
 def test_without_a_peak_the_hardware_flops_are_shown() -> None:
-    report = _report(
-        hardware_flops_per_step=8e12, peak_tflops=None, mfu=None, peak_source="no GPU"
-    )
+    report = _report(hardware_flops_per_step=8e12, peak_tflops=None, mfu=None, peak_source="no GPU")
     rows = [line for line in render_run(report).splitlines() if "recomputed forward" in line]
     assert rows and rows[0].startswith("hardware FLOPs/step")
 
@@ -70,5 +68,5 @@ def test_the_new_figures_save_and_load() -> None:
 
 def test_hfu_without_its_peak_is_a_damaged_report() -> None:
     saved = _report(hfu=0.1, peak_tflops=None, mfu=None).to_dict()
-    with pytest.raises(ValueError, match="hfu.*peak_tflops"):
+    with pytest.raises(ValueError, match=r"hfu.*peak_tflops"):
         RunReport.from_dict(saved)

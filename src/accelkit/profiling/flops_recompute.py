@@ -31,11 +31,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 
 def _in_backward() -> bool:
@@ -64,15 +67,15 @@ class _Recomputation(TorchDispatchMode):
         if _in_backward() and self._depth:
             self._depth -= 1
 
-    def __enter__(self) -> _Recomputation:
+    def __enter__(self) -> Self:
         modules = torch.nn.modules.module
         self._hooks = [
             modules.register_module_forward_pre_hook(self._began),
             modules.register_module_forward_hook(self._ended, always_call=True),
         ]
-        return super().__enter__()  # type: ignore[no-any-return]
+        return super().__enter__()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         try:
             super().__exit__(*exc)
         finally:
@@ -121,13 +124,13 @@ class StepFlopCounter(FlopCounterMode):
         self._recomputation: _Recomputation | None = None
         self._recomputed: dict[str, int] = {}
 
-    def __enter__(self) -> StepFlopCounter:
+    def __enter__(self) -> Self:
         super().__enter__()
         self._recomputation = _Recomputation(self)
         self._recomputation.__enter__()
         return self
 
-    def __exit__(self, *exc: Any) -> Any:
+    def __exit__(self, *exc: object) -> Any:
         recomputation, self._recomputation = self._recomputation, None
         try:
             if recomputation is not None:
