@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 from typing import Any
 
 from accelkit.planning import Plan
 from accelkit.planning.keys import Key
-from accelkit.planning.types import Precision
+from accelkit.planning.types import Distribution, Precision
 
 
 def training_arguments(plan: Plan) -> dict[str, Any]:
@@ -17,7 +18,15 @@ def training_arguments(plan: Plan) -> dict[str, Any]:
     - ``tf32``: True where the plan turns TF32 matmuls on, else None (left as it is);
     - ``torch_compile``: the plan's compile choice;
     - ``dataloader_pin_memory``: page-locked batches only help host-to-GPU copies, so
-      True on a GPU plan and False on a CPU one.
+      True on a GPU plan and False on a CPU one;
+    - ``fsdp`` and ``fsdp_config``, only when the plan shards (`Distribution.FSDP`): full
+      sharding with FSDP2 (``"version": 2``), one unit per transformer block (Transformers
+      wraps the classes the model names in ``_no_split_modules``), the blocks checkpointed
+      when the plan's ``activation_checkpointing`` is True (FSDP's own checkpointing,
+      which Transformers prefers to ``gradient_checkpointing``) and the shards offloaded
+      to the CPU when its ``fsdp.cpu_offload`` is. Transformers 5 takes ``fsdp=True``;
+      4.x takes ``"full_shard auto_wrap"`` (``offload`` added); a 4.x release that
+      predates ``fsdp_config["version"]`` applies the same settings with FSDP1.
 
     The loader's worker count is not in a plan: the advisor suggests one from the
     input wait it measured (`report.advice`).
@@ -33,10 +42,37 @@ def training_arguments(plan: Plan) -> dict[str, Any]:
         >>> args = TrainingArguments(**training_arguments(plan), output_dir="out")
     """
     gpu = plan.device_type == "cuda"
-    return {
+    arguments = {
         "bf16": gpu and plan.precision is Precision.BF16,
         "fp16": gpu and plan.precision is Precision.FP16,
         "tf32": True if gpu and plan.value(Key.TORCH_TF32_MATMUL) is True else None,
         "torch_compile": plan.compile,
         "dataloader_pin_memory": gpu,
     }
+    if Distribution.parse(plan.distribution) is Distribution.FSDP:
+        arguments.update(_fsdp(plan))
+    return arguments
+
+
+def _fsdp(plan: Plan) -> dict[str, Any]:
+    """The ``fsdp`` and ``fsdp_config`` fields of an FSDP2 plan, for the installed
+    Transformers (see `training_arguments`)."""
+    offload = bool(plan.value(Key.CPU_OFFLOAD, False))
+    config: dict[str, Any] = {
+        "version": 2,
+        "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        "reshard_after_forward": True,
+        "activation_checkpointing": bool(plan.value(Key.ACTIVATION_CHECKPOINTING, False)),
+        "cpu_offload": offload,
+    }
+    if _transformers_major() >= 5:
+        return {"fsdp": True, "fsdp_config": config}
+    return {"fsdp": "full_shard auto_wrap" + (" offload" if offload else ""), "fsdp_config": config}
+
+
+def _transformers_major() -> int:
+    """The installed Transformers' major version (5 when it cannot be read: the newest)."""
+    try:
+        return int(importlib.metadata.version("transformers").split(".")[0])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return 5

@@ -1,0 +1,47 @@
+"""training_arguments under an FSDP2 plan: the real TrainingArguments take them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import accelkit
+from accelkit.hf import training_arguments
+from accelkit.planning.keys import Key
+from accelkit.planning.types import Distribution, Setting
+
+pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.torch
+
+
+def _sharded(checkpointing: bool, offload: bool = False):
+    plan = accelkit.plan_for("H100 SXM", count=8)
+    extra = (
+        Setting(Key.SHARDING, "fsdp2", "test"),
+        Setting(Key.ACTIVATION_CHECKPOINTING, checkpointing, "test"),
+        Setting(Key.CPU_OFFLOAD, offload, "test"),
+    )
+    return dataclasses.replace(
+        plan, distribution=Distribution.FSDP, settings=(*plan.settings, *extra)
+    )
+
+
+@pytest.mark.parametrize(("checkpointing", "offload"), [(True, False), (False, True)])
+def test_training_arguments_take_the_fsdp2_settings(tmp_path, checkpointing, offload) -> None:
+    fields = training_arguments(_sharded(checkpointing, offload))
+    assert fields["bf16"] is True
+    fields.update(bf16=False, tf32=None)  # this machine has no GPU: the rest as planned
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), **fields)
+    assert args.fsdp_plugin_args["fsdp_version"] == 2
+    assert args.fsdp_plugin_args["auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
+    assert args.fsdp_plugin_args["activation_checkpointing"] is checkpointing
+    assert args.fsdp_plugin_args.get("cpu_offload", False) is offload
+    assert args.fsdp_plugin_args["reshard_after_forward"] is True
+
+
+def test_plans_without_fsdp_have_no_fsdp_fields() -> None:
+    fields = training_arguments(accelkit.plan_for("H100 SXM", count=8))
+    assert "fsdp" not in fields and "fsdp_config" not in fields
