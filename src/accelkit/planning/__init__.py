@@ -1,9 +1,11 @@
 """Planning: a pure function from (hardware, request) to an immutable `Plan`."""
 
+from accelkit.planning.memory import MemoryEstimate
 from accelkit.planning.planner import plan
 from accelkit.planning.types import (
     Distribution,
     Framework,
+    Optimizer,
     Plan,
     Precision,
     Request,
@@ -11,4 +13,15 @@ from accelkit.planning.types import (
     Status,
 )
 
-__all__ = ["Distribution", "Framework", "Plan", "Precision", "Request", "Setting", "Status", "plan"]
+__all__ = [
+    "Distribution",
+    "Framework",
+    "MemoryEstimate",
+    "Optimizer",
+    "Plan",
+    "Precision",
+    "Request",
+    "Setting",
+    "Status",
+    "plan",
+]

@@ -169,6 +169,15 @@ class Request:
     Attributes:
         deterministic: the run must repeat bit for bit: the planner leaves out what
             picks kernels by timing (cuDNN benchmarking) and plans it off.
+        params: the model's parameter count (8e9 is taken as 8,000,000,000): the plan
+            then carries `plan.memory` and chooses DDP, FSDP2, checkpointing or CPU
+            offload from it (`accelkit.planning.sharding`). None: no memory estimate.
+        trainable_params: those the optimizer updates (default: all); frozen ones
+            hold their weights only (a LoRA's base model).
+        optimizer: whose state is counted: ``adamw``, ``adam``, ``adamw_8bit``,
+            ``adafactor``, ``sgd_momentum`` or ``sgd`` (`accelkit.planning.memory`).
+        activation_bytes: activations one GPU holds at the planned micro-batch,
+            measured; None: unknown (the plan leaves room for them and says so).
 
     Example:
         >>> Request(framework="torch", precision="bf16", deterministic=True).deterministic
