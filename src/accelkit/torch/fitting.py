@@ -89,6 +89,10 @@ def fit(
     rank 0 only. Several GPUs and no launcher: the fit trains on one and prints
     the ``torchrun`` command that would use them all. If the process group could
     not start (see ``ACCELKIT_DIST_TIMEOUT``), each process trains alone and says so.
+    When the plan shards the model (``Distribution.FSDP``), FSDP2's ``fully_shard`` takes
+    DDP's place: each block and the root sharded, with the plan's mixed precision,
+    checkpointing and offload, the optimizer pointed at the sharded parameters
+    (`accelkit.torch.distributed.sharding`; ``report.facts["sharding"]``).
 
     Args:
         model, loader, optimizer, loss_fn: the usual.

@@ -140,8 +140,8 @@ def find_blocks(module: Any) -> list[tuple[str, Any]]:
 
     The classes a Hugging Face model names in ``_no_split_modules`` (``GPT2Block``,
     ``LlamaDecoderLayer``: the units Transformers' own FSDP wrapping uses) when the model
-    has them; else the class whose instances, children of a ``ModuleList`` or an
-    ``nn.Sequential`` and at least two, hold the most parameters (a transformer's layers).
+    has them; else the children of one class of a ``ModuleList`` or an ``nn.Sequential``,
+    at least two, that hold the most parameters (a transformer's layers).
     A block inside another is left to the outer one; none found: an empty list (the
     root is then the one unit).
 
@@ -157,18 +157,19 @@ def find_blocks(module: Any) -> list[tuple[str, Any]]:
     found = [(n, m) for n, m in module.named_modules() if n and type(m).__name__ in named]
     if not found:
         containers = (torch.nn.ModuleList, torch.nn.Sequential)
-        by_class: dict[type, list[tuple[str, Any]]] = defaultdict(list)
+        groups: dict[tuple[str, type], list[tuple[str, Any]]] = defaultdict(list)
         for name, container in module.named_modules():
             if isinstance(container, containers):
                 for child, block in container.named_children():
-                    by_class[type(block)].append((f"{name}.{child}" if name else child, block))
+                    key = (name, type(block))
+                    groups[key].append((f"{name}.{child}" if name else child, block))
         sizes = {
-            kind: sum(p.numel() for _, block in blocks for p in block.parameters())
-            for kind, blocks in by_class.items()
+            key: sum(p.numel() for _, block in blocks for p in block.parameters())
+            for key, blocks in groups.items()
             if len(blocks) >= 2
         }
-        sizes = {kind: size for kind, size in sizes.items() if size > 0}
-        found = by_class[max(sizes, key=sizes.__getitem__)] if sizes else []
+        sizes = {key: size for key, size in sizes.items() if size > 0}
+        found = groups[max(sizes, key=sizes.__getitem__)] if sizes else []
     return _outermost(found)
 
 
