@@ -243,7 +243,7 @@ def _last_step(run: Prepared, step: Step, done: int, accumulation_steps: int) ->
     if done == 0:
         raise ValueError("the loader yielded no batch: nothing to train on")
     if done % accumulation_steps:
-        if run.wrapping is not None:  # ddp: the last micro-steps ran under no_sync()
+        if run.wrapping is not None and run.group is not None:  # ddp: ran under no_sync()
             parallel.sync_gradients(run.model, run.group)
         step.optimizer_step()
 
