@@ -35,7 +35,7 @@ from accelkit.torch.tuning import trials
 
 from ..helpers.torch_data import CPU_PLAN
 
-STEPS = trials.trial_steps(1)
+STEPS = trials.trial_steps(1, cuda=False)
 
 
 @contextlib.contextmanager

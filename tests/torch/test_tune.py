@@ -25,7 +25,7 @@ from accelkit.torch.tuning import trials
 
 from ..helpers.torch_data import CPU_PLAN, batches, mlp
 
-STEPS = trials.trial_steps(1)  # what the trials can take
+STEPS = trials.trial_steps(1, cuda=False)  # what the trials can take
 
 
 class Boom(Exception):
@@ -75,11 +75,12 @@ def test_tune_measures_each_candidate_trains_every_batch_once_and_keeps_one() ->
     tuning = report.tuning
     assert tuning["decision"] == "tuned"
     by_name = candidates(report)
-    # The compiled candidate takes the optimizer the fused trial kept.
+    # The compiled candidate takes the optimizer the fused trial kept; CUDA graphs need CUDA.
     assert list(by_name) in (
-        ["eager", "eager+fused", "compile+fused"],
-        ["eager", "eager+fused", "compile"],
+        ["eager", "eager+fused", "compile+fused", "cudagraphs"],
+        ["eager", "eager+fused", "compile", "cudagraphs"],
     )
+    assert by_name["cudagraphs"]["why"] == "CUDA graphs need a CUDA device"
     assert by_name["eager"]["status"] == "baseline"
     timed = [c for c in by_name.values() if c["status"] != "skipped"]
     for candidate in timed:

@@ -314,11 +314,12 @@ def tune(
     """Measure the fit's options on `model` and keep the fastest, for a hand-written loop.
 
     Trains the first batches of `loader` (at most `accelkit.torch.tuning.trials.trial_steps`:
-    30 optimizer steps) through each candidate in turn, exactly as ``fit(tune=True)``
-    does: the plan's settings, the optimizer's fused (or foreach) implementation, and
-    ``torch.compile`` of forward and loss. These are real training steps: the model
-    and optimizer come back trained on them, so continue from the next batch (pass an
-    iterator, ``batches = iter(loader)``, and loop over the same one afterwards).
+    40 optimizer steps on a GPU, 30 on the CPU) through each candidate in turn, exactly as
+    ``fit(tune=True)`` does: the plan's settings, the optimizer's fused (or foreach)
+    implementation, ``torch.compile`` of forward and loss, and on a GPU its CUDA graphs.
+    These are real training steps: the model and optimizer come back trained on them, so
+    continue from the next batch (pass an iterator, ``batches = iter(loader)``, and loop
+    over the same one afterwards).
 
     What it keeps: the optimizer is switched in place when its fused implementation won
     (the object stays the same, so an LR scheduler bound to it keeps working); whether
@@ -351,14 +352,17 @@ def tune(
         >>> for x, y in batches:   # the rest of the data
         ...     ...
     """
-    require("torch")
+    torch = require("torch")
     arguments.whole("accumulation_steps", accumulation_steps, 1)
+    cuda = torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
     report = fit(
         model,
         loader,
         optimizer,
         loss_fn,
-        steps=trial_steps(accumulation_steps, data_parallel=parallel.world() is not None),
+        steps=trial_steps(
+            accumulation_steps, data_parallel=parallel.world() is not None, cuda=cuda
+        ),
         plan=plan,
         device=device,
         accumulation_steps=accumulation_steps,

@@ -15,7 +15,10 @@ fastest that computes the same thing:
    gradients under a bf16 plan, larger buckets, a static graph, no buffer broadcast,
    each on top of the best so far;
 4. ``torch.compile`` of forward and loss, with the better optimizer, when the
-   script did not fix ``compile``.
+   script did not fix ``compile``;
+5. on a CUDA device without DDP, the same compiled into CUDA graphs
+   (``mode="reduce-overhead"``, `accelkit.torch.tuning.graphs`): one launch per graph
+   for a step of short kernels.
 
 Every trial step is a real training step on the next batch of the loader (no
 batch is trained on twice, none is skipped); each candidate runs `WARMUP_UNITS`
@@ -91,13 +94,22 @@ LOSS_NOISE_FACTOR = 10.0
 GRAD_AGREEMENT = 4.0
 GRAPH_BREAK_STORM = 16
 CANDIDATES = 3  # the baseline, the optimizer's fused implementation, torch.compile
+CUDA_CANDIDATES = 1  # torch.compile's CUDA graphs, on a CUDA device without DDP
 DDP_CANDIDATES = 4  # bf16 gradients, larger buckets, a static graph, no buffer broadcast
 
 
-def trial_steps(accumulation_steps: int, data_parallel: bool = False) -> int:
+def trial_steps(accumulation_steps: int, data_parallel: bool = False, cuda: bool = True) -> int:
     """The most training steps the trials take (more only when a failed one is retrained);
-    `data_parallel`: under DDP, whose options are candidates too."""
+    `data_parallel`: under DDP, whose options are candidates too; `cuda`: on a CUDA device,
+    where CUDA graphs are one (not under DDP).
+
+    Example:
+        >>> trial_steps(1, cuda=False), trial_steps(1), trial_steps(2, data_parallel=True)
+        (30, 40, 140)
+    """
     candidates = CANDIDATES + (DDP_CANDIDATES if data_parallel else 0)
+    if cuda and not data_parallel:
+        candidates += CUDA_CANDIDATES
     return candidates * (WARMUP_UNITS + TIMED_UNITS) * accumulation_steps
 
 

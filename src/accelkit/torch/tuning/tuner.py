@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from accelkit.torch.training.step import Step, TrainOne
-from accelkit.torch.tuning import levers, optimizers, reference, trials
+from accelkit.torch.tuning import graphs, levers, optimizers, reference, trials
 from accelkit.torch.tuning import trial_guards as guards
 from accelkit.torch.tuning.trials import Trial, TuneResult, check_mode
 from accelkit.utils.imports import require
@@ -144,20 +144,34 @@ class Tuner:
                     optimizers.use(self._optimizer, variant, False)
             for lever in self._levers.candidates() if self._levers is not None else ():
                 best = self._lever(lever, best, optimizer_name)
-            if self._compile_fixed is None and not best.compiled:
-                compiled = dataclasses.replace(
-                    best, forward_loss=self._torch.compile(best.forward_loss), compiled=True
-                )
-                trial = self._measure(
-                    compiled, self._name(compiled, optimizer_name), undo=lambda: None, check=True
-                )
-                if self._judge(trial, self._best_trial()):
-                    best = compiled
-            else:
-                self._skipped(
-                    "compile", f"compile={best.compiled} was set by the script or the plan"
-                )
+            best = self._compiled(best, optimizer_name)
         return self._finish(decision, best, optimizer_name, started)
+
+    def _compiled(self, best: Step, optimizer: str) -> Step:
+        """``torch.compile`` of the forward pass and loss, then its CUDA graphs, each on
+        top of the best so far; the step to go on with."""
+        if self._compile_fixed is not None or best.compiled:
+            self._skipped("compile", f"compile={best.compiled} was set by the script or the plan")
+            return best
+        eager = best
+        compiled = dataclasses.replace(
+            best, forward_loss=self._torch.compile(best.forward_loss), compiled=True
+        )
+        trial = self._measure(compiled, self._name(compiled, optimizer), undo=_no, check=True)
+        if self._judge(trial, self._best_trial()):
+            best = compiled
+        why = (
+            f"torch.compile failed ({trial.why})"
+            if trial.status == "failed"
+            else graphs.unsupported(self._torch, eager, self._device)
+        )
+        if why:
+            self._skipped("cudagraphs", why)
+            return best
+        graphed = graphs.step(self._torch, eager)
+        name = self._name(graphed, optimizer).replace("compile", "cudagraphs", 1)
+        trial = self._measure(graphed, name, undo=_no, check=True, cudagraphs=True)
+        return graphed if self._judge(trial, self._best_trial()) else best
 
     def _skipped(self, name: str, why: str) -> None:
         self._trials.append(Trial(name, {}, status="skipped", why=why))
@@ -240,13 +254,21 @@ class Tuner:
     # -- one candidate ---------------------------------------------------------------
 
     def _measure(
-        self, step: Step, name: str, *, undo: Callable[[], None] | None = None, check: bool = False
+        self,
+        step: Step,
+        name: str,
+        *,
+        undo: Callable[[], None] | None = None,
+        check: bool = False,
+        cudagraphs: bool = False,
     ) -> Trial:
         """Train `step` for a candidate's units. `undo` puts the baseline's settings back
         after a failure (None: this is the baseline, whose errors are the user's)."""
         optimizer = next((o for o in ("fused", "foreach") if f"+{o}" in name), "default")
         ddp = levers.trial_settings(step.ddp)
         settings = {"compile": step.compiled, "optimizer": optimizer, **ddp}
+        if cudagraphs:
+            settings["cudagraphs"] = True
         trial = Trial(name=name, settings=settings)
         self._trials.append(trial)
         if self._ended:
@@ -400,3 +422,7 @@ class Tuner:
     def _sync(self) -> None:
         if self._device.type == "cuda":
             self._torch.cuda.synchronize(self._device)
+
+
+def _no() -> None:
+    return None

@@ -1,0 +1,289 @@
+"""The trainers people use, with and without accelkit's documented integration (issue 24).
+
+Variants (each in its own process, in paired rounds whose order alternates, ABBA...):
+
+- `hf_bf16`: the Hugging Face `Trainer` with ``TrainingArguments(bf16=True)``;
+- `hf_accelkit`: the documented integration: ``TrainingArguments(**accelkit.hf.
+  training_arguments(plan))`` and ``callbacks=[accelkit.hf.AccelkitCallback(tune=True)]``;
+- `hf_compile`: ``TrainingArguments(bf16=True, torch_compile=True)``, compile by hand;
+- `lightning_bf16`: Lightning ``Trainer(precision="bf16-mixed")``;
+- `lightning_accelkit`: ``Trainer(**accelkit.lightning.trainer_kwargs(plan),
+  callbacks=[accelkit.lightning.AccelkitCallback(tune=True)])``.
+
+``tune=True`` because a benchmark run is too short for ``"auto"`` (which tunes GPU runs
+estimated at 10 minutes or more); the trials are inside the untimed warm-up (`--warmup`
+steps, more than the 40 the trials take), and ``tune_s`` is what they took. Each
+variant times `--windows` windows of `--steps` optimizer steps after the warm-up, the
+device synchronised at both ends, the trainer's own data loading and loop included.
+Ratios are per round (a variant against the first variant of the same round).
+
+    PYTHONPATH=src python3 benchmarks/trainers_tuned.py --model hf-gpt2 \\
+        --variants hf_bf16 hf_accelkit --rounds 2 --out r.json
+    PYTHONPATH=src python3 benchmarks/trainers_tuned.py --model gpt2 --smoke   # CPU check
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+import time
+from typing import Any
+
+import gpu_compare  # same folder: child processes, JSON
+import models_people_train as models  # same folder: the models, batches and optimizers
+
+VARIANTS = ("hf_bf16", "hf_accelkit", "hf_compile", "lightning_bf16", "lightning_accelkit")
+
+
+def _device_and_model(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+    import torch
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model, batch, loss_fn, facts = models.build(args, device)
+    return torch, device, model, (batch, loss_fn), facts
+
+
+def _windows(torch: Any, device: Any, args: argparse.Namespace) -> tuple[list[float], Any]:
+    """The timed windows' seconds per step, and ``mark(step)`` to call at each step start
+    (and once more after the last step)."""
+    marks: dict[int, float] = {}
+    edges = {args.warmup + args.steps * w for w in range(args.windows + 1)}
+
+    def mark(step: int) -> None:
+        if step in edges:
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            marks[step] = time.perf_counter()
+
+    def windows() -> list[float]:
+        times = sorted(marks.items())
+        return [(b - a) / args.steps for (_, a), (_, b) in itertools.pairwise(times)]
+
+    return windows, mark  # type: ignore[return-value]
+
+
+def run_hf(args: argparse.Namespace) -> dict[str, Any]:
+    import tempfile
+
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    import accelkit
+    import accelkit.hf
+
+    torch, device, model, (batch, _), _ = _device_and_model(args)
+    total = args.warmup + args.steps * args.windows
+    cpu = {k: v.cpu() for k, v in batch.items()}
+    size = cpu["input_ids"].shape[0]
+    rows = [{k: v[i] for k, v in cpu.items()} for i in range(size)] * total
+    windows, mark = _windows(torch, device, args)
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, a: Any, state: Any, control: Any, **_: Any) -> None:
+            mark(state.global_step)
+
+        def on_train_end(self, a: Any, state: Any, control: Any, **_: Any) -> None:
+            mark(state.global_step)
+
+    common: dict[str, Any] = {
+        "output_dir": tempfile.mkdtemp(), "max_steps": total, "disable_tqdm": True,
+        "per_device_train_batch_size": size, "report_to": [], "logging_steps": 10**6,
+        "save_strategy": "no", "use_cpu": device.type != "cuda",
+    }  # fmt: skip
+    callbacks: list[Any] = [Timer()]
+    if args.variant == "hf_accelkit":
+        plan = accelkit.auto_configure(framework="torch", verbose=False)
+        arguments = TrainingArguments(**accelkit.hf.training_arguments(plan), **common)
+        callbacks.append(accelkit.hf.AccelkitCallback(tune=True))
+    else:
+        gpu = device.type == "cuda"
+        arguments = TrainingArguments(
+            bf16=gpu, torch_compile=args.variant == "hf_compile", **common
+        )
+    trainer = Trainer(model, arguments, train_dataset=rows, callbacks=callbacks)
+    trainer.train()
+    return _result(torch, device, windows(), callbacks[1:], size, arguments.optim)
+
+
+def run_lightning(args: argparse.Namespace) -> dict[str, Any]:
+    import lightning as L  # Lightning's convention
+
+    import accelkit
+    import accelkit.lightning
+    from accelkit.bench.torch_models import SyntheticBatches
+
+    torch, device, model, (batch, loss_fn), _ = _device_and_model(args)
+    total = args.warmup + args.steps * args.windows
+    windows, mark = _windows(torch, device, args)
+    name = args.model
+
+    class Module(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = model
+
+        def training_step(self, data: Any, index: int) -> Any:
+            return models.forward_loss(self.net, data, loss_fn)
+
+        def configure_optimizers(self) -> Any:
+            return models.optimizer_for(torch, self.net, name)
+
+    class Timer(L.Callback):
+        def on_train_batch_start(self, trainer: Any, module: Any, data: Any, index: int) -> None:
+            mark(index)
+
+        def on_train_end(self, trainer: Any, module: Any) -> None:
+            mark(trainer.global_step)
+
+    callbacks: list[Any] = [Timer()]
+    if args.variant == "lightning_accelkit":
+        plan = accelkit.auto_configure(framework="torch", verbose=False)
+        callbacks.append(accelkit.lightning.AccelkitCallback(tune=True))
+        trainer = L.Trainer(
+            **accelkit.lightning.trainer_kwargs(plan), max_steps=total, logger=False,
+            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+            callbacks=callbacks,
+        )  # fmt: skip
+    else:
+        trainer = gpu_compare.lightning_trainer(L, device, total, callbacks)
+    trainer.fit(Module(), train_dataloaders=SyntheticBatches(batch, total))
+    size = int(next(iter(batch.values())).shape[0]) if isinstance(batch, dict) else len(batch[0])
+    return _result(torch, device, windows(), callbacks[1:], size, None)
+
+
+def _result(
+    torch: Any, device: Any, windows: list[float], accelkit: list[Any], size: int, optim: Any
+) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "step_s": windows,
+        "samples_per_step": size,
+        "peak_memory_bytes": gpu_compare._peak_memory(torch, device),
+        "optim": str(optim) if optim is not None else None,
+    }
+    if accelkit and accelkit[0].report is not None:
+        report = accelkit[0].report
+        result.update(mfu_reported=report.mfu, tuning=report.tuning)
+    return result
+
+
+def run_variant(args: argparse.Namespace) -> dict[str, Any]:
+    return run_hf(args) if args.variant.startswith("hf_") else run_lightning(args)
+
+
+# -- the comparison ----------------------------------------------------------------------
+
+
+def _arguments(args: argparse.Namespace, variant: str) -> list[str]:
+    found = [__file__, "--variant", variant, "--model", args.model]
+    found += ["--steps", str(args.steps), "--warmup", str(args.warmup)]
+    found += ["--windows", str(args.windows)]
+    if args.batch_size:
+        found += ["--batch-size", str(args.batch_size)]
+    return found + (["--smoke"] if args.smoke else [])
+
+
+def compare(args: argparse.Namespace) -> dict[str, Any]:
+    rounds: list[dict[str, Any]] = []
+    for number in range(args.rounds):
+        order = args.variants if number % 2 == 0 else list(reversed(args.variants))
+        runs = {v: gpu_compare.run_child(_arguments(args, v), args.timeout) for v in order}
+        print(f"  round {number + 1}: done", file=sys.stderr, flush=True)
+        rounds.append(runs)
+    return summarise(args, rounds)
+
+
+def summarise(args: argparse.Namespace, rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    first = args.variants[0]
+    rows = []
+    for variant in args.variants:
+        medians = [
+            statistics.median(r[variant]["step_s"]) for r in rounds if r[variant].get("step_s")
+        ]
+        ratios = [
+            statistics.median(r[first]["step_s"]) / statistics.median(r[variant]["step_s"])
+            for r in rounds
+            if r[variant].get("step_s") and r[first].get("step_s")
+        ]
+        errors = [r[variant]["error"] for r in rounds if "error" in r[variant]]
+        row: dict[str, Any] = {"variant": variant, "errors": errors}
+        if medians:
+            size = rounds[0][variant].get("samples_per_step") or 0
+            step = statistics.median(medians)
+            row.update(
+                step_ms=step * 1e3, step_ms_rounds=[m * 1e3 for m in medians],
+                samples_per_s=size / step, vs_first=statistics.median(ratios),
+                vs_first_rounds=ratios,
+            )  # fmt: skip
+            tuned = [r[variant].get("tuning") for r in rounds if r[variant].get("tuning")]
+            if tuned:
+                row["tune_chosen"] = [t["chosen"] for t in tuned]
+                row["tune_s"] = [t["seconds"] for t in tuned]
+            reported = [r[variant].get("mfu_reported") for r in rounds]
+            row["mfu_reported"] = [m for m in reported if m is not None] or None
+        rows.append(row)
+    return {
+        "benchmark": "trainers_tuned",
+        "model": args.model,
+        "steps": args.steps,
+        "windows": args.windows,
+        "warmup": args.warmup,
+        "rounds": args.rounds,
+        "rows": rows,
+        "raw": rounds,
+    }
+
+
+def show(result: dict[str, Any]) -> None:
+    print(
+        f"{result['model']}: {result['rounds']} paired rounds, {result['windows']} x "
+        f"{result['steps']} steps after {result['warmup']} (ratio: x the first variant)"
+    )
+    print(f"{'variant':<20}{'step ms':>9}{'samples/s':>11}{'ratio':>8}{'rounds':>16}  tune")
+    for row in result["rows"]:
+        if "step_ms" not in row:
+            print(
+                f"{row['variant']:<20} error: {row['errors'][-1][-300:] if row['errors'] else '?'}"
+            )
+            continue
+        spread = "-".join(
+            f"{r:.3f}" for r in (min(row["vs_first_rounds"]), max(row["vs_first_rounds"]))
+        )
+        tune = ", ".join(
+            f"{c} ({s:.0f} s)"
+            for c, s in zip(row.get("tune_chosen", []), row.get("tune_s", []), strict=True)
+        )
+        print(f"{row['variant']:<20}{row['step_ms']:>9.2f}{row['samples_per_s']:>11,.1f}"
+              f"{row['vs_first']:>8.3f}{spread:>16}  {tune}")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=models.MODELS, default="hf-gpt2")
+    parser.add_argument("--batch-size", type=int, default=None, help="default: per model")
+    parser.add_argument("--steps", type=int, default=20, help="optimizer steps per window")
+    parser.add_argument("--windows", type=int, default=3, help="timed windows per run")
+    parser.add_argument("--warmup", type=int, default=60, help="untimed steps first (trials)")
+    parser.add_argument("--rounds", type=int, default=2, help="paired rounds")
+    parser.add_argument(
+        "--variants", nargs="+", choices=VARIANTS, default=["hf_bf16", "hf_accelkit"]
+    )
+    parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # one, internal
+    parser.add_argument("--timeout", type=int, default=400, help="seconds per variant")
+    parser.add_argument("--smoke", action="store_true", help="tiny model, CPU: checks the script")
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.steps, args.warmup, args.windows, args.rounds = 2, 42, 2, 1
+    if args.variant:
+        print(json.dumps(run_variant(args)))
+        return 0
+    result = compare(args)
+    show(result)
+    gpu_compare.write_json(args.out, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""``torch.compile`` made fast and, where asked, wrong, for the tests of `tune`'s checks.
+
+`compiled_as` swaps ``torch.compile`` for one with the ``eager`` backend (dynamo traces,
+nothing is generated: a second per compile, not tens) and can change what a compiled
+function returns, as a miscompile would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+
+@contextlib.contextmanager
+def compiled_as(then: Callable[[Any], Any] | None = None) -> Iterator[list[str]]:
+    """``torch.compile`` with the ``eager`` backend while inside; `then(output) -> output`
+    changes what compiled functions return. Yields the modes asked for, one per compile."""
+    real = torch.compile
+    modes: list[str] = []
+
+    def patched(fn: Callable[..., Any], **options: Any) -> Callable[..., Any]:
+        modes.append(str(options.get("mode")))
+        compiled = real(fn, backend="eager")
+        if then is None:
+            return compiled
+        return lambda *args, **kwargs: then(compiled(*args, **kwargs))
+
+    torch.compile = patched
+    try:
+        yield modes
+    finally:
+        torch.compile = real
+        torch._dynamo.reset()  # past dynamo's recompile limit later tests would run eagerly
+
+
+def no_gradients(output: Any) -> Any:
+    """The same values with gradients of zero: a compiled backward that lost the graph."""
+    return output.detach() + 0.0 * output

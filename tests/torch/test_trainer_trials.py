@@ -1,0 +1,154 @@
+"""`TrainerTrials`: tune's trials driven by a trainer's hooks, on a hand-written loop that
+calls them as the Lightning and Hugging Face callbacks do (real torch, CPU)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch")
+
+from accelkit.torch.tuning import trials
+from accelkit.torch.tuning.in_trainer import TrainerTrials
+
+from ..helpers.compiling import compiled_as, no_gradients
+
+UNITS = trials.WARMUP_UNITS + trials.TIMED_UNITS
+
+
+class Net(torch.nn.Module):
+    """16 -> 32 -> 4; with `constant`, its compiled forward gives constant logits (what a
+    miscompile that drops the input computes)."""
+
+    def __init__(self, constant: bool = False) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)
+        self.constant = constant
+
+    def forward(self, x: Any) -> Any:
+        out = self.b(torch.relu(self.a(x)))
+        return out * 0.0 if self.constant and torch.compiler.is_compiling() else out
+
+
+def batches(n: int) -> list[tuple[Any, Any]]:
+    generator = torch.Generator().manual_seed(1)
+    return [
+        (torch.randn(8, 16, generator=generator), torch.randint(0, 4, (8,), generator=generator))
+        for _ in range(n)
+    ]
+
+
+def train(
+    model: Any, data: list[Any], *, mode: Any = True, unit: int = 1, targets: Any = None, **kw: Any
+) -> tuple[TrainerTrials, Any]:
+    """A trainer's loop over `data` (SGD, `unit` batches per optimizer step), telling the
+    trials each batch as a callback would; returns the trials and the optimizer."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def forward_backward(batch: Any) -> Any:
+        loss = torch.nn.functional.cross_entropy(model(batch[0]), batch[1])
+        loss.backward()
+        return loss
+
+    tuning = TrainerTrials(
+        model,
+        optimizer,
+        torch.device("cpu"),
+        mode=mode,
+        compile_targets=[model] if targets is None else targets,
+        compile_fixed=None,
+        planned_steps=kw.pop("planned_steps", None),
+        batches_per_unit=unit,
+        forward_backward=forward_backward,
+        **kw,
+    )
+    for index, batch in enumerate(data):
+        tuning.begin()
+        tuning.batch(batch)
+        (torch.nn.functional.cross_entropy(model(batch[0]), batch[1]) / unit).backward()
+        if (index + 1) % unit == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+        tuning.end()
+    tuning.stop()
+    return tuning, optimizer
+
+
+def test_the_trials_take_the_first_steps_and_record_each_candidate() -> None:
+    held: list[int] = []
+    with compiled_as():
+        tuning, _ = train(Net(), batches(3 * UNITS + 5), on_step=lambda: held.append(1))
+    result = tuning.result
+    assert result is not None and result.decision == "tuned"
+    assert [t.name.split("+")[0] for t in result.trials] == ["eager", "eager", "compile"]
+    assert [t.steps for t in result.trials] == [UNITS] * 3
+    assert result.steps == len(held) == 3 * UNITS  # the steps after them are not trials
+    assert all(t.step_seconds and t.spread for t in result.trials)
+    assert result.trials[2].compile_seconds is not None
+
+
+def test_a_wrong_compiled_forward_is_dropped_before_the_trainer_trains_on_it() -> None:
+    data = batches(3 * UNITS + 5)
+    with compiled_as():
+        tuning, _ = train(Net(constant=True), data)
+    compiled = tuning.result.trials[2]
+    assert compiled.status == "failed" and "differs" in compiled.why, compiled.why
+    assert compiled.steps == 1  # the step it was checked on trained with the best so far
+    # Nothing trained on the wrong forward: the weights are those of a run without it.
+    model, control = Net(constant=True), Net()
+    with compiled_as():
+        train(model, data)
+    train(control, data, targets=[])  # compile left out
+    for got, want in zip(model.parameters(), control.parameters(), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert "forward" not in vars(model)  # the eager forward is back
+
+
+def test_compiled_gradients_that_differ_are_caught_by_the_check() -> None:
+    with compiled_as(no_gradients):
+        tuning, _ = train(Net(), batches(3 * UNITS))
+    compiled = tuning.result.trials[2]
+    assert compiled.status == "failed" and "gradients" in compiled.why, compiled.why
+
+
+@pytest.mark.parametrize("unit", [2, 3])
+def test_a_unit_is_an_optimizer_step_also_after_a_failed_check(unit: int) -> None:
+    with compiled_as():
+        tuning, _ = train(Net(constant=True), batches(3 * UNITS * unit + 4), unit=unit)
+    result = tuning.result
+    assert [t.steps for t in result.trials[:2]] == [UNITS * unit] * 2
+    assert result.trials[2].status == "failed" and result.trials[2].steps == 1
+    # The failed candidate's optimizer step trained through (untimed): the steps the trials
+    # took are whole optimizer steps, so the accumulation stays in phase after them.
+    assert result.steps == 2 * UNITS * unit + unit
+    assert result.steps % unit == 0
+
+
+def test_auto_leaves_a_cpu_run_untouched_and_says_why() -> None:
+    model = Net()
+    tuning, _ = train(model, batches(4), mode="auto")
+    assert tuning.result.decision.startswith("not tuned: tune='auto' tunes GPU runs")
+    assert tuning.result.steps == 0 and "forward" not in vars(model)
+
+
+def test_a_training_that_ends_during_the_baseline_is_not_tuned() -> None:
+    tuning, _ = train(Net(), batches(UNITS - 1))
+    assert tuning.result.decision == "not tuned: the training ended during the baseline's steps"
+
+
+def test_without_a_torch_optimizer_only_compile_is_tried() -> None:
+    tuning = TrainerTrials(
+        Net(), None, torch.device("cpu"), mode=True, compile_targets=[], compile_fixed=None,
+        planned_steps=None, batches_per_unit=1, forward_backward=lambda batch: None,
+    )  # fmt: skip
+    for _ in range(UNITS):
+        tuning.begin()
+        tuning.end()
+    skipped = {t.name: t.why for t in tuning.result.trials if t.status == "skipped"}
+    assert skipped == {
+        "optimizer": "not one torch optimizer to switch",
+        "compile": "no module with parameters to compile",
+    }
