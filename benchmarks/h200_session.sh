@@ -11,8 +11,10 @@
 #                                                    # Lightning callbacks, Keras (JAX backend)
 #   bash benchmarks/h200_session.sh tune "$OUT" MODEL...  # fit against fit(tune=True), one run
 #   bash benchmarks/h200_session.sh gputests "$OUT"  # the GPU-marked tests, doctor on the GPU
+#   bash benchmarks/h200_session.sh trainers "$OUT" MODEL VARIANT...  # trainers_tuned.py
+#                                         # (ROUNDS, WARMUP, STEPS, LIMIT from the environment)
 set -uo pipefail
-usage="usage: h200_session.sh core|gpt2|resnet50|models|tests|lightning|examples|doors|tune|gputests OUT_DIR [MODEL...]"
+usage="usage: h200_session.sh core|gpt2|resnet50|models|tests|lightning|examples|doors|tune|trainers|gputests OUT_DIR [MODEL...]"
 phase=${1:?$usage}
 out=${2:?$usage}
 shift 2
@@ -79,11 +81,21 @@ tune)
     for model in "$@"; do
         batch=()
         [ "$model" = gpt2 ] && batch=(--batch-size 32)
-        [ "$model" = resnet50 ] && batch=(--batch-size 256)
+        [ "$model" = resnet50 ] && batch=(--batch-size "${RESNET_BATCH:-256}")
         (cd benchmarks && timeout 300 $py models_people_train.py --model "$model" "${batch[@]}" \
             --variants fit fit_tune --steps 20 --repeats 3 --out "$out/tune_$model.json") \
             > "$out/tune_$model.txt" 2>&1
     done
+    ;;
+trainers)  # trainers OUT MODEL VARIANT...: the trainers with and without accelkit, paired rounds
+    model=${1:?model}
+    shift
+    batch=()
+    [ "$model" = gpt2 ] && batch=(--batch-size 32)
+    [ "$model" = resnet50 ] && batch=(--batch-size 64)
+    (cd benchmarks && timeout "${LIMIT:-540}" $py trainers_tuned.py --model "$model" "${batch[@]}" \
+        --variants "$@" --rounds "${ROUNDS:-2}" --warmup "${WARMUP:-60}" --steps "${STEPS:-20}" \
+        --windows 3 --out "$out/trainers_$model.json") > "$out/trainers_$model.txt" 2>&1
     ;;
 gputests)
     timeout 240 $py -m pytest tests -m gpu -q -p no:cacheprovider -rs > "$out/pytest_gpu.txt" 2>&1

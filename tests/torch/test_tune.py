@@ -293,7 +293,7 @@ def test_tune_on_cuda_keeps_compile_of_a_transformers_gpt2_under_bf16() -> None:
     ids = torch.randint(0, config.vocab_size, (8, config.n_positions))
     data = [
         {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
-        for _ in range(STEPS + 10)
+        for _ in range(trials.trial_steps(1) + 10)
     ]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     report = accelkit.torch.fit(model, data, optimizer, None, plan=plan, progress=False, tune=True)

@@ -1,0 +1,100 @@
+"""tune's GPU-only candidates and the trainers' trials on a real GPU (marked ``gpu``: run
+on the GPU machine, skipped elsewhere with the reason)."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from typing import Any
+
+import pytest
+
+import accelkit
+
+pytestmark = [pytest.mark.torch, pytest.mark.gpu]
+torch = pytest.importorskip("torch")
+
+from accelkit.torch.tuning import trials
+
+
+def conv_net() -> Any:
+    """A small conv net with BatchNorm: short kernels, a launch-bound step."""
+    layers: list[Any] = [torch.nn.Conv2d(3, 32, 3, padding=1)]
+    for _ in range(6):
+        layers += [torch.nn.BatchNorm2d(32), torch.nn.ReLU(), torch.nn.Conv2d(32, 32, 3, padding=1)]
+    return torch.nn.Sequential(*layers, torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                               torch.nn.Linear(32, 10))  # fmt: skip
+
+
+def test_cuda_graphs_are_a_checked_candidate_on_a_launch_bound_step() -> None:
+    plan = accelkit.auto_configure(framework="torch", verbose=False)
+    torch.manual_seed(0)
+    model = conv_net()
+    data = [(torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,)))] * (trials.trial_steps(1) + 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    report = accelkit.torch.fit(
+        model, data, optimizer, torch.nn.CrossEntropyLoss(), plan=plan, progress=False, tune=True
+    )
+    graphs = next(c for c in report.tuning["candidates"] if c["settings"].get("cudagraphs"))
+    assert graphs["status"] in ("chosen", "slower"), graphs["why"]
+    assert graphs["steps"] == trials.WARMUP_UNITS + trials.TIMED_UNITS
+    assert report.steps == len(data)
+    assert report.losses and math.isfinite(report.losses[-1])
+
+
+def test_the_lightning_callback_tunes_a_bf16_fit() -> None:
+    pl = pytest.importorskip("lightning.pytorch")
+    import accelkit.lightning
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(
+                torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 16)
+            )
+
+        def training_step(self, batch: Any, index: int) -> Any:
+            x, y = batch
+            return torch.nn.functional.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    steps = trials.trial_steps(1) + 8
+    data = torch.utils.data.TensorDataset(
+        torch.randn(64 * steps, 256), torch.randint(0, 16, (64 * steps,))
+    )
+    callback = accelkit.lightning.AccelkitCallback(tune=True)
+    trainer = pl.Trainer(accelerator="gpu", devices=1, precision="bf16-mixed", max_steps=steps,
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         callbacks=[callback])  # fmt: skip
+    trainer.fit(Module(), torch.utils.data.DataLoader(data, batch_size=64))
+    tuning = callback.report.tuning
+    assert tuning["decision"] == "tuned"
+    compiled = next(c for c in tuning["candidates"] if c["settings"].get("compile"))
+    assert compiled["status"] in ("chosen", "slower"), compiled["why"]
+    assert callback.report.steps == steps
+
+
+def test_the_hf_callback_tunes_a_bf16_trainer() -> None:
+    transformers = pytest.importorskip("transformers")
+    import accelkit.hf
+
+    config = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=256, n_positions=128,
+                                     vocab_size=4096)  # fmt: skip
+    ids = torch.randint(0, config.vocab_size, (8, config.n_positions))
+    steps = trials.trial_steps(1) + 8
+    rows = [{"input_ids": i, "labels": i} for i in ids] * steps
+    plan = accelkit.auto_configure(framework="torch", verbose=False)
+    args = transformers.TrainingArguments(
+        **accelkit.hf.training_arguments(plan), output_dir=tempfile.mkdtemp(), max_steps=steps,
+        per_device_train_batch_size=8, report_to=[], save_strategy="no", disable_tqdm=True,
+    )  # fmt: skip
+    callback = accelkit.hf.AccelkitCallback(tune=True)
+    trainer = transformers.Trainer(transformers.GPT2LMHeadModel(config), args,
+                                   train_dataset=rows, callbacks=[callback])  # fmt: skip
+    trainer.train()
+    tuning = callback.report.tuning
+    assert tuning["decision"] == "tuned"
+    compiled = next(c for c in tuning["candidates"] if c["settings"].get("compile"))
+    assert compiled["status"] in ("chosen", "slower"), compiled["why"]
