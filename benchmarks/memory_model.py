@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     if args.part == "memory":
         print(
-            f"{'model':<13}{'ckpt':>5}{'params':>8}{'act GB':>8}{'pred GB':>9}{'meas GB':>9}{'ratio':>7}"
+            f"{'model':<13}{'ckpt':>5}{'params':>8}{'act GB':>8}{'pred GB':>9}"
+            f"{'meas GB':>9}{'ratio':>7}"
         )
         for name in GPT2:
             for checkpointing in (False, True):
