@@ -1,0 +1,72 @@
+"""AccelkitCallback(tune=...) in a real Hugging Face Trainer (CPU, a tiny GPT-2): the trials
+run on the Trainer's own first optimizer steps; the Trainer's own compile is respected."""
+
+from __future__ import annotations
+
+import tempfile
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from accelkit.hf import AccelkitCallback
+from accelkit.torch.tuning import trials
+
+from ..helpers.compiling import compiled_as, no_gradients
+
+STEPS = trials.trial_steps(1, cuda=False) + 4
+
+
+def train(tune: Any = True, **arguments: Any) -> tuple[AccelkitCallback, Any]:
+    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100,
+                                     n_positions=16, bos_token_id=0, eos_token_id=0)  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config)
+    rows = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 100, (8 * STEPS, 16))]
+    args = transformers.TrainingArguments(
+        output_dir=tempfile.mkdtemp(), max_steps=STEPS, use_cpu=True, report_to=[],
+        per_device_train_batch_size=8, disable_tqdm=True, save_strategy="no", **arguments,
+    )  # fmt: skip
+    callback = AccelkitCallback(tune=tune, warmup=1)
+    transformers.Trainer(model, args, train_dataset=rows, callbacks=[callback]).train()
+    return callback, model
+
+
+def test_tune_runs_the_trials_on_the_trainers_first_steps() -> None:
+    with compiled_as():
+        callback, model = train(optim="adamw_torch")
+    tuning = callback.report.tuning
+    assert tuning["decision"] == "tuned"
+    assert tuning["steps"] == trials.trial_steps(1, cuda=False)
+    assert [c["name"].split("+")[0] for c in tuning["candidates"]] == ["eager", "eager", "compile"]
+    compiled = tuning["candidates"][2]
+    assert compiled["status"] in ("chosen", "slower"), compiled["why"]
+    assert ("forward" in vars(model)) == (compiled["status"] == "chosen")
+    assert callback.report.steps == STEPS
+
+
+def test_a_compiled_forward_without_gradients_is_dropped_before_it_trains() -> None:
+    def wrong(output: Any) -> Any:
+        output["loss"] = no_gradients(output["loss"])
+        return output
+
+    with compiled_as(wrong):
+        callback, model = train()
+    compiled = next(c for c in callback.report.tuning["candidates"] if c["settings"].get("compile"))
+    assert compiled["status"] == "failed" and "gradients" in compiled["why"], compiled["why"]
+    assert "forward" not in vars(model) or not hasattr(
+        vars(model)["forward"], "_torchdynamo_orig_callable"
+    )
+
+
+def test_the_trainers_own_compile_is_kept_not_tried() -> None:
+    with compiled_as():
+        callback, _ = train(torch_compile=True)
+    skipped = {c["name"]: c["why"] for c in callback.report.tuning["candidates"]}
+    assert (
+        skipped["compile"]
+        == "TrainingArguments(torch_compile=True): the Trainer compiles the model"
+    )
