@@ -90,6 +90,14 @@ def launch_overhead(ctx: Context) -> Advice | None:
     )
 
 
+# What several steps per host call gave Keras' own fit on short steps, one H200, Keras
+# 3.15.1 on JAX (docs/benchmarks.md, benchmarks/keras_compile.py).
+STEPS_PER_EXECUTION = (
+    "several steps per host call: 1.29x for an MLP at batch 256 and 1.19x for a small CNN "
+    "at batch 128 on an H200, measured (docs/benchmarks.md); callbacks then run every 32 steps"
+)
+
+
 def _action(ctx: Context, short: bool) -> str:
     batch = ctx.batch_size
     bigger = (
@@ -105,14 +113,15 @@ def _action(ctx: Context, short: bool) -> str:
             )
         if short or compiled:
             steps.append(
-                "CUDA graphs for short steps: torch.compile(model, "
-                "mode='reduce-overhead') replays the whole step as one launch"
+                "CUDA graphs for short steps: accelkit.torch.fit(..., tune=True) measures "
+                "torch.compile(mode='reduce-overhead'), which replays the step's graphs "
+                "as one launch each"
             )
         return "; ".join(steps)
     steps = [f"{bigger}"]
     if not compiled:
         steps.append("model.compile(..., jit_compile=True) (XLA fuses the step)")
-    steps.append("model.compile(..., steps_per_execution=32) (several steps per host call)")
+    steps.append(f"model.compile(..., steps_per_execution=32) ({STEPS_PER_EXECUTION})")
     return "; ".join(steps)
 
 
