@@ -4,9 +4,10 @@ For Hugging Face GPT-2 small, medium, large and XL (1.5B), each with and without
 ``gradient_checkpointing_enable()``, in bf16 autocast with ``torch.optim.AdamW`` (its
 default, multi-tensor implementation), one process each model:
 
-- the activations are measured as the planner is told them: the memory a first forward
-  pass leaves allocated, less the bf16 copies of the weights that autocast caches (2
-  bytes per parameter, which the model counts apart);
+- the activations are measured as the fit can measure them on its first step: the peak
+  of the first forward and backward pass beyond what was allocated before it, less the
+  gradients (4 bytes per parameter) and autocast's bf16 weight copies (2), which the
+  model counts apart (``forward_end_bytes``: what the forward pass alone leaves);
 - the prediction is ``accelkit.plan_for("H200", params=N, activation_bytes=A)
   .memory.per_gpu_bytes``;
 - the measurement is ``torch.cuda.max_memory_allocated()`` over three training steps.
@@ -53,13 +54,15 @@ def memory_row(name: str, checkpointing: bool, batch: int, length: int) -> dict[
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
-    activations = 0
+    activations = forward_end = 0
     for step in range(3):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = model(input_ids=ids, labels=ids).loss
         if step == 0:
-            activations = torch.cuda.memory_allocated() - before - 2 * params
+            forward_end = torch.cuda.memory_allocated() - before - 2 * params
         loss.backward()
+        if step == 0:  # the first step's peak beyond the state: gradients and casts apart
+            activations = torch.cuda.max_memory_allocated() - before - 6 * params
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
@@ -73,6 +76,7 @@ def memory_row(name: str, checkpointing: bool, batch: int, length: int) -> dict[
         "batch": batch,
         "length": length,
         "activation_bytes": activations,
+        "forward_end_bytes": forward_end,
         "predicted_bytes": predicted,
         "measured_bytes": measured,
         "predicted_over_measured": predicted / measured,
