@@ -433,3 +433,18 @@ def test_healthy_gpu_run_gets_no_advice() -> None:
 def test_empty_measurements_give_no_advice() -> None:
     assert advise(None, None, {}) == []
     assert advise(CPU, None, {"framework": "tensorflow"}) == []
+
+
+def test_memory_prediction_warns_only_past_its_slack() -> None:
+    """The plan's memory estimate against the measured peak (issue 26)."""
+    from accelkit.advisor.context import Context
+    from accelkit.advisor.rules.memory import PREDICTION_SLACK, memory_prediction
+
+    def ctx(peak: float) -> Context:
+        facts = {"predicted_memory_bytes": 20e9, "memory_choice": "fsdp2"}
+        return Context.build(None, None, {"peak_memory_bytes": peak, "facts": facts})
+
+    assert memory_prediction(ctx(20e9 * (1 + PREDICTION_SLACK))) is None
+    found = memory_prediction(ctx(26e9))
+    assert found is not None and found.evidence["measured_over_predicted"] == 1.3
+    assert "activation_bytes" in found.action and found.evidence["memory_choice"] == "fsdp2"

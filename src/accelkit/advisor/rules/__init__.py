@@ -54,6 +54,7 @@ RULES: list[Rule] = [
     precision.precision,
     keras_policy.keras_policy,
     memory.memory,
+    memory.memory_prediction,
     alignment.alignment,
     distribution.idle_gpus,
     distribution.data_parallel,
