@@ -152,3 +152,13 @@ def test_without_a_torch_optimizer_only_compile_is_tried() -> None:
         "optimizer": "not one torch optimizer to switch",
         "compile": "no module with parameters to compile",
     }
+
+
+def test_a_training_that_ends_during_a_candidate_keeps_the_best_and_says_so() -> None:
+    model = Net()
+    with compiled_as():
+        tuning, _ = train(model, batches(2 * UNITS + 3))
+    under_way = tuning.result.trials[-1]
+    assert under_way.name.startswith("compile") and under_way.steps == 3
+    assert under_way.why == "the training ended during this candidate's steps"
+    assert "forward" not in vars(model)  # the unjudged compile is off again

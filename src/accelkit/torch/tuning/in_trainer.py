@@ -167,9 +167,7 @@ class TrainerTrials:
         self._times: list[float] = []
         self._first: float | None = None
         self._batches = self._units = self._steps = 0
-        self._idle = (
-            0  # batches left to train untimed after a failed check, before the next candidate
-        )
+        self._idle = 0  # batches to train untimed after a failed check, before the next
         self._started_at = self._unit_at = time.perf_counter()
         self._breaks = 0
         self.result: TuneResult | None = None
@@ -230,9 +228,13 @@ class TrainerTrials:
         record says where they stopped."""
         if not self.active:
             return
-        if self._trial is not None and self._trial.status == "skipped":
-            self._trial.why = "the training ended during this candidate's steps"
-            self._trial.steps = self._units * self._unit + self._batches % self._unit
+        trial, current = self._trial, self._current
+        if trial is not None and trial.status == "skipped":  # under way: not judged
+            trial.why = "the training ended during this candidate's steps"
+            trial.steps = self._units * self._unit + self._batches % self._unit
+        if current is not None and current is not self._best:
+            current.off()
+            self._best.on()
         baseline = self._trials[0]
         if baseline.status != "baseline":
             self._finish("not tuned: the training ended during the baseline's steps")
@@ -273,7 +275,7 @@ class TrainerTrials:
                 self._finish(decision)
                 return
         else:
-            if "compile" in candidate.settings and candidate.settings["compile"] and self._first:
+            if candidate.settings.get("compile") and self._first:
                 trial.compile_seconds = round(max(self._first - trial.step_seconds, 0.0), 3)
             self._judge(trial, candidate)
         self._next()
