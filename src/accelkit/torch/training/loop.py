@@ -214,7 +214,7 @@ def _epoch(
     batches = (to_device(batch, run.device, run.layout) for batch in run.loader)
     if tuner is not None and epoch == 0:
         step = tuner.run(
-            batches, counter.train_one, counter.limit_reached, on_step=_warmup_held(meter)
+            batches, counter.train_one, counter.limit_reached, on_step=meter.hold_warmup
         )
     if not counter.limit_reached():
         for batch in batches:
@@ -297,18 +297,6 @@ def end_progress(meter: Meter) -> None:
         >>> end_progress(meter)  # after the meter is closed, before the report prints
     """
     log.end_progress_line()
-
-
-def _warmup_held(meter: Meter) -> Callable[[], None]:
-    """Before each trial step: keep the meter's warm-up open until `warmup` steps after
-    the trials, so steady-state figures are those of the step the run keeps."""
-    clock = meter.clock
-    after = max(clock.warmup, 1)  # 0 would never open the steady state once passed
-
-    def hold() -> None:
-        clock.warmup = max(clock.warmup, clock.steps + 1 + after)
-
-    return hold
 
 
 def _no_sync(model: Any, skip: bool) -> Any:
