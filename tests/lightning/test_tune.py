@@ -108,3 +108,17 @@ def test_auto_leaves_a_cpu_fit_untouched_and_false_records_nothing() -> None:
 def test_a_bad_tune_value_names_the_valid_ones() -> None:
     with pytest.raises(ValueError, match="tune='yes' is not one of 'auto', True, False"):
         AccelkitCallback(tune="yes")
+
+
+def test_trials_that_cannot_start_leave_the_fit_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    from accelkit.lightning import _tune
+
+    def broken(module: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(_tune, "_with_parameters", broken)
+    callback = fit(Classifier(), tune=True)
+    assert callback.report.tuning["decision"] == (
+        "not tuned: the trials could not start (RuntimeError: boom)"
+    )
+    assert callback.report.steps == STEPS

@@ -17,13 +17,20 @@ from __future__ import annotations
 from typing import Any
 
 from accelkit.profiling.tuning import TuneResult
-from accelkit.torch.tuning.in_trainer import TrainerTrials, not_tuned, scalar_of
+from accelkit.torch.tuning.in_trainer import TrainerTrials, not_tuned, safely, scalar_of
 
 
 def trials_for(
     args: Any, state: Any, model: Any, optimizer: Any, mode: Any, meter: Any
 ) -> TrainerTrials | TuneResult:
-    """The trials of this `Trainer` run, or the record of why it is not tuned."""
+    """The trials of this `Trainer` run, or the record of why it is not tuned (never an
+    error: a model without parameters, a Trainer that gave none)."""
+    return safely(lambda: _trials_for(args, state, model, optimizer, mode, meter))
+
+
+def _trials_for(
+    args: Any, state: Any, model: Any, optimizer: Any, mode: Any, meter: Any
+) -> TrainerTrials | TuneResult:
     if getattr(args, "fsdp", None) or getattr(args, "deepspeed", None):
         return not_tuned(
             "the Trainer shards the model (fsdp/deepspeed): tune measures "

@@ -17,14 +17,18 @@ from typing import Any
 
 from accelkit.lightning._flops import _logging_off
 from accelkit.profiling.tuning import TuneResult
-from accelkit.torch.tuning.in_trainer import TrainerTrials, not_tuned
+from accelkit.torch.tuning.in_trainer import TrainerTrials, not_tuned, safely
 
 # The strategies whose module trains whole on each device, as tune measures it.
 _TUNED_STRATEGIES = ("SingleDeviceStrategy", "DDPStrategy")
 
 
 def trials_for(trainer: Any, pl_module: Any, mode: Any, meter: Any) -> TrainerTrials | TuneResult:
-    """The trials of this fit, or the record of why it is not tuned."""
+    """The trials of this fit, or the record of why it is not tuned (never an error)."""
+    return safely(lambda: _trials_for(trainer, pl_module, mode, meter))
+
+
+def _trials_for(trainer: Any, pl_module: Any, mode: Any, meter: Any) -> TrainerTrials | TuneResult:
     why = _not_tunable(trainer, pl_module)
     if why is not None:
         return not_tuned(why)

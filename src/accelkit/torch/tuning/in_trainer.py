@@ -426,6 +426,21 @@ class TrainerTrials:
             self._torch.cuda.synchronize(self._device)
 
 
+def safely(build: Callable[[], TrainerTrials | TuneResult]) -> TrainerTrials | TuneResult:
+    """`build()`, or the record of why the trials could not start: tune never stops a run.
+
+    Example:
+        >>> safely(lambda: 1 / 0).decision  # doctest: +ELLIPSIS
+        'not tuned: the trials could not start (ZeroDivisionError: division by zero)'
+    """
+    try:
+        return build()
+    except Exception as error:  # noqa: BLE001 - the run trains as configured
+        why = guards.why(error)
+        _log.warning("accelkit: tune could not start (%s); the run trains as configured", why)
+        return not_tuned(f"the trials could not start ({why})")
+
+
 def not_tuned(why: str) -> TuneResult:
     """The record of a run that a door does not tune, and why.
 
