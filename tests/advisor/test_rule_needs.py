@@ -258,6 +258,15 @@ EXAMPLES: dict[str, Callable[[], Example]] = {
             A100, peak_memory_bytes=78e9, facts={"batch_size": 32, "model_state_bytes": 1e9}
         ),
     ),
+    "memory_prediction": lambda: (
+        A100,
+        None,
+        measured_on(
+            A100,
+            peak_memory_bytes=30e9,
+            facts={"predicted_memory_bytes": 20e9, "memory_choice": "ddp"},
+        ),
+    ),
     "alignment": lambda: (
         A100,
         None,

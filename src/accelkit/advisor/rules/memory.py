@@ -173,7 +173,12 @@ def _near_limit(
     "figure:peak_memory_bytes",
     "fact:predicted_memory_bytes",
     optional=("fact:memory_choice",),
-    evidence={"peak_memory_gb": None, "predicted_memory_gb": None, "memory_choice": None},
+    evidence={
+        "peak_memory_gb": None,
+        "predicted_memory_gb": None,
+        "measured_over_predicted": None,
+        "memory_choice": "fact:memory_choice",
+    },
 )
 def memory_prediction(ctx: Context) -> Advice | None:
     """The plan's memory estimate (`accelkit.planning.memory`) below the peak measured, by
@@ -188,6 +193,13 @@ def memory_prediction(ctx: Context) -> Advice | None:
     peak, predicted = ctx.get("peak_memory_bytes"), ctx.fact("predicted_memory_bytes")
     if not peak or not predicted or peak <= predicted * (1 + PREDICTION_SLACK):
         return None
+    evidence: dict[str, object] = {
+        "peak_memory_gb": round(peak / 1e9, 3),
+        "predicted_memory_gb": round(predicted / 1e9, 3),
+        "measured_over_predicted": round(peak / predicted, 3),
+    }
+    if ctx.fact("memory_choice") is not None:
+        evidence["memory_choice"] = ctx.fact("memory_choice")
     return Advice(
         id="memory_prediction",
         severity=Severity.WARNING,
@@ -195,12 +207,7 @@ def memory_prediction(ctx: Context) -> Advice | None:
             f"the plan's memory estimate was {predicted / 1e9:.2f} GB per GPU; the run "
             f"peaked at {peak / 1e9:.2f} GB"
         ),
-        evidence={
-            "peak_memory_gb": round(peak / 1e9, 3),
-            "predicted_memory_gb": round(predicted / 1e9, 3),
-            "measured_over_predicted": round(peak / predicted, 3),
-            "memory_choice": ctx.fact("memory_choice", "-"),
-        },
+        evidence=evidence,
         action=(
             "plan again with the activations this run measured: accelkit.plan_for(..., "
             "params=N, activation_bytes=<peak - state>) (or accelkit plan --params N "
