@@ -10,6 +10,8 @@ import re
 import sys
 from pathlib import Path
 
+from generated_table import rewrite  # same folder: sys.path[0] when run
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
@@ -43,17 +45,7 @@ def table() -> str:
 
 
 def main(argv: list[str]) -> int:
-    text = DOC.read_text(encoding="utf-8")
-    before, rest = text.split(START, 1)
-    _, after = rest.split(END, 1)
-    updated = f"{before}{START}\n{table()}\n{END}{after}"
-    if "--check" in argv:
-        if updated != text:
-            print(f"{DOC} is out of date: run python scripts/specs_table.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(updated, encoding="utf-8")
-    return 0
+    return rewrite(DOC, (START, END), table(), argv)
 
 
 if __name__ == "__main__":
