@@ -41,7 +41,8 @@ count as the rest.
 the previous one (`Meter.take_figures(close=True)`: the Trainer has just synchronised to
 read its loss), keyed as `accelkit.profiling.metrics` spells them for Hugging Face:
 ``accelkit/step_time_s``, ``accelkit/samples_per_second``, ``accelkit/tokens_per_second``,
-``accelkit/achieved_tflops``, ``accelkit/mfu``, ``accelkit/input_wait_share`` and, with
+``accelkit/achieved_tflops``, ``accelkit/mfu``, ``accelkit/hfu`` (the recomputed forward
+counted, under activation checkpointing), ``accelkit/input_wait_share`` and, with
 NVML, the GPU figures (numbers only; a figure not known is left out). The final log
 (with ``train_runtime``) carries the whole run's under the same keys plus
 ``accelkit/evaluation_share``, ``accelkit/real_tokens_per_second``,
