@@ -35,7 +35,7 @@ def count_training_step(trainer: Any, pl_module: Any, batch: Any) -> FlopCount:
     """
     plugin = getattr(trainer, "precision_plugin", None)
     autocast = getattr(plugin, "train_step_context", None)
-    with _logging_off(pl_module):
+    with logging_off(pl_module):
         return count_train_step_flops(_TrainingStep(pl_module), (batch,), autocast=autocast)
 
 
@@ -52,7 +52,7 @@ class _TrainingStep(torch.nn.Module):
 
 
 @contextlib.contextmanager
-def _logging_off(module: Any) -> Iterator[None]:
+def logging_off(module: Any) -> Iterator[None]:
     """`self.log` does nothing in the counted pass: it is not a step of the fit."""
     module.log = module.log_dict = _ignore
     try:

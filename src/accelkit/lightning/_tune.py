@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-from accelkit.lightning._flops import _logging_off
+from accelkit.lightning._flops import logging_off
 from accelkit.profiling.tuning import TuneResult
 from accelkit.torch.tuning.in_trainer import TrainerTrials, not_tuned, safely
 
@@ -90,7 +90,7 @@ def _forward_backward(trainer: Any, pl_module: Any) -> Any:
     context = getattr(plugin, "train_step_context", contextlib.nullcontext)
 
     def forward_backward(batch: Any) -> Any:
-        with _logging_off(pl_module), context():
+        with logging_off(pl_module), context():
             output = pl_module.training_step(batch, 0)
         loss = output["loss"] if isinstance(output, Mapping) else output
         loss.backward()
