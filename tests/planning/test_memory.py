@@ -20,6 +20,7 @@ from accelkit.planning import Request, plan
 from accelkit.planning.keys import Key
 from accelkit.planning.memory import (
     Layout,
+    activations_from_rise,
     MemoryEstimate,
     blocks,
     footprint,
@@ -318,3 +319,31 @@ def test_the_docs_what_if_table_is_up_to_date() -> None:
         [sys.executable, str(script), "--check"], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
+
+
+# -- activations from a measured pass ------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    params=st.integers(1, 10**11),
+    activations=st.integers(0, 10**12),
+    shards=st.integers(1, 64),
+    mixed=st.booleans(),
+    optimizer=st.sampled_from(list(Optimizer)),
+)
+def test_activations_from_a_rise_add_back_up_to_it(params, activations, shards, mixed, optimizer):
+    """The inverse of footprint's forward-and-backward phase: the rise a pass with these
+    activations makes (its gradients, casts or gathered units, activations) gives them back."""
+    precision = Precision.BF16 if mixed else Precision.FP32
+    sizes = per_param(optimizer, precision, Framework.TORCH)
+    layout = Layout(shards)
+    gradients = params * sizes.gradients // shards
+    compute = footprint(layout, sizes, params, params, None).compute
+    rise = gradients + compute + activations
+    assert activations_from_rise(rise, gradients, layout, sizes, params) == activations
+
+
+def test_a_rise_below_the_counted_transients_gives_no_negative_activations():
+    sizes = per_param(Optimizer.ADAMW, Precision.BF16, Framework.TORCH)
+    assert activations_from_rise(1_000, 4_000, Layout(), sizes, 1_000) == 0

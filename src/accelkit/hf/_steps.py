@@ -73,8 +73,7 @@ class TrainerSteps:
             self._batches.append(dict(kwargs))
 
     def begin(self) -> None:
-        self.meter.start()
-        self.meter.clock.step_begin()
+        self.meter.step_begin()
         self._batches = []
 
     def end(self, model: Any, *, synchronize: bool = False) -> None:
@@ -105,9 +104,7 @@ class TrainerSteps:
         self.samples += samples
         self.tokens += tokens
         self.meter.last_batch_size = samples
-        self.meter.clock.step_done(
-            samples=samples, tokens=tokens, real_tokens=real if tokens else None
-        )
+        self.meter.step_done(samples=samples, tokens=tokens, real_tokens=real if tokens else None)
 
     def _first(self, model: Any, batches: list[dict[str, Any]], samples: int) -> None:
         from accelkit.torch.measuring.facts import half_integer_inputs

@@ -237,6 +237,24 @@ def footprint(
     )
 
 
+def activations_from_rise(
+    rise: int, gradient_bytes: int, layout: Layout, sizes: PerParam, params: int
+) -> int:
+    """The activations of a measured forward and backward pass: `rise`, the device
+    memory's peak during the pass beyond what was allocated before it, less the
+    gradients the pass made (`gradient_bytes`) and the transients `footprint` counts
+    apart (its ``compute``: autocast's weight copies, or FSDP2's gathered units), so that
+    `footprint` given them adds up to the pass measured (0 when the rise is smaller).
+
+    Example:
+        >>> sizes = per_param(Optimizer.ADAMW, Precision.BF16, Framework.TORCH)
+        >>> activations_from_rise(10_000, 4_000, Layout(), sizes, 1_000)   # 10k - 4k - 2 x 1k
+        4000
+    """
+    compute = footprint(layout, sizes, params, 0, None).compute
+    return max(0, rise - gradient_bytes - compute)
+
+
 @dataclasses.dataclass(frozen=True)
 class MemoryEstimate:
     """A model's memory per GPU and the layout chosen for it (`plan.memory`).

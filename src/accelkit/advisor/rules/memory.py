@@ -172,12 +172,13 @@ def _near_limit(
 @needs(
     "figure:peak_memory_bytes",
     "fact:predicted_memory_bytes",
-    optional=("fact:memory_choice",),
+    optional=("fact:memory_choice", "fact:activation_bytes"),
     evidence={
         "peak_memory_gb": None,
         "predicted_memory_gb": None,
         "measured_over_predicted": None,
         "memory_choice": "fact:memory_choice",
+        "activation_gb": "fact:activation_bytes",
     },
 )
 def memory_prediction(ctx: Context) -> Advice | None:
@@ -200,18 +201,34 @@ def memory_prediction(ctx: Context) -> Advice | None:
     }
     if ctx.fact("memory_choice") is not None:
         evidence["memory_choice"] = ctx.fact("memory_choice")
+    activations = ctx.fact("activation_bytes")
+    if activations is not None:
+        evidence["activation_gb"] = round(activations / 1e9, 3)
     return Advice(
         id="memory_prediction",
         severity=Severity.WARNING,
         title=(
-            f"the plan's memory estimate was {predicted / 1e9:.2f} GB per GPU; the run "
+            f"the memory estimate was {predicted / 1e9:.2f} GB per GPU; the run "
             f"peaked at {peak / 1e9:.2f} GB"
         ),
         evidence=evidence,
-        action=(
+        action=_replan(activations, peak - predicted),
+        expected_gain="none: a layout that fits, not a faster step",
+    )
+
+
+def _replan(activations: float | None, missed: float) -> str:
+    """Plan again on what this run measured: its activations, or (measured already on
+    the first step) them and what the memory model did not count."""
+    if activations is None:
+        return (
             "plan again with the activations this run measured: accelkit.plan_for(..., "
             "params=N, activation_bytes=<peak - state>) (or accelkit plan --params N "
             "--activation-bytes ...), so that the layout is chosen on them"
-        ),
-        expected_gain="none: a layout that fits, not a faster step",
+        )
+    return (
+        f"the estimate had the activations measured on the first step and missed "
+        f"{missed / 1e9:.2f} GB more (buffers or an optimizer step it does not count): plan "
+        f"runs of this model with accelkit.plan_for(..., params=N, activation_bytes="
+        f"{int(activations + missed)}) so that their layout leaves room for it"
     )

@@ -39,6 +39,7 @@ from accelkit.profiling.run_report import RunReport
 from accelkit.report.assemble import build_report
 from accelkit.torch.distributed.communication import GradientTimer, steady_totals
 from accelkit.torch.measuring.facts import half_integer_inputs, model_device
+from accelkit.torch.measuring.memory_probe import ActivationProbe, memory_facts
 from accelkit.torch.measuring.meter_guard import StepGuard
 from accelkit.utils.imports import require
 
@@ -147,6 +148,7 @@ class Meter:
         # What accelkit.torch.fit's tuner measured (TuneResult.to_dict()), for the report.
         self.tuning: dict[str, Any] | None = None
         self._warmup_after_trials: int | None = None
+        self._activations = ActivationProbe(self._torch, self._device, model)
         self.communication: GradientTimer | None = None  # communication.timed sets it
 
     @property
@@ -239,8 +241,7 @@ class Meter:
                 self._guard.leave()
             return
         try:
-            self.start()
-            self.clock.step_begin()
+            self.step_begin()
             counter = self._flop_counter() if self._count_first else None
             if counter is None:
                 yield
@@ -251,12 +252,20 @@ class Meter:
                 self.set_flops(counted(counter, method="torch FlopCounterMode on the first step"))
             self.step_counted(batch, samples)
         finally:
+            self._activations.abandon()  # a step that raised: its hooks go, nothing measured
             self._guard.leave()
 
+    def step_begin(self) -> None:
+        """Open a step (for doors whose framework opens and closes a step in two hooks,
+        with `step_counted`): the clock's start, and on the first step the activations'
+        measurement (`memory_probe.ActivationProbe`)."""
+        self.start()
+        self._activations.begin()
+        self.clock.step_begin()
+
     def step_counted(self, batch: Any, samples: int | None = None) -> None:
-        """Close a step begun with ``meter.clock.step_begin()``: its samples and tokens
-        from `batch` (or `samples`), the first batch's checks. For doors whose
-        framework opens and closes a step in two hooks."""
+        """Close a step begun with `step_begin`: its samples and tokens from `batch` (or
+        `samples`), the first batch's checks."""
         found, ids = torch_batches.sizes(batch)
         count = samples if samples is not None else found
         self.last_batch_size = count
@@ -266,7 +275,12 @@ class Meter:
             if found_half := half_integer_inputs(batch):
                 self._batch_facts["half_integer_inputs"] = found_half
         tokens, real = self._tokens(batch, count, ids)
-        self.clock.step_done(samples=count or 0, tokens=tokens, real_tokens=real)
+        self.step_done(samples=count or 0, tokens=tokens, real_tokens=real)
+
+    def step_done(self, *, samples: int, tokens: int, real_tokens: Any = None) -> None:
+        """Close a step begun with `step_begin`, counted by the door itself."""
+        self._activations.end()
+        self.clock.step_done(samples=samples, tokens=tokens, real_tokens=real_tokens)
 
     def _flop_counter(self) -> Any:
         try:
@@ -372,9 +386,7 @@ class Meter:
             hardware=hardware,
             tf32_enabled=tf32,
             gpu=self._device.index or 0 if self._cuda else 0,
-            peak_memory_bytes=(
-                int(self._torch.cuda.max_memory_allocated(self._device)) if self._cuda else None
-            ),
+            peak_memory_bytes=self._peak_memory(),
             calibration=calibration,
             epochs=self.epochs,
             interrupted=self.interrupted,
@@ -401,6 +413,13 @@ class Meter:
             )
         return report
 
+    def _peak_memory(self) -> int | None:
+        """The allocator's peak since `start` (the first step's measurement resets it)."""
+        if not self._cuda:
+            return None
+        peak = int(self._torch.cuda.max_memory_allocated(self._device))
+        return max(peak, self._activations.prior_peak)
+
     def _facts(self) -> dict[str, Any]:
         from accelkit.torch.measuring.facts import model_facts
 
@@ -415,5 +434,20 @@ class Meter:
         if self._scales:
             facts["loss_scale"] = {"initial": self._scales[0][1], "history": self._scales[1:]}
         facts.update(self._batch_facts)
-        facts.update(self.facts)  # the caller's facts win
+        facts.update(self.facts)  # the caller's facts win, but for measured memory:
+        facts.update(self._memory_facts(facts.get("predicted_memory_bytes")))
         return facts
+
+    def _memory_facts(self, planned: int | None) -> dict[str, Any]:
+        """The memory model's figures for this model, its activations measured on the
+        first step (`memory_probe.memory_facts`); they replace a plan's estimate made
+        before the model existed, kept as ``planned_memory_bytes``."""
+        if self._cuda and self._activations.why is not None:
+            self.note("activation_bytes", f"not measured: {self._activations.why}")
+        try:
+            measured = memory_facts(self._activations, self.model, self.optimizer, self.plan)
+        except Exception as error:  # noqa: BLE001 - an estimate for the advisor, never a failure
+            return {"memory_estimate": f"not estimated: {type(error).__name__}: {error}"}
+        if planned is not None and "predicted_memory_bytes" in measured:
+            measured["planned_memory_bytes"] = planned
+        return measured
