@@ -14,14 +14,19 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import accelkit
 from accelkit.profiling.run_report import RunReport
+from accelkit.profiling.tuning import Check
 
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 from accelkit.torch.tuning import trials
+from accelkit.torch.tuning.reference import Reference
+from accelkit.torch.tuning.trial_guards import LossMismatch, check_grads, check_loss
 
 from ..helpers.torch_data import CPU_PLAN, batches, mlp
 
@@ -303,3 +308,129 @@ def test_tune_on_cuda_keeps_compile_of_a_transformers_gpt2_under_bf16() -> None:
     assert compiled["status"] in ("chosen", "slower"), compiled["why"]
     assert compiled["compile_seconds"] > 0
     assert optimizer_steps(optimizer) == len(data) and report.steps == len(data)
+
+
+# -- the check's figures in the record (issue 24) ------------------------------------------
+
+
+def test_a_checked_candidate_records_its_figures_against_the_limits(
+    compile_with: Callable[..., None],
+) -> None:
+    compile_with("eager")
+    report = fit()
+    by_name = candidates(report)
+    compiled = next(c for c in by_name.values() if c["settings"].get("compile"))
+    check = compiled["check"]
+    assert check["failed"] is None
+    assert check["loss_limit"] == trials.LOSS_RTOL and check["grad_limit"] == trials.GRAD_RTOL
+    assert 0 <= check["loss_difference"] <= check["loss_limit"]
+    assert 0 <= check["grad_difference"] <= check["grad_limit"]
+    # Only the compiled candidates are checked against the eager step.
+    assert all(c["check"] is None for c in by_name.values() if c is not compiled)
+    text = str(report)
+    assert "check vs eager" in text and "gradients 0% <= 10%" in text
+
+
+def _same_loss_other_gradients(loss: Any) -> Any:
+    """The loss's value as it is, its gradients 1.5 times the eager ones."""
+    return loss.detach() + (loss - loss.detach()) * 1.5
+
+
+@pytest.mark.parametrize(
+    ("then", "failed", "figure"),
+    [
+        (lambda loss: loss * 1.5, "loss", "loss_difference"),
+        (_same_loss_other_gradients, "gradients", "grad_difference"),
+    ],
+)
+def test_a_candidate_dropped_by_the_check_records_which_and_by_how_much(
+    compile_with: Callable[..., None], then: Any, failed: str, figure: str
+) -> None:
+    compile_with("eager", then)
+    report = fit()
+    compiled = next(c for c in report.tuning["candidates"] if c["settings"].get("compile"))
+    assert compiled["status"] == "failed"
+    check = compiled["check"]
+    assert check["failed"] == failed
+    assert check[figure] == pytest.approx(0.5, rel=1e-3)  # 1.5x the eager figure
+    limit = check["loss_limit" if failed == "loss" else "grad_limit"]
+    assert check[figure] > limit
+    if failed == "gradients":  # the loss was compared first, and passed
+        assert check["loss_difference"] == pytest.approx(0.0, abs=1e-6)
+    assert f"{failed} 50% >" in str(report)
+
+
+def test_a_candidate_that_fails_before_its_check_has_no_figures(
+    compile_with: Callable[..., None],
+) -> None:
+    compile_with(_failing_backend)
+    report = fit()
+    compiled = next(c for c in report.tuning["candidates"] if c["settings"].get("compile"))
+    assert compiled["status"] == "failed" and compiled["check"] is None
+
+
+_LOSSES = st.one_of(st.just(0.0), st.floats(1e-6, 1e6), st.floats(-1e6, -1e-6))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    eager=_LOSSES,
+    compiled=st.one_of(_LOSSES, st.sampled_from([math.nan, math.inf])),
+    noise=st.one_of(st.just(0.0), st.floats(0.0, 10.0)),
+)
+def test_the_recorded_loss_figures_say_what_the_check_decided(
+    eager: float, compiled: float, noise: float
+) -> None:
+    record = Check()
+    try:
+        check_loss(compiled, Reference(loss=eager, grads=None, loss_noise=noise), record)
+    except LossMismatch:
+        raised = True
+    else:
+        raised = False
+    assert (record.failed == "loss") is raised
+    assert ("loss" in record.describe() and ">" in record.describe()) is (
+        raised and record.loss_difference is not None
+    )
+    if eager:
+        assert record.loss_limit == pytest.approx(trials.LOSS_RTOL + noise / abs(eager), 1e-3)
+    if not raised and record.loss_difference is not None:
+        assert record.loss_difference <= record.loss_limit * (1 + 1e-3)
+    if raised and record.loss_difference is not None:
+        assert record.loss_difference >= record.loss_limit * (1 - 1e-3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    scale=st.floats(0.0, 0.5),
+    noise=st.one_of(st.none(), st.floats(0.0, 2.0)),
+    seed=st.integers(0, 2**16),
+)
+def test_the_recorded_gradient_figures_say_what_the_check_decided(
+    scale: float, noise: float | None, seed: int
+) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    eager = torch.randn(64, generator=generator)
+    compiled = eager * (1 + scale)
+    second = None if noise is None else eager + noise * torch.randn(64, generator=generator)
+    record = Check()
+    reference = Reference(loss=1.0, grads=eager, second_grads=second)
+    try:
+        check_grads(compiled, reference, record)
+    except LossMismatch:
+        raised = True
+    else:
+        raised = False
+    assert (record.failed == "gradients") is raised
+    if second is None:
+        assert record.grad_difference == pytest.approx(scale, rel=1e-3, abs=1e-6)
+        assert record.grad_limit == trials.GRAD_RTOL and record.grad_agreement is None
+        assert raised is (scale > trials.GRAD_RTOL * (1 + 1e-6)) or math.isclose(
+            scale, trials.GRAD_RTOL, rel_tol=1e-4
+        )
+    elif record.grad_agreement is not None:  # the draws shared something: compared
+        bound = record.agreement_limit
+        assert bound == trials.GRAD_AGREEMENT and record.grad_difference is None
+        assert raised is not (1 / bound <= record.grad_agreement <= bound) or math.isclose(
+            record.grad_agreement, bound, rel_tol=1e-3
+        )

@@ -40,6 +40,7 @@ _TUNING_DERIVED: dict[str, Any] = {
     "baseline": str,
     "chosen": str,
     "speedup": float | None,
+    "cudagraphs": bool,
     "candidates": list[dict[str, Any]],
 }
 

@@ -13,13 +13,92 @@ from typing import Any
 
 
 @dataclasses.dataclass
+class Check:
+    """How a checked candidate's first batch compared with the eager step on the same
+    batch and weights (`accelkit.torch.tuning.trial_guards`): each difference next to the
+    most it may be, for a passed candidate too, so a reader sees how close it came.
+
+    Attributes:
+        loss_difference: ``|candidate - eager| / |eager|`` of the loss (None: not
+            compared: the eager loss was 0 or not finite, or the candidate's not finite).
+        loss_limit: the most `loss_difference` may be: ``LOSS_RTOL``, plus what random
+            draws (dropout) move the loss, as a share of the eager loss.
+        grad_difference: ``|candidate - eager| / |eager|`` of the gradients' sample
+            (None: not compared, or compared by `grad_agreement`).
+        grad_limit: the most `grad_difference` may be (``GRAD_RTOL``).
+        grad_agreement: with random draws, the gradients' agreement with two eager draws
+            instead (1 for the same step, 0 for one without gradients).
+        agreement_limit: the factor of 1 `grad_agreement` must lie within
+            (``GRAD_AGREEMENT``).
+        failed: the check it failed, ``"loss"`` or ``"gradients"``; None: passed.
+
+    Example:
+        >>> Check(loss_difference=0.001, loss_limit=0.02, grad_difference=0.114,
+        ...       grad_limit=0.1, failed="gradients").describe()
+        'loss 0.1% <= 2%, gradients 11.4% > 10%'
+    """
+
+    loss_difference: float | None = None
+    loss_limit: float | None = None
+    grad_difference: float | None = None
+    grad_limit: float | None = None
+    grad_agreement: float | None = None
+    agreement_limit: float | None = None
+    failed: str | None = None
+
+    @property
+    def compared(self) -> bool:
+        """Whether any figure was compared (a compile error comes before the check)."""
+        return any(
+            value is not None
+            for value in (self.loss_difference, self.grad_difference, self.grad_agreement)
+        ) or self.failed is not None
+
+    def describe(self) -> str:
+        """The figures against their limits, in one short line ("-": nothing compared);
+        the gradients' figure is a share of the eager gradients' norm."""
+        parts = []
+        if self.loss_difference is not None and self.loss_limit is not None:
+            over = self.failed == "loss"
+            parts.append(f"loss {_against(self.loss_difference, self.loss_limit, over)}")
+        elif self.failed == "loss":
+            parts.append("loss not finite")
+        if self.grad_difference is not None and self.grad_limit is not None:
+            over = self.failed == "gradients"
+            parts.append(f"gradients {_against(self.grad_difference, self.grad_limit, over)}")
+        elif self.grad_agreement is not None and self.agreement_limit is not None:
+            bound = self.agreement_limit
+            parts.append(
+                f"gradients' agreement {self.grad_agreement:.3g} "
+                f"({'outside' if self.failed == 'gradients' else 'within'} "
+                f"{1 / bound:.3g}-{bound:.3g})"
+            )
+        elif self.failed == "gradients":
+            parts.append("gradients not finite")
+        return ", ".join(parts) or "-"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Check | None:
+        if not isinstance(data, Mapping):
+            return None
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in fields})
+
+
+def _against(share: float, limit: float, over: bool) -> str:
+    """``"11.4% > 10%"``: a share against its limit, three significant digits; `over`
+    (the check's verdict, not the rounded figures) picks the sign."""
+    return f"{share * 100:.3g}% {'>' if over else '<='} {limit * 100:.3g}%"
+
+
+@dataclasses.dataclass
 class Trial:
     """One candidate as measured: its settings, step times and what became of it.
 
     Attributes:
         name: e.g. ``"eager"``, ``"eager+fused"``, ``"compile+fused"``.
         settings: ``{"compile": bool, "optimizer": "fused" | "foreach" | "default"}``,
-            and under DDP ``"compression"``, ``"bucket_cap_mb"``, ``"static_graph"``,
+            ``"cudagraphs": True`` for the CUDA-graph candidate, and under DDP ``"compression"``, ``"bucket_cap_mb"``, ``"static_graph"``,
             ``"broadcast_buffers"``.
         status: ``"baseline"``, ``"chosen"``, ``"slower"``, ``"failed"`` or ``"skipped"``.
         step_seconds: median of the timed optimizer steps (None: not timed).
@@ -27,6 +106,8 @@ class Trial:
         steps: training steps (batches) the candidate trained on.
         compile_seconds: the first compiled step less the steady step time.
         why: the reason for the status, in words.
+        check: how its first batch compared with the eager step (a compiled or
+            CUDA-graph candidate; None: not checked, or it failed before the check).
     """
 
     name: str
@@ -37,9 +118,18 @@ class Trial:
     steps: int = 0
     compile_seconds: float | None = None
     why: str = ""
+    check: Check | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Trial:
+        """The trial `to_dict` gave; one saved before a field existed gets its default."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        found = {k: v for k, v in data.items() if k in fields}
+        found["check"] = Check.from_dict(found.get("check"))
+        return cls(**found)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +166,11 @@ class TuneResult:
         return next((t for t in self.trials if t.status == "chosen"), self.trials[0])
 
     @property
+    def cudagraphs(self) -> bool:
+        """Whether the kept step replays CUDA graphs (``torch.compile(mode="reduce-overhead")``)."""
+        return self.decision == "tuned" and bool(self.chosen.settings.get("cudagraphs"))
+
+    @property
     def speedup(self) -> float | None:
         """The kept candidate's median step against the baseline's (1.0: baseline kept)."""
         base, best = self.baseline.step_seconds, self.chosen.step_seconds
@@ -84,10 +179,7 @@ class TuneResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TuneResult:
         """The result `to_dict` gave (``report.tuning``)."""
-        fields = {f.name for f in dataclasses.fields(Trial)}
-        trials = tuple(
-            Trial(**{k: v for k, v in t.items() if k in fields}) for t in data.get("candidates", ())
-        )
+        trials = tuple(Trial.from_dict(t) for t in data.get("candidates", ()))
         return cls(
             decision=str(data.get("decision", "")),
             trials=trials,
@@ -108,6 +200,7 @@ class TuneResult:
             "seconds": round(self.seconds, 3),
             "steps": self.steps,
             "compile": self.compile,
+            "cudagraphs": self.cudagraphs,
             "optimizer": self.optimizer,
             "ddp": dict(self.ddp),
             "candidates": [t.to_dict() for t in self.trials],

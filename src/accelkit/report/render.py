@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.advisor.projection import Projection, leaders, ranked
 from accelkit.profiling.metrics import label
+from accelkit.profiling.tuning import Check
 from accelkit.report.phases import describe, run_time
 from accelkit.report.text import paragraph, printable, table, terminal_width
 from accelkit.utils import units
@@ -300,7 +301,8 @@ def _all_reduce_wait(r: RunReport) -> str:
 
 
 def render_tuning(tuning: Mapping[str, Any], width: int | None = None) -> str:
-    """What `tune` measured: one row per candidate, the kept one marked.
+    """What `tune` measured: one row per candidate, the kept one marked; a checked
+    candidate's loss and gradient differences from the eager step against their limits.
 
     Example:
         >>> print(render_tuning(report.tuning))  # doctest: +SKIP
@@ -327,16 +329,18 @@ def render_tuning(tuning: Mapping[str, Any], width: int | None = None) -> str:
                 + (f" ({spread[0] * 1e3:.2f}-{spread[1] * 1e3:.2f})" if len(spread) == 2 else "")
             )
         )
+        check = Check.from_dict(c.get("check"))
         rows.append(
             (
                 c.get("name", "?"),
                 c.get("status", "?"),
                 timing,
                 _num(c.get("compile_seconds")),
+                check.describe() if check else "-",
                 c.get("why") or "",
             )
         )
-    headers = ("candidate", "status", "step ms (min-max)", "compile s", "why")
+    headers = ("candidate", "status", "step ms (min-max)", "compile s", "check vs eager", "why")
     return paragraph(head, width) + "\n" + table(headers, rows, width=width)
 
 

@@ -5,8 +5,9 @@ first batch disagrees with the eager step on the same batch and weights
 (`checked`: `check_loss` and `check_grads`, against the
 `accelkit.torch.tuning.reference.Reference`; the limits are
 `accelkit.torch.tuning.trials.LOSS_RTOL`, ``GRAD_RTOL``, ``LOSS_NOISE_FACTOR`` and
-``GRAD_AGREEMENT``). A step
-that failed mid-way must not leave the gradient scaler waiting (`reset_scaler`).
+``GRAD_AGREEMENT``); each comparison's figures and limits go into the trial's
+`accelkit.profiling.tuning.Check`, passed or failed. A step that failed mid-way must not
+leave the gradient scaler waiting (`reset_scaler`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from accelkit.profiling.tuning import Check
 from accelkit.torch.training.step import Step
 from accelkit.torch.tuning import trials
 from accelkit.torch.tuning.reference import Reference
@@ -44,13 +46,15 @@ class LossMismatch(ValueError):
     """The candidate's step computes something else than the eager step."""
 
 
-def checked(step: Step, reference: Reference, sample: Callable[[], Any]) -> Step:
+def checked(
+    step: Step, reference: Reference, sample: Callable[[], Any], record: Check | None = None
+) -> Step:
     """`step` that checks its first batch against the eager `reference`: the loss as its
     forward pass returns it (before its backward pass), then the gradients that batch
     gave (`sample()` less the gradients there before) at the next forward pass or
     optimizer step, whichever comes first, so a step that disagrees fails before the
     optimizer steps on it. Train every batch of the candidate's first optimizer step
-    through it."""
+    through it; `record` gets the figures compared."""
     forward_loss, optimizer_step = step.forward_loss, step.optimizer_step
     before = sample()
     pending = {"loss": True, "grads": False}
@@ -58,14 +62,14 @@ def checked(step: Step, reference: Reference, sample: Callable[[], Any]) -> Step
     def check_pending_grads() -> None:
         if pending["grads"]:
             pending["grads"] = False
-            check_grads(sample() - before, reference)
+            check_grads(sample() - before, reference, record)
 
     def checking_forward(batch: Any) -> Any:
         check_pending_grads()
         loss = forward_loss(batch)
         if pending["loss"]:
             pending["loss"], pending["grads"] = False, True
-            check_loss(float(loss.detach().float()), reference)
+            check_loss(float(loss.detach().float()), reference, record)
         return loss
 
     def checking_optimizer_step() -> None:
@@ -77,33 +81,47 @@ def checked(step: Step, reference: Reference, sample: Callable[[], Any]) -> Step
     )
 
 
-def check_loss(compiled: float, reference: Reference) -> None:
+def check_loss(compiled: float, reference: Reference, record: Check | None = None) -> None:
     """LossMismatch when the compiled loss is not the eager one at the loss's own scale:
     within `trials.LOSS_RTOL` of it, plus what random draws move it where there are any
-    (`accelkit.torch.tuning.reference.Reference.loss_noise`).
+    (`accelkit.torch.tuning.reference.Reference.loss_noise`). `record` gets the relative
+    difference and its limit, passed or not.
 
     Example:
-        >>> eager = Reference(loss=1.4e-3, grads=None)
-        >>> check_loss(1.0e-3, eager)  # doctest: +IGNORE_EXCEPTION_DETAIL
+        >>> eager, record = Reference(loss=1.4e-3, grads=None), Check()
+        >>> check_loss(1.0e-3, eager, record)  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
         accelkit.torch.tuning.trial_guards.LossMismatch: loss 0.001 differs from the eager ...
+        >>> record.describe()
+        'loss 28.6% > 2%'
     """
+    record = record if record is not None else Check()
     eager = reference.loss
     if not math.isfinite(eager):  # the eager step's own NaN: the user's, not the compile's
         return
-    if not math.isfinite(compiled):
-        raise LossMismatch(f"loss {compiled} where the eager loss was {eager:.6g}")
     allowed = trials.LOSS_RTOL * abs(eager) + reference.loss_noise
-    if abs(compiled - eager) > allowed + trials.LOSS_ATOL:
+    scale = abs(eager)
+    if scale:
+        record.loss_limit = _figure(allowed / scale)
+    if not math.isfinite(compiled):
+        record.failed = "loss"
+        raise LossMismatch(f"loss {compiled} where the eager loss was {eager:.6g}")
+    differs = abs(compiled - eager)
+    if scale:
+        record.loss_difference = _figure(differs / scale)
+    if differs > allowed + trials.LOSS_ATOL:
+        record.failed = "loss"
+        by = f"{differs / scale * 100:.3g}% of it" if scale else f"{differs:.3g}"
         raise LossMismatch(
             f"loss {compiled:.6g} differs from the eager {eager:.6g} on the same batch "
-            f"by more than {trials.LOSS_RTOL:.0%} of it{_noise(reference.loss_noise)}"
+            f"by {by}, more than {trials.LOSS_RTOL:.0%}{_noise(reference.loss_noise)}"
         )
 
 
-def check_grads(compiled: Any, reference: Reference) -> None:
+def check_grads(compiled: Any, reference: Reference, record: Check | None = None) -> None:
     """LossMismatch when the compiled step's gradients (on the
-    `accelkit.torch.tuning.reference.GradSample`) are not the eager ones.
+    `accelkit.torch.tuning.reference.GradSample`) are not the eager ones; `record` gets
+    the figure compared and its limit, passed or not.
 
     Without random draws, the norm of their difference must stay within
     `trials.GRAD_RTOL` of the eager gradients' norm. With them (dropout), the compiled
@@ -112,33 +130,47 @@ def check_grads(compiled: Any, reference: Reference) -> None:
     step, whatever the noise (0 for a step without gradients, -1 for one going the
     wrong way), and must lie within a factor `trials.GRAD_AGREEMENT` of 1.
     """
+    record = record if record is not None else Check()
     eager = reference.grads
     if eager is None or not bool(eager.isfinite().all()):  # an fp16 overflow: the scaler skips
         return
     if reference.second_grads is not None:
-        _check_agreement(compiled, eager, reference.second_grads)
+        _check_agreement(compiled, eager, reference.second_grads, record)
         return
     scale = float(eager.norm())
     differs = float((compiled - eager).norm())
+    record.grad_limit = trials.GRAD_RTOL
+    if scale and math.isfinite(differs):
+        record.grad_difference = _figure(differs / scale)
     if not math.isfinite(differs) or differs > trials.GRAD_RTOL * scale:
+        record.failed = "gradients"
         raise LossMismatch(
             f"gradients differ from the eager step's on the same batch: |compiled - eager| "
             f"= {differs:.3g} where |eager| = {scale:.3g}, more than {trials.GRAD_RTOL:.0%}"
         )
 
 
-def _check_agreement(compiled: Any, first: Any, second: Any) -> None:
+def _check_agreement(compiled: Any, first: Any, second: Any, record: Check) -> None:
     shared = float(first @ second)
     if not shared > 0:  # the draws share nothing measurable: no test can tell
         return
     agreement = float(compiled @ (first + second)) / (2 * shared)
     bound = trials.GRAD_AGREEMENT
+    record.agreement_limit = bound
+    if math.isfinite(agreement):
+        record.grad_agreement = _figure(agreement)
     if not (1 / bound <= agreement <= bound):  # also False for NaN
+        record.failed = "gradients"
         raise LossMismatch(
             f"gradients disagree with the eager step's on the same batch: their agreement "
             f"with two eager random draws is {agreement:.3g} (1 for the same step, within "
             f"{bound:g}x of it)"
         )
+
+
+def _figure(value: float) -> float:
+    """Four significant digits: what a reader compares with a limit, no more."""
+    return float(f"{value:.4g}")
 
 
 def _noise(spread: float) -> str:

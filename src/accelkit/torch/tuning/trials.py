@@ -32,7 +32,9 @@ times, or when its first batch computes something else than the eager step on th
 same batch and weights: a NaN/inf loss where the eager one was finite, a loss off by
 more than ``LOSS_RTOL·|eager|``, or gradients off by more than ``GRAD_RTOL`` of the
 eager gradients' norm (with the spread of two random draws allowed on top for a
-forward that draws random numbers, such as dropout). The eager reference costs one
+forward that draws random numbers, such as dropout). Each checked candidate's record
+keeps the figures compared and their limits, passed or failed
+(`accelkit.profiling.tuning.Check`: ``check`` in ``report.tuning``). The eager reference costs one
 forward and backward pass (two with random draws) and leaves no trace: gradients,
 buffers and random number generators are put back (`accelkit.torch.tuning.reference`).
 The batch it failed on is trained again with the step that works, from zeroed

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from accelkit.profiling.tuning import Check
 from accelkit.torch.training.step import Step, TrainOne
 from accelkit.torch.tuning import graphs, levers, optimizers, reference, trials
 from accelkit.torch.tuning import trial_guards as guards
@@ -279,6 +280,8 @@ class Tuner:
             times, first = self._units(step, trial, undo, check)
         finally:
             trial.steps = self._steps - before
+            if trial.check is not None and not trial.check.compared:
+                trial.check = None  # it failed before its first comparison
         if trial.status == "failed":
             return trial
         if times:
@@ -303,7 +306,9 @@ class Tuner:
             if self._ended:
                 break
             try:
-                seconds = self._timed_unit(step, catch=undo is not None, check=check and unit == 0)
+                seconds = self._timed_unit(
+                    step, catch=undo is not None, check=trial if check and unit == 0 else None
+                )
             except guards.Failed as failed:
                 trial.status, trial.why = "failed", failed.why
                 assert undo is not None  # only candidates catch
@@ -322,10 +327,11 @@ class Tuner:
                 times.append(seconds)
         return times, first
 
-    def _timed_unit(self, step: Step, *, catch: bool, check: bool) -> float | None:
+    def _timed_unit(self, step: Step, *, catch: bool, check: Trial | None) -> float | None:
         """One optimizer step (`accumulation_steps` batches), device-synchronised at both
         ends; None when the data or the run's step limit ended it. With `catch`, an error
-        is a `guards.Failed` carrying the unit's batches; without, it passes through as it is."""
+        is a `guards.Failed` carrying the unit's batches; without, it passes through as it
+        is. With `check`, the unit's first batch is checked and the trial gets the figures."""
         taken: list[Any] = []
         self._sync()
         start = time.perf_counter()
@@ -336,8 +342,8 @@ class Tuner:
                 self._ended = True
                 return None
             taken.append(batch)
-            if check and len(taken) == 1:  # the whole unit: its gradients are checked later
-                this = self._checked(step, batch)
+            if check is not None and len(taken) == 1:  # the whole unit: grads checked later
+                this = self._checked(step, batch, check)
             self._on_step()
             if not catch:
                 self._train_one(batch, this)
@@ -377,8 +383,9 @@ class Tuner:
         if self._limit():
             self._ended = True
 
-    def _checked(self, step: Step, batch: Any) -> Step:
-        """`step`, checked on `batch` against the baseline's eager step (`reference`)."""
+    def _checked(self, step: Step, batch: Any, trial: Trial) -> Step:
+        """`step`, checked on `batch` against the baseline's eager step (`reference`); the
+        figures compared go to ``trial.check``."""
         torch = self._torch
         params = [p for p in self._module.parameters() if p.requires_grad]
         sample = reference.GradSample(params, torch)
@@ -392,7 +399,8 @@ class Tuner:
             torch=torch,
             average=self._as_reduced,
         )
-        return guards.checked(step, eager, sample)
+        trial.check = Check()
+        return guards.checked(step, eager, sample, trial.check)
 
     def _eager_step(self) -> Callable[[Any], Any]:
         """The baseline's forward and backward pass as the loop runs one micro-step, on
