@@ -12,11 +12,16 @@ default, multi-tensor implementation), one process each model:
   .memory.per_gpu_bytes``;
 - the measurement is ``torch.cuda.max_memory_allocated()`` over three training steps.
 
+``--part fit`` trains the same models through ``accelkit.torch.fit`` (6 steps, tune off),
+which measures the activations on its first step itself, and prints the prediction it
+reports (``facts["predicted_memory_bytes"]``) against the peak it measures.
+
 ``--part checkpointing`` trains a Llama-style 300M model (``LlamaForCausalLM``, batch 8 x
 2,048) through ``accelkit.torch.fit`` with and without checkpointing and prints the MFU
 (model FLOPs) and HFU (the recomputed forward counted) it reports.
 
     PYTHONPATH=src python3 benchmarks/memory_model.py --part memory --out memory.json
+    PYTHONPATH=src python3 benchmarks/memory_model.py --part fit --out fit.json
     PYTHONPATH=src python3 benchmarks/memory_model.py --part checkpointing --out ckpt.json
 """
 
@@ -83,6 +88,39 @@ def memory_row(name: str, checkpointing: bool, batch: int, length: int) -> dict[
     }
 
 
+def fit_row(name: str, checkpointing: bool, batch: int, length: int) -> dict[str, Any]:
+    """What the fit itself predicts and measures (`accelkit.torch.measuring.memory_probe`)."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    import accelkit
+
+    layers, width, heads = GPT2[name]
+    plan = accelkit.auto_configure(framework="torch", verbose=False)
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=layers, n_embd=width, n_head=heads, n_positions=length)
+    model = GPT2LMHeadModel(config)
+    if checkpointing:
+        model.gradient_checkpointing_enable()
+    ids = torch.randint(0, config.vocab_size, (batch, length))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    report = accelkit.torch.fit(model, [{"input_ids": ids, "labels": ids}] * 6, optimizer,
+                                None, plan=plan, progress=False, tune=False)  # fmt: skip
+    facts = report.facts
+    predicted = facts.get("predicted_memory_bytes")
+    return {
+        "model": name,
+        "checkpointing": checkpointing,
+        "params": sum(p.numel() for p in model.parameters()),
+        "activation_bytes": facts.get("activation_bytes"),
+        "predicted_bytes": predicted,
+        "measured_bytes": report.peak_memory_bytes,
+        "predicted_over_measured": predicted / report.peak_memory_bytes if predicted else None,
+        "memory_choice": facts.get("memory_choice"),
+        "memory_estimate": facts.get("memory_estimate"),
+    }
+
+
 def checkpointing_row(checkpointing: bool, steps: int) -> dict[str, Any]:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -121,9 +159,13 @@ def checkpointing_row(checkpointing: bool, steps: int) -> dict[str, Any]:
     }
 
 
+def _figure(value: float | None, unit: float, spec: str) -> str:
+    return "-" if value is None else format(value / unit, spec)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("memory", "checkpointing"), default="memory")
+    parser.add_argument("--part", choices=("memory", "fit", "checkpointing"), default="memory")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--length", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=20, help="fit steps (checkpointing)")
@@ -132,19 +174,24 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     rows = []
-    if args.part == "memory":
+    if args.part in ("memory", "fit"):
+        measure = memory_row if args.part == "memory" else fit_row
         print(
             f"{'model':<13}{'ckpt':>5}{'params':>8}{'act GB':>8}{'pred GB':>9}"
             f"{'meas GB':>9}{'ratio':>7}"
         )
         for name in GPT2:
             for checkpointing in (False, True):
-                row = memory_row(name, checkpointing, args.batch, args.length)
+                row = measure(name, checkpointing, args.batch, args.length)
                 rows.append(row)
+                gb = [
+                    _figure(row[key], 1e9, ".2f")
+                    for key in ("activation_bytes", "predicted_bytes", "measured_bytes")
+                ]
                 print(
                     f"{name:<13}{'yes' if checkpointing else 'no':>5}{row['params'] / 1e9:>7.2f}B"
-                    f"{row['activation_bytes'] / 1e9:>8.2f}{row['predicted_bytes'] / 1e9:>9.2f}"
-                    f"{row['measured_bytes'] / 1e9:>9.2f}{row['predicted_over_measured']:>7.3f}",
+                    f"{gb[0]:>8}{gb[1]:>9}{gb[2]:>9}"
+                    f"{_figure(row['predicted_over_measured'], 1, '.3f'):>7}",
                     flush=True,
                 )
                 gc.collect()
