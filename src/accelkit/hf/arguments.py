@@ -8,6 +8,18 @@ from typing import Any
 from accelkit.planning import Plan
 from accelkit.planning.keys import Key
 from accelkit.planning.types import Distribution, Precision
+from accelkit.utils.log import logger
+
+# Why a CPU plan gets no `fsdp` fields. Accelerate turns an FSDP plugin into
+# DistributedType.FSDP only for accelerator process groups (AcceleratorState.__init__,
+# accelerate/state.py: MULTI_GPU, MULTI_XPU...); a gloo group on the CPU stays MULTI_CPU
+# and the Trainer wraps the model in DDP instead, saying nothing (tests/hf/test_fsdp_launch.py).
+CPU_NOT_SHARDED = (
+    "the Hugging Face Trainer cannot shard on the CPU (Accelerate shards only on GPUs and "
+    "other accelerators): training_arguments gives no fsdp fields, and the Trainer trains "
+    "data-parallel, every rank holding the whole model; accelkit.torch.fit shards with "
+    "FSDP2 on the CPU"
+)
 
 
 def training_arguments(plan: Plan) -> dict[str, Any]:
@@ -27,6 +39,9 @@ def training_arguments(plan: Plan) -> dict[str, Any]:
       to the CPU when its ``fsdp.cpu_offload`` is. Transformers 5 takes ``fsdp=True``;
       4.x takes ``"full_shard auto_wrap"`` (``offload`` added); a 4.x release that
       predates ``fsdp_config["version"]`` applies the same settings with FSDP1.
+      Not on a CPU plan: Accelerate shards only on GPUs (and other accelerators), and
+      the Trainer given ``fsdp`` on the CPU would train data-parallel without a word;
+      the fields are left out and a warning says so.
 
     The loader's worker count is not in a plan: the advisor suggests one from the
     input wait it measured (`report.advice`).
@@ -50,7 +65,10 @@ def training_arguments(plan: Plan) -> dict[str, Any]:
         "dataloader_pin_memory": gpu,
     }
     if Distribution.parse(plan.distribution) is Distribution.FSDP:
-        arguments.update(_fsdp(plan))
+        if gpu:
+            arguments.update(_fsdp(plan))
+        else:
+            logger.warning("accelkit: %s", CPU_NOT_SHARDED)
     return arguments
 
 

@@ -195,7 +195,31 @@ class AccelkitCallback(transformers.TrainerCallback):
         self._steps.attach(model)
         # the Trainer wrapped `model` in DDP before this call (its callbacks get the module)
         trainer_timing.time_all_reduce(trainer_timing.wrapper_of(model), self.meter)
+        self._sharding_facts(args, model)
         self._start_trials(args, state, model, optimizer)
+
+    def _sharding_facts(self, args: Any, model: Any) -> None:
+        """The Trainer's FSDP2 sharding as the fit records its own (``facts["sharding"]``),
+        or, when the plan or ``args.fsdp`` asked for it and the model is whole, why not."""
+        from accelkit.torch.distributed import sharding
+
+        assert self.meter is not None
+        found = sharding.described(model)
+        if found is not None:
+            self.meter.facts["sharding"] = found.to_dict()
+            return
+        plan = self.options.plan
+        planned = plan is not None and sharding.wanted(plan)
+        fsdp1 = any(type(m).__name__ == "FullyShardedDataParallel" for m in model.modules())
+        if fsdp1 or not (planned or getattr(args, "fsdp", None)):
+            return
+        why = (
+            "Accelerate shards only on GPUs and other accelerators: it is data-parallel"
+            if getattr(args, "fsdp", None)
+            else "its TrainingArguments have no fsdp (training_arguments gives it on GPU plans)"
+        )
+        asked = "the plan shards with FSDP2" if planned else "TrainingArguments(fsdp=...)"
+        self.meter.note("sharding", f"{asked}, not applied: the Trainer did not shard, {why}")
 
     def _before_loggers(self) -> None:
         handler = _order.handler_calling(self)

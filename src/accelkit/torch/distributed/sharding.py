@@ -298,6 +298,67 @@ def shard(module: Any, plan: Plan, device: Any, optimizer: Any = None) -> Sharde
     return done
 
 
+def described(module: Any) -> Sharded | None:
+    """What FSDP2 did to `module` when something else sharded it (a trainer, the script),
+    as `shard` records it, ``by_script`` True (accelkit applied nothing); None when
+    `module` is not an FSDP2 root (or this PyTorch has no FSDP2).
+
+    The units are the FSDP2 modules under the root (named by their own class:
+    ``fully_shard`` makes ``FSDPGPT2Block`` of ``GPT2Block``); checkpointing is a
+    ``CheckpointWrapper`` around them (Accelerate's), this module's own, or Transformers'
+    gradient (activation) checkpointing; offload, local shards in host memory on a GPU run.
+    FSDP2 has no public getter of its policy: it is read from the root's state, and
+    left None when that is not found.
+
+    Example:
+        >>> import torch
+        >>> described(torch.nn.Linear(2, 2)) is None
+        True
+    """
+    try:
+        api = fsdp_api()
+    except RuntimeError:
+        return None
+    if not isinstance(module, api.FSDPModule):
+        return None
+    units = [(n, m) for n, m in module.named_modules() if n and isinstance(m, api.FSDPModule)]
+    state = module._get_fsdp_state()  # private: FSDP2 has no public one
+    policy = getattr(state, "_mp_policy", None)
+    device = getattr(state, "_device", None)
+    on_gpu = device is not None and device.type != "cpu"
+    return Sharded(
+        blocks=_unsharded_class(units[0][1], api) if units else "",
+        count=len(units),
+        where=_container(units[0][0].replace("._checkpoint_wrapped_module", "")) if units else "",
+        param_dtype=_name(getattr(policy, "param_dtype", None)),
+        reduce_dtype=_name(getattr(policy, "reduce_dtype", None)),
+        checkpointing=_checkpointed_blocks(module),
+        offload=on_gpu and any(_local(p).device.type == "cpu" for p in module.parameters()),
+        by_script=True,
+    )
+
+
+def _local(parameter: Any) -> Any:
+    """This rank's shard of a DTensor parameter (a plain tensor: itself)."""
+    to_local = getattr(parameter, "to_local", None)
+    return parameter if to_local is None else to_local()
+
+
+def _unsharded_class(unit: Any, api: SimpleNamespace) -> str:
+    return next(c for c in type(unit).__mro__ if not issubclass(c, api.FSDPModule)).__name__
+
+
+def _checkpointed_blocks(module: Any) -> bool:
+    # Transformers 5 renamed is_gradient_checkpointing (deprecated) to is_activation_...
+    names = ("is_activation_checkpointing", "is_gradient_checkpointing")
+    name = next((n for n in names if hasattr(type(module), n)), None)
+    return bool(name and getattr(module, name)) or any(
+        type(m).__name__ == "CheckpointWrapper"
+        or isinstance(m.__dict__.get("forward"), functools.partial)
+        for m in module.modules()
+    )
+
+
 def check_optimizer_state(optimizer: Any) -> None:
     """ValueError when `optimizer` has state already (it stepped before the fit): that
     state is of the whole parameters, and FSDP2 trains shards of them.
