@@ -51,6 +51,17 @@ def _tuned(option: str, value: Any) -> dict[str, Any]:
     }
 
 
+def _dropped_cuda_graphs() -> dict[str, Any]:
+    """A tune record whose CUDA-graph candidate failed its gradients check."""
+    record = _tuned("cudagraphs", True)
+    graphs = record["candidates"][1]
+    graphs["settings"]["compile"] = True
+    graphs.update(status="failed", step_seconds=None, why="gradients differ")
+    graphs["check"] = {"loss_difference": 0.002, "loss_limit": 0.02, "grad_difference": 0.114,
+                       "grad_limit": 0.1, "failed": "gradients"}
+    return record
+
+
 _OPT = {
     "type": "AdamW",
     "implementation": "for-loop",
@@ -206,6 +217,23 @@ EXAMPLES: dict[str, Callable[[], Example]] = {
             H200, step_time_s=0.03, facts={"compiled": False}, tuning=_tuned("compile", True)
         ),
     ),
+    "cuda_graphs": lambda: (
+        H200,
+        None,
+        measured_on(
+            H200,
+            gpu_utilization=58.0,
+            step_time_s=0.024,
+            input_wait_share=0.01,
+            facts={"compiled": False},
+            tuning=_dropped_cuda_graphs(),
+        ),
+    ),
+    "cuda_graphs, not tuned": lambda: (
+        H200,
+        None,
+        measured_on(H200, gpu_utilization=58.0, step_time_s=0.024, facts={"compiled": False}),
+    ),
     "fused_optimizer": lambda: (
         H200,
         None,
@@ -314,6 +342,7 @@ EXAMPLES: dict[str, Callable[[], Example]] = {
 }
 _RULE_OF = {
     "compile, tuned": "compile",
+    "cuda_graphs, not tuned": "cuda_graphs",
     "precision_bf16": "precision",
     "memory_headroom": "memory",
     "memory_pressure": "memory",

@@ -5,7 +5,9 @@ optimizer, torch.compile) on the user's model for a few real steps and keeps the
 fastest. Its record, ``report.to_dict()["tuning"]``, is None when the run was not
 tuned, else `accelkit.profiling.tuning.TuneResult.to_dict()`: the decision, the
 kept candidate, and per candidate its settings (``{"compile": bool, "optimizer":
-"fused" | "foreach" | "default"}``), status, median step and spread.
+"fused" | "foreach" | "default"}``, ``"cudagraphs": True`` for CUDA graphs), status,
+median step and spread, and for a checked candidate how its first batch compared with
+the eager step (``check``: `accelkit.profiling.tuning.Check`).
 
 A rule that can point at a measured figure uses it before any estimate: the
 same model, the same run, median step times.
@@ -30,6 +32,9 @@ class Option(NamedTuple):
 
 
 COMPILE = Option(("compile",), lambda s: bool(s.get("compile")))
+# torch.compile's CUDA graphs (mode="reduce-overhead", accelkit.torch.tuning.graphs); such a
+# candidate is compiled too ("compile": True).
+CUDA_GRAPHS = Option(("cudagraphs",), lambda s: bool(s.get("cudagraphs")))
 FUSED_OPTIMIZER = Option(("optimizer",), lambda s: s.get("optimizer") in ("fused", "foreach"))
 # DistributedDataParallel's levers (accelkit.torch.tuning.levers); DDP's default bucket is 25 MB.
 BF16_GRADIENTS = Option(("compression",), lambda s: s.get("compression") == "bf16")
@@ -64,6 +69,9 @@ class Compared(Trial):
             found[f"{prefix}.compile_s"] = round(self.compile_seconds, 1)
         if self.why:
             found[f"{prefix}.why"] = self.why
+        if self.check is not None:
+            figures = dataclasses.asdict(self.check)
+            found.update({f"{prefix}.check.{k}": v for k, v in figures.items() if v is not None})
         return found
 
 

@@ -17,6 +17,7 @@ from accelkit.advisor.context import Context
 from accelkit.advisor.rules import (
     alignment,
     compilation,
+    cuda_graphs,
     distribution,
     input_wait,
     keras_policy,
@@ -50,6 +51,7 @@ RULES: list[Rule] = [
     phases.other_time,
     utilisation.launch_overhead,
     compilation.torch_compile,
+    cuda_graphs.cuda_graphs,
     optimizer.fused_optimizer,
     precision.precision,
     keras_policy.keras_policy,
