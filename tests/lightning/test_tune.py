@@ -1,5 +1,7 @@
 """AccelkitCallback(tune=...) in real Lightning fits (CPU): the trials run on the fit's own
-first batches, a wrong compiled forward is dropped before the fit trains on it."""
+first batches; the compiled candidate is the module's whole training_step (forward and
+loss), its self.log calls kept; a wrong compiled step or forward is dropped before the fit
+trains on it; nothing stays compiled after the fit."""
 
 from __future__ import annotations
 
@@ -31,16 +33,33 @@ class Net(torch.nn.Module):
 
 
 class Classifier(pl.LightningModule):
-    def __init__(self, constant: bool = False, manual: bool = False) -> None:
+    """`constant`: its compiled forward gives constant logits; `wrong_loss`: its compiled
+    training_step doubles the loss (the forward alone compiles right); `step_log`: it logs
+    ``self.global_step``, a value dynamo guards on that changes every step."""
+
+    def __init__(
+        self,
+        constant: bool = False,
+        manual: bool = False,
+        wrong_loss: bool = False,
+        step_log: bool = False,
+    ) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.net = Net(constant)
         self.automatic_optimization = not manual
+        self.wrong_loss, self.step_log = wrong_loss, step_log
 
     def training_step(self, batch: Any, index: int) -> Any:
         x, y = batch
         loss = torch.nn.functional.cross_entropy(self.net(x), y)
+        if self.wrong_loss and torch.compiler.is_compiling():
+            loss = loss * 2.0
         self.log("train_loss", loss)
+        self.log("index", float(index))  # a float that changes every step
+        self.log_dict({"x_mean": x.mean(), "half": 0.5})
+        if self.step_log:
+            self.log("step", float(self.global_step))
         if not self.automatic_optimization:
             optimizer = self.optimizers()
             optimizer.zero_grad()
@@ -52,49 +71,159 @@ class Classifier(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
+class Steps(pl.Callback):
+    """What each training batch logged, whether it ran the compiled training_step, and the
+    graphs dynamo had compiled by its end."""
+
+    def __init__(self) -> None:
+        self.logged: list[dict[str, float]] = []
+        self.compiled: list[bool] = []
+        self.graphs: list[int] = []
+
+    def on_train_batch_start(self, trainer: Any, module: Any, *args: Any) -> None:
+        # after the AccelkitCallback's: what this batch trains with
+        self.compiled.append("training_step" in vars(module))
+
+    def on_train_batch_end(self, trainer: Any, module: Any, *args: Any) -> None:
+        from torch._dynamo.utils import counters
+
+        self.logged.append({k: float(v) for k, v in trainer.callback_metrics.items()})
+        self.graphs.append(int(counters["stats"]["unique_graphs"]))
+
+
 def fit(module: Any, **options: Any) -> AccelkitCallback:
+    return fit_with_steps(module, **options)[0]
+
+
+def fit_with_steps(
+    module: Any, batches: int = STEPS, **options: Any
+) -> tuple[AccelkitCallback, Steps]:
+    generator = torch.Generator().manual_seed(2)
     data = torch.utils.data.TensorDataset(
-        torch.randn(8 * STEPS, 16), torch.randint(0, 4, (8 * STEPS,))
+        torch.randn(8 * batches, 16, generator=generator),
+        torch.randint(0, 4, (8 * batches,), generator=generator),
     )
-    callback = AccelkitCallback(**options)
+    callback, steps = AccelkitCallback(**options), Steps()
     trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
-                         callbacks=[callback])  # fmt: skip
+                         callbacks=[callback, steps])  # fmt: skip
     trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=8))
-    return callback
+    return callback, steps
+
+
+def by_name(callback: AccelkitCallback) -> dict[str, Any]:
+    return {c["name"].split("+")[0]: c for c in callback.report.tuning["candidates"]}
 
 
 def test_tune_runs_the_trials_on_the_fits_first_batches() -> None:
     module = Classifier()
     with compiled_as():
-        callback = fit(module, tune=True)
+        callback, steps = fit_with_steps(module, tune=True)
     report = callback.report
     tuning = report.tuning
     assert tuning["decision"] == "tuned" and tuning["steps"] == trials.trial_steps(1, cuda=False)
     names = [c["name"].split("+")[0] for c in tuning["candidates"]]
-    assert names == ["eager", "eager", "compile"]
+    assert names == ["eager", "eager", "compile step"]  # the forward alone: only if it fails
     assert report.steps == STEPS  # every batch trained once, the trials included
     assert report.warmup_steps > tuning["steps"]  # the figures are the kept step's
     compiled = tuning["candidates"][2]
     assert compiled["status"] in ("chosen", "slower"), compiled["why"]
-    assert ("forward" in vars(module.net)) == (compiled["status"] == "chosen")
+    assert compiled["settings"]["compiled"] == "training_step"
+    assert steps.compiled[-1] == (compiled["status"] == "chosen")  # kept for the fit...
+    assert "training_step" not in vars(module) and "forward" not in vars(module.net)  # ...only
+
+
+def test_a_wrong_compiled_training_step_is_dropped_and_the_forward_is_tried() -> None:
+    module = Classifier(wrong_loss=True)
+    with compiled_as():
+        callback, steps = fit_with_steps(module, tune=True)
+    step, forward = by_name(callback)["compile step"], by_name(callback)["compile"]
+    assert step["status"] == "failed" and "loss" in step["why"], step["why"]
+    assert step["steps"] == 1  # checked on its first batch, which trained with the best so far
+    assert forward["status"] in ("chosen", "slower"), forward["why"]
+    assert forward["settings"]["compiled"] == "forward"
+    assert not any(steps.compiled)  # no batch trained through the wrong step
+    # Nothing trained on the doubled loss: the logged losses are those of a run without tune.
+    _, control = fit_with_steps(Classifier(wrong_loss=True), tune=False)
+    got = [row["train_loss"] for row in steps.logged]
+    want = [row["train_loss"] for row in control.logged]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_self_log_of_the_compiled_step_reaches_the_trainer_as_without_tune() -> None:
+    with compiled_as():
+        _, tuned = fit_with_steps(Classifier(), tune=True)
+    _, control = fit_with_steps(Classifier(), tune=False)
+    compiled = [i for i, on in enumerate(tuned.compiled) if on]
+    assert len(compiled) >= trials.WARMUP_UNITS + trials.TIMED_UNITS - 1, tuned.compiled
+    for index in compiled:
+        got, want = tuned.logged[index], control.logged[index]
+        assert got.keys() == want.keys() == {"train_loss", "index", "x_mean", "half"}
+        assert got["index"] == want["index"] == index and got["half"] == 0.5
+        assert got["x_mean"] == pytest.approx(want["x_mean"], rel=1e-6)
+        assert got["train_loss"] == pytest.approx(want["train_loss"], rel=1e-3)
+
+
+def test_the_compiled_step_does_not_recompile_per_step() -> None:
+    with compiled_as():
+        callback, steps = fit_with_steps(Classifier(), tune=True)
+    assert by_name(callback)["compile step"]["status"] in ("chosen", "slower")
+    on = [i for i, compiled in enumerate(steps.compiled) if compiled]
+    # Its first batches compile (the check's, then the batch index seen changing once);
+    # the steps after them run what was compiled, logging a tensor and a float each step.
+    after = [steps.graphs[i] for i in on[2:]]
+    assert len(after) > trials.TIMED_UNITS // 2 and len(set(after)) == 1, steps.graphs
+
+
+def test_a_training_step_that_recompiles_every_step_is_dropped() -> None:
+    module = Classifier(step_log=True)
+    with compiled_as():  # a trial more: the forward-only compile after it
+        callback, _ = fit_with_steps(module, STEPS + trials.WARMUP_UNITS + trials.TIMED_UNITS,
+                                     tune=True)  # fmt: skip
+    step = by_name(callback)["compile step"]
+    assert step["status"] == "failed" and "recompiles as it trains" in step["why"], step["why"]
+    assert by_name(callback)["compile"]["status"] in ("chosen", "slower")
+    assert "training_step" not in vars(module)
 
 
 def test_a_wrong_compiled_child_is_dropped_and_the_fit_trains_on() -> None:
     module = Classifier(constant=True)
     with compiled_as():
         callback = fit(module, tune=True)
-    compiled = callback.report.tuning["candidates"][2]
-    assert compiled["status"] == "failed" and "differs" in compiled["why"], compiled["why"]
-    assert "forward" not in vars(module.net)
+    step, forward = by_name(callback)["compile step"], by_name(callback)["compile"]
+    assert step["status"] == "failed" and "differs" in step["why"], step["why"]
+    assert forward["status"] == "failed" and "differs" in forward["why"], forward["why"]
+    assert "forward" not in vars(module.net) and "training_step" not in vars(module)
     assert callback.report.steps == STEPS
 
 
+class Quiet(Classifier):
+    def log(self, *args: Any, **kwargs: Any) -> None:
+        """Logs nothing: dynamo cannot trace Lightning's `log` (a script compiling its own
+        training_step must keep it out)."""
+
+    def log_dict(self, *args: Any, **kwargs: Any) -> None:
+        """Logs nothing."""
+
+
+def test_a_training_step_the_script_compiled_is_left_alone() -> None:
+    module = Quiet()
+    with compiled_as():
+        module.training_step = torch.compile(module.training_step)
+        script_step = module.training_step
+        callback = fit(module, tune=True)
+    assert by_name(callback)["compile"] == {**by_name(callback)["compile"], "status": "skipped"}
+    assert "the script compiled training_step" in by_name(callback)["compile"]["why"]
+    assert vars(module)["training_step"] is script_step
+
+
 def test_a_manual_optimization_module_is_not_tuned_and_says_why() -> None:
-    callback = fit(Classifier(manual=True), tune=True)
+    module = Classifier(manual=True)
+    callback, steps = fit_with_steps(module, tune=True)
     assert callback.report.tuning["decision"] == (
         "not tuned: the LightningModule steps its own optimizers (automatic_optimization=False)"
     )
+    assert not any(steps.compiled)
 
 
 def test_auto_leaves_a_cpu_fit_untouched_and_false_records_nothing() -> None:

@@ -1,20 +1,27 @@
 """`tune` in a Lightning fit: the trials of `AccelkitCallback(tune=...)`.
 
 The callback tells `accelkit.torch.tuning.in_trainer.TrainerTrials` where each training
-batch begins and ends; this module builds them for the fit: the LightningModule's
-children that hold parameters are what the compiled candidate compiles (a
-``training_step`` that calls ``self(x)`` or ``self.model(x)`` reaches them either way;
-the loss computed in ``training_step`` stays eager), and the check's forward and
-backward pass is the module's own ``training_step`` under the Trainer's precision, its
-``self.log`` calls silenced.
+batch begins and ends; this module builds them for the fit. The compiled candidate is the
+module's own ``training_step``, forward and loss together, its ``self.log`` calls made
+after the compiled code (`accelkit.lightning._compiled_step`); where that fails, the
+LightningModule's children that hold parameters (a ``training_step`` that calls
+``self(x)`` or ``self.model(x)`` reaches them either way; the loss stays eager). A
+``training_step(dataloader_iter)`` draws its own batches: only its children are
+compiled. The check's forward and backward pass is the module's ``training_step`` (the
+compiled one while that candidate is on) under the Trainer's precision, its ``self.log``
+calls silenced.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
+from accelkit.lightning._compiled_step import CompiledStep
 from accelkit.lightning._flops import logging_off
 from accelkit.profiling.tuning import TuneResult
 from accelkit.torch.tuning.in_trainer import TrainerTrials, not_tuned, safely
@@ -41,6 +48,7 @@ def _trials_for(trainer: Any, pl_module: Any, mode: Any, meter: Any) -> TrainerT
         mode=mode,
         compile_targets=_with_parameters(pl_module),
         compile_fixed=_compiled_by_script(pl_module),
+        compile_step=_step_compiler(pl_module),
         planned_steps=_planned_batches(trainer, accumulate),
         batches_per_unit=accumulate,
         forward_backward=_forward_backward(trainer, pl_module),
@@ -64,10 +72,20 @@ def _with_parameters(pl_module: Any) -> list[Any]:
     return [child for child in pl_module.children() if any(True for _ in child.parameters())]
 
 
+def _step_compiler(pl_module: Any) -> Any:
+    """What compiles the module's ``training_step`` when tried, or None: one that takes
+    the loader's iterator draws batches itself, outside what one compiled call can hold."""
+    if "dataloader_iter" in inspect.signature(pl_module.training_step).parameters:
+        return None
+    return lambda: CompiledStep(torch, pl_module)
+
+
 def _compiled_by_script(pl_module: Any) -> str | None:
     """Why compile is the script's already, or None."""
     if getattr(pl_module, "_compiler_ctx", None):  # Lightning's record of torch.compile(module)
         return "the script compiled the LightningModule (torch.compile)"
+    if hasattr(vars(pl_module).get("training_step"), "_torchdynamo_orig_callable"):
+        return "the script compiled training_step (torch.compile)"
     for name, module in pl_module.named_modules():
         forward = vars(module).get("forward")
         if type(module).__name__ == "OptimizedModule" or hasattr(

@@ -101,7 +101,8 @@ class AccelkitCallback(_Callback):
         super().__init__()
         self.tune = check_mode(tune)
         self.options = MeterOptions.of(options, plan=plan)
-        self._trials: TrainerTrials | None = None
+        self._trials: TrainerTrials | None = None  # under way
+        self._tuned: TrainerTrials | None = None  # what to undo when the fit ends
         self.report: RunReport | None = None
         self.meter: Meter | None = None
         self._steps: OpenStep | None = None
@@ -198,9 +199,12 @@ class AccelkitCallback(_Callback):
     @override
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         """The user's error goes on unchanged (Lightning re-raises it); the sampler stops.
-        An interrupted fit (Ctrl-C) still gets its report, marked interrupted."""
+        An interrupted fit (Ctrl-C) still gets its report, marked interrupted; what tune
+        had on goes off."""
+        self._undo_tune()
         if self.meter is None or self._steps is None or self.report is not None:
             return
+        self._keep_trials()
         self._steps.abandon(exception)
         self.meter.epochs = self._epochs
         self.meter.__exit__(type(exception), exception, exception.__traceback__)
@@ -219,8 +223,19 @@ class AccelkitCallback(_Callback):
         if isinstance(found, TuneResult):
             self.meter.tuning = found.to_dict()
             return
-        self._trials = found
+        self._trials = self._tuned = found
         self._keep_trials()
+
+    @override
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        """The fit is over: what tune kept goes off (a later fit or test runs the module
+        as the script made it, and tunes afresh)."""
+        self._undo_tune()
+
+    def _undo_tune(self) -> None:
+        if self._tuned is not None:
+            self._tuned.undo()
+            self._tuned = None
 
     def _keep_trials(self) -> None:
         """Once the trials end: their record in the report; the kept candidate trains on."""

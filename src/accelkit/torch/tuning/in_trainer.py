@@ -9,8 +9,12 @@ switch candidates between steps. The candidates, limits and record are the fit's
 1. the trainer as configured (the baseline);
 2. the optimizer's fused (or foreach) implementation, switched in place
    (`accelkit.torch.tuning.optimizers`), when the script left that choice to PyTorch;
-3. ``torch.compile`` of the forward pass (`Compiled`), when neither the script nor the
-   trainer compiled the model.
+3. ``torch.compile`` of the whole training step, forward and loss (``"compile step"``),
+   where the door can compile it (the LightningModule's ``training_step``), else, or when
+   it fails, of the forward pass (`Compiled`), when neither the script nor the trainer
+   compiled the model. The forward-only compile runs only after the whole step failed:
+   it compiles part of the same code, so where the whole step was not clearly faster it
+   would not pay its compile time either, and a successful step costs no trial more.
 
 A unit is one optimizer step (`batches_per_unit` batches), timed with the device
 synchronised at both ends; each candidate runs `trials.WARMUP_UNITS` untimed units, then
@@ -21,7 +25,9 @@ the eager and the compiled forward and backward pass each run at the same weight
 (`check`), compared as the fit compares them (`trial_guards.check_loss`, ``check_grads``),
 the gradients, buffers and random number generators put back (`reference.kept`). One
 that fails the check, or raises while compiling, is dropped before the trainer's step
-runs: nothing trains on it, and that step trains with the best candidate so far.
+runs: nothing trains on it, and that step trains with the best candidate so far. One that
+compiles again during its timed steps (more than `RECOMPILES_ALLOWED` graphs: a guard on
+a value that changes every step, such as ``self.global_step``) is dropped too.
 """
 
 from __future__ import annotations
@@ -39,6 +45,11 @@ from accelkit.torch.tuning import optimizers, reference, trials
 from accelkit.torch.tuning import trial_guards as guards
 
 _log = logging.getLogger("accelkit")
+
+# Graphs a compiled candidate may compile during its timed steps: one automatic-dynamic
+# recompile (a batch index or a shape seen changing once) is normal; more means the step
+# recompiles as it goes.
+RECOMPILES_ALLOWED = 1
 
 
 class Compiled:
@@ -99,6 +110,9 @@ class TrainerTrials:
         mode: ``"auto"``, True or False, as the fit's ``tune``.
         compile_targets: the modules whose forward pass the compiled candidate compiles;
             empty leaves compile out.
+        compile_step: ``compile_step() -> switch`` (``on()``, ``off()``): the whole
+            training step compiled, tried before `compile_targets`, which are tried only
+            if it fails (None: the door has no step to compile).
         compile_fixed: why compile is not a candidate (the script or trainer compiled
             already), or None.
         planned_steps: the run's length in batches, for ``"auto"`` (None: unknown).
@@ -143,6 +157,7 @@ class TrainerTrials:
         mode: Any,
         compile_targets: list[Any],
         compile_fixed: str | None,
+        compile_step: Callable[[], Any] | None = None,
         planned_steps: int | None,
         batches_per_unit: int,
         forward_backward: Callable[[Any], Any],
@@ -155,12 +170,17 @@ class TrainerTrials:
         self._optimizer = optimizer
         self._mode = trials.check_mode(mode)
         self._targets, self._compile_fixed = compile_targets, compile_fixed
+        self._compile_step = compile_step
         self._planned = planned_steps
         self._unit = batches_per_unit
         self._forward_backward = forward_backward
         self._decide, self._on_step = decide, on_step
         self._trials: list[Trial] = []
-        self._queue: list[Callable[[], _Candidate | None]] = [self._fused, self._compiled]
+        self._queue: list[Callable[[], _Candidate | None]] = [
+            self._fused,
+            self._compiled_step,
+            self._compiled,
+        ]
         self._best = _Candidate("eager", {"compile": False, "optimizer": "default"}, _no, _no)
         self._current: _Candidate | None = None
         self._trial: Trial | None = None
@@ -169,7 +189,7 @@ class TrainerTrials:
         self._batches = self._units = self._steps = 0
         self._idle = 0  # batches to train untimed after a failed check, before the next
         self._started_at = self._unit_at = time.perf_counter()
-        self._breaks = 0
+        self._breaks = self._graphs = 0
         self.result: TuneResult | None = None
         self._start()
 
@@ -220,6 +240,8 @@ class TrainerTrials:
             self._storm()
         elif self._units > trials.WARMUP_UNITS:
             self._times.append(seconds)
+        if self._units == trials.WARMUP_UNITS:
+            self._graphs = _graphs_compiled()
         if self._units == trials.WARMUP_UNITS + trials.TIMED_UNITS:
             self._close()
 
@@ -240,6 +262,12 @@ class TrainerTrials:
             self._finish("not tuned: the training ended during the baseline's steps")
             return
         self._finish("tuned")
+
+    def undo(self) -> None:
+        """The training is over (or failed): the trials stop if under way, and the kept
+        candidate goes off, the modules and optimizer as the script made them."""
+        self.stop()
+        self._best.off()
 
     # -- candidates ------------------------------------------------------------------
 
@@ -277,6 +305,9 @@ class TrainerTrials:
         else:
             if candidate.settings.get("compile") and self._first:
                 trial.compile_seconds = round(max(self._first - trial.step_seconds, 0.0), 3)
+            if (why := self._recompiled(candidate)) is not None:
+                self._drop(why)  # and on to the next
+                return
             self._judge(trial, candidate)
         self._next()
 
@@ -343,21 +374,36 @@ class TrainerTrials:
             off=lambda: optimizers.use(self._optimizer, variant, False),
         )
 
+    def _compiled_step(self) -> _Candidate | None:
+        if self._compile_step is None or self._compile_fixed is not None:
+            return None  # `_compiled` records why compile is not a candidate
+        try:
+            switch = self._compile_step()
+        except Exception as error:  # noqa: BLE001 - the forward-only compile comes next
+            settings = {"compile": True, "compiled": "training_step"}
+            self._trials.append(Trial("compile step", settings, "failed", why=guards.why(error)))
+            return None
+        return self._compile_candidate("compile step", switch, "training_step")
+
     def _compiled(self) -> _Candidate | None:
         if self._compile_fixed is not None:
             self._skipped("compile", self._compile_fixed)
             return None
+        if any(t.settings.get("compiled") and t.status != "failed" for t in self._trials):
+            return None  # the whole step was measured: its forward alone would not pay
         if not self._targets:
             self._skipped("compile", "no module with parameters to compile")
             return None
         compiled = Compiled(self._torch, self._targets)
+        return self._compile_candidate("compile", compiled, "forward")
+
+    def _compile_candidate(self, name: str, switch: Any, compiled: str) -> _Candidate:
         optimizer = self._best.settings.get("optimizer", "default")
-        name = "compile" + ("" if optimizer == "default" else f"+{optimizer}")
         return _Candidate(
-            name,
-            {**self._best.settings, "compile": True},
-            on=compiled.on,
-            off=compiled.off,
+            name + ("" if optimizer == "default" else f"+{optimizer}"),
+            {**self._best.settings, "compile": True, "compiled": compiled},
+            on=switch.on,
+            off=switch.off,
             checked=True,
         )
 
@@ -398,6 +444,17 @@ class TrainerTrials:
                 torch.cuda.empty_cache()
             return guards.why(error)
         return None
+
+    def _recompiled(self, candidate: _Candidate) -> str | None:
+        if not candidate.settings.get("compile"):
+            return None
+        graphs = _graphs_compiled() - self._graphs
+        if graphs <= RECOMPILES_ALLOWED:
+            return None
+        return (
+            f"recompiles as it trains: {graphs} graphs compiled in its "
+            f"{trials.TIMED_UNITS} timed steps (a guard on a value that changes every step)"
+        )
 
     def _storm(self) -> None:
         if self._current is None or not self._current.settings.get("compile"):
@@ -473,3 +530,13 @@ def scalar_of(output: Any) -> Any:
 
 def _no() -> None:
     return None
+
+
+def _graphs_compiled() -> int:
+    """Graphs dynamo has compiled in this process (0 where its counter is not there)."""
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"]["unique_graphs"])
+    except Exception:  # noqa: BLE001 - a private counter: no count, no recompiles seen
+        return 0
