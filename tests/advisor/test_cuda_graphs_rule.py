@@ -23,8 +23,15 @@ CPU = HardwareInfo(source="cpu")
 FIT = {"compiled": False}
 # The H200 ResNet-50 B64 run of docs/benchmarks.md: the CUDA-graph candidate's gradients
 # were 11.4% of the eager gradients' norm away, past the 10% limit.
-PASSED = {"loss_difference": 0.0021, "loss_limit": 0.02, "grad_difference": 0.031,
-          "grad_limit": 0.1, "grad_agreement": None, "agreement_limit": None, "failed": None}
+PASSED = {
+    "loss_difference": 0.0021,
+    "loss_limit": 0.02,
+    "grad_difference": 0.031,
+    "grad_limit": 0.1,
+    "grad_agreement": None,
+    "agreement_limit": None,
+    "failed": None,
+}
 FAILED = dict(PASSED, grad_difference=0.114, failed="gradients")
 
 
@@ -68,7 +75,12 @@ def test_kept_cuda_graphs_leave_nothing_to_say() -> None:
 
 def test_dropped_by_the_check_names_the_check_and_its_figure_beside_compile_alone() -> None:
     graphs = candidate(
-        "cudagraphs", "failed", None, compile_=True, graphs=True, check=FAILED,
+        "cudagraphs",
+        "failed",
+        None,
+        compile_=True,
+        graphs=True,
+        check=FAILED,
         why="gradients differ from the eager step's on the same batch",
     )
     found = verdict(gpu_utilization=58.0, tuning=tuned(EAGER, COMPILE_SLOWER, graphs))
@@ -93,7 +105,12 @@ def test_dropped_by_an_error_says_the_error() -> None:
 
 def test_timed_faster_but_not_kept_gives_the_measured_ratio() -> None:
     graphs = candidate(
-        "cudagraphs", "skipped", 0.016, compile_=True, graphs=True, check=PASSED,
+        "cudagraphs",
+        "skipped",
+        0.016,
+        compile_=True,
+        graphs=True,
+        check=PASSED,
         why="the data ended after 6 of its steps",
     )
     found = verdict(gpu_utilization=58.0, tuning=tuned(EAGER, COMPILE_SLOWER, graphs))

@@ -57,8 +57,13 @@ def _dropped_cuda_graphs() -> dict[str, Any]:
     graphs = record["candidates"][1]
     graphs["settings"]["compile"] = True
     graphs.update(status="failed", step_seconds=None, why="gradients differ")
-    graphs["check"] = {"loss_difference": 0.002, "loss_limit": 0.02, "grad_difference": 0.114,
-                       "grad_limit": 0.1, "failed": "gradients"}
+    graphs["check"] = {
+        "loss_difference": 0.002,
+        "loss_limit": 0.02,
+        "grad_difference": 0.114,
+        "grad_limit": 0.1,
+        "failed": "gradients",
+    }
     return record
 
 

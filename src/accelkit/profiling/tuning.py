@@ -49,10 +49,13 @@ class Check:
     @property
     def compared(self) -> bool:
         """Whether any figure was compared (a compile error comes before the check)."""
-        return any(
-            value is not None
-            for value in (self.loss_difference, self.grad_difference, self.grad_agreement)
-        ) or self.failed is not None
+        return (
+            any(
+                value is not None
+                for value in (self.loss_difference, self.grad_difference, self.grad_agreement)
+            )
+            or self.failed is not None
+        )
 
     def describe(self) -> str:
         """The figures against their limits, in one short line ("-": nothing compared);
@@ -98,8 +101,8 @@ class Trial:
     Attributes:
         name: e.g. ``"eager"``, ``"eager+fused"``, ``"compile+fused"``.
         settings: ``{"compile": bool, "optimizer": "fused" | "foreach" | "default"}``,
-            ``"cudagraphs": True`` for the CUDA-graph candidate, and under DDP ``"compression"``, ``"bucket_cap_mb"``, ``"static_graph"``,
-            ``"broadcast_buffers"``.
+            ``"cudagraphs": True`` for the CUDA-graph candidate, and under DDP
+            ``"compression"``, ``"bucket_cap_mb"``, ``"static_graph"``, ``"broadcast_buffers"``.
         status: ``"baseline"``, ``"chosen"``, ``"slower"``, ``"failed"`` or ``"skipped"``.
         step_seconds: median of the timed optimizer steps (None: not timed).
         spread: ``[min, max]`` of the timed steps.

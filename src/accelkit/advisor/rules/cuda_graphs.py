@@ -151,8 +151,7 @@ def _dropped(ctx: Context, trial: tuning.Compared) -> Advice:
         title = f"CUDA graphs failed in tune's '{trial.name}' trial: {trial.why}"
         action = (
             "a replay needs the same shapes every step (drop_last=True, a fixed sequence "
-            "length) and memory for its graphs' pool; "
-            + _LOOP_CODE
+            "length) and memory for its graphs' pool; " + _LOOP_CODE
         )
     return Advice(
         id="cuda_graphs",
