@@ -195,3 +195,31 @@ def test_registered_after_compile_and_silent_without_a_gpu_in_advise() -> None:
     m = measured_on(H200, gpu_utilization=58.0, facts=dict(FIT), tuning=tuned(EAGER, graphs))
     assert "cuda_graphs" in ids(advise(H200, None, m))
     assert "cuda_graphs" not in ids(advise(CPU, None, measured_on(CPU, step_time_s=0.001)))
+
+
+def test_the_compile_rule_reads_compile_alone_not_the_cuda_graph_trial() -> None:
+    """Both compiled, neither alone (the fused optimizer was kept first): the `compile`
+    verdict took the fastest compiled trial, the CUDA-graph one, as compile's figure."""
+    from accelkit.advisor.rules import compilation
+
+    fused = candidate("eager+fused", "chosen", 0.022)
+    fused["settings"]["optimizer"] = "fused"
+    compiled = candidate("compile+fused", "slower", 0.030, compile_=True, check=PASSED)
+    graphs = candidate(
+        "cudagraphs+fused",
+        "skipped",
+        0.016,
+        compile_=True,
+        graphs=True,
+        check=PASSED,
+        why="the data ended after 6 of its steps",
+    )
+    for c in (compiled, graphs):
+        c["settings"]["optimizer"] = "fused"
+    record = tuned(EAGER, fused, compiled, graphs)
+    m = measured_on(H200, gpu_utilization=58.0, step_time_s=0.022, facts=dict(FIT), tuning=record)
+    said = compilation.torch_compile(Context.build(H200, None, m))
+    assert said.evidence["tune.candidate"] == "compile+fused"
+    assert "measured slower" in said.title
+    graphs_said = cuda_graphs.cuda_graphs(Context.build(H200, None, m))
+    assert graphs_said.speedup == pytest.approx(0.022 / 0.016)  # against the kept step

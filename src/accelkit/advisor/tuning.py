@@ -33,8 +33,11 @@ class Option(NamedTuple):
 
 COMPILE = Option(("compile",), lambda s: bool(s.get("compile")))
 # torch.compile's CUDA graphs (mode="reduce-overhead", accelkit.torch.tuning.graphs); such a
-# candidate is compiled too ("compile": True).
+# candidate is compiled too ("compile": True), so compile's own figure is COMPILE_ALONE's.
 CUDA_GRAPHS = Option(("cudagraphs",), lambda s: bool(s.get("cudagraphs")))
+COMPILE_ALONE = Option(
+    ("compile", "cudagraphs"), lambda s: bool(s.get("compile")) and not s.get("cudagraphs")
+)
 FUSED_OPTIMIZER = Option(("optimizer",), lambda s: s.get("optimizer") in ("fused", "foreach"))
 # DistributedDataParallel's levers (accelkit.torch.tuning.levers); DDP's default bucket is 25 MB.
 BF16_GRADIENTS = Option(("compression",), lambda s: s.get("compression") == "bf16")

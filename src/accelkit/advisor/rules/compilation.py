@@ -86,7 +86,7 @@ def torch_compile(ctx: Context) -> Advice | None:
         return None  # nothing says whether the model was compiled
     if tuning.chose(ctx, tuning.COMPILE):
         return None
-    trial = tuning.trial(ctx, tuning.COMPILE)
+    trial = tuning.trial(ctx, tuning.COMPILE_ALONE)  # CUDA graphs: the cuda_graphs rule's
     if trial is not None and trial.step_seconds and trial.baseline_seconds:
         return _measured(ctx, trial, fit)
     if trial is not None and trial.status == "failed":

@@ -34,11 +34,6 @@ from accelkit.advisor.types import Advice, Severity
 from accelkit.profiling.tuning import TuneResult
 
 WARN_MEASURED = 1.10  # a measured gain this large is a warning
-# torch.compile alone, not its CUDA graphs: the figure to set a dropped CUDA-graph
-# candidate's check beside.
-_COMPILE_ALONE = tuning.Option(
-    ("compile", "cudagraphs"), lambda s: bool(s.get("compile")) and not s.get("cudagraphs")
-)
 _LOOP_CODE = (
     "in a hand-written loop: step = torch.compile(forward_and_loss, mode='reduce-overhead'), "
     "torch.compiler.cudagraph_mark_step_begin() before each step, and loss = "
@@ -129,7 +124,7 @@ def _dropped(ctx: Context, trial: tuning.Compared) -> Advice:
     """Tune dropped the CUDA-graph candidate: by its check, with the figure, or by an error."""
     evidence = {**_evidence(ctx), **trial.evidence()}
     check = trial.check
-    compile_alone = tuning.trial(ctx, _COMPILE_ALONE)
+    compile_alone = tuning.trial(ctx, tuning.COMPILE_ALONE)
     if check is not None and check.failed:
         beside = ""
         if compile_alone is not None and compile_alone.check is not None:
