@@ -308,6 +308,15 @@ def test_tune_on_cuda_keeps_compile_of_a_transformers_gpt2_under_bf16() -> None:
     assert compiled["status"] in ("chosen", "slower"), compiled["why"]
     assert compiled["compile_seconds"] > 0
     assert optimizer_steps(optimizer) == len(data) and report.steps == len(data)
+    # Dropout: the gradients are compared by their agreement with two eager draws.
+    check = compiled["check"]
+    assert check["failed"] is None and check["loss_difference"] <= check["loss_limit"]
+    assert 1 / check["agreement_limit"] <= check["grad_agreement"] <= check["agreement_limit"]
+    graphs = next(c for c in by_name.values() if c["settings"].get("cudagraphs"))
+    if graphs["status"] in ("chosen", "slower"):  # timed: it passed its check
+        assert graphs["check"]["failed"] is None, graphs["check"]
+    elif graphs["check"] is not None and graphs["check"]["failed"]:  # dropped by it: said so
+        assert graphs["status"] == "failed"
 
 
 # -- the check's figures in the record (issue 24) ------------------------------------------
