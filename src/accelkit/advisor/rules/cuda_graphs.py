@@ -96,6 +96,11 @@ def _data_parallel(ctx: Context) -> bool:
     return bool(ctx.fact("distributed")) or (ctx.get("world_size") or 1) > 1
 
 
+def _in_fit(ctx: Context) -> bool:
+    """The run is `accelkit.torch.fit`'s, which records ``compiled``; a `Meter` does not."""
+    return ctx.fact("compiled") is not None
+
+
 def _launch_bound(ctx: Context) -> str | None:
     """What says the step is launch-bound, or None: NVML's utilisation where sampled,
     else the step's length."""
@@ -197,7 +202,7 @@ def _not_tried(ctx: Context, launch_bound: str, result: TuneResult | None) -> Ad
     evidence = _evidence(ctx)
     if result is None:
         evidence["tune"] = "not run"
-        why = "tune did not run"
+        why = "tune did not run" + (" (tune=False)" if _in_fit(ctx) else " (a hand-written loop)")
     else:
         skipped = next((t for t in result.trials if t.name == "cudagraphs"), None)
         if result.decision != "tuned":
@@ -227,7 +232,7 @@ def _not_tried(ctx: Context, launch_bound: str, result: TuneResult | None) -> Ad
 
 def _action(ctx: Context, *, tuned: bool) -> str:
     """How to measure and keep CUDA graphs: through the fit's tune, or by hand."""
-    if ctx.fact("compiled") is not None:  # accelkit.torch.fit records it; a Meter does not
+    if _in_fit(ctx):
         again = " on a run long enough for its trials" if tuned else ""
         return (
             f"accelkit.torch.fit(model, loader, optimizer, loss_fn, tune=True){again}, "
