@@ -2,7 +2,8 @@
 
 `compiled_as` swaps ``torch.compile`` for one with the ``eager`` backend (dynamo traces,
 nothing is generated: a second per compile, not tens) and can change what a compiled
-function returns, as a miscompile would.
+function returns, as a miscompile would; `refusing` is a backend that fails on some graphs,
+as a compiler fails on an op it cannot lower.
 """
 
 from __future__ import annotations
@@ -15,15 +16,18 @@ import torch
 
 
 @contextlib.contextmanager
-def compiled_as(then: Callable[[Any], Any] | None = None) -> Iterator[list[str]]:
-    """``torch.compile`` with the ``eager`` backend while inside; `then(output) -> output`
-    changes what compiled functions return. Yields the modes asked for, one per compile."""
+def compiled_as(
+    then: Callable[[Any], Any] | None = None, backend: Any = "eager"
+) -> Iterator[list[str]]:
+    """``torch.compile`` with the ``eager`` backend (or `backend`) while inside;
+    `then(output) -> output` changes what compiled functions return. Yields the modes
+    asked for, one per compile."""
     real = torch.compile
     modes: list[str] = []
 
     def patched(fn: Callable[..., Any], **options: Any) -> Callable[..., Any]:
         modes.append(str(options.get("mode")))
-        compiled = real(fn, backend="eager")
+        compiled = real(fn, backend=backend)
         if then is None:
             return compiled
         return lambda *args, **kwargs: then(compiled(*args, **kwargs))
@@ -34,6 +38,17 @@ def compiled_as(then: Callable[[Any], Any] | None = None) -> Iterator[list[str]]
     finally:
         torch.compile = real
         torch._dynamo.reset()  # past dynamo's recompile limit later tests would run eagerly
+
+
+def refusing(op: Any) -> Callable[..., Any]:
+    """A backend that runs each graph as traced, but raises on one that calls `op`."""
+
+    def backend(graph: Any, example_inputs: Any) -> Any:
+        if any(node.target is op for node in graph.graph.nodes):
+            raise RuntimeError(f"this backend cannot compile {op.__name__}")
+        return graph.forward
+
+    return backend
 
 
 def no_gradients(output: Any) -> Any:

@@ -16,7 +16,7 @@ pl = pytest.importorskip("lightning.pytorch")
 from accelkit.lightning import AccelkitCallback
 from accelkit.torch.tuning import trials
 
-from ..helpers.compiling import compiled_as
+from ..helpers.compiling import compiled_as, refusing
 
 STEPS = trials.trial_steps(1, cuda=False) + 6
 
@@ -35,7 +35,8 @@ class Net(torch.nn.Module):
 class Classifier(pl.LightningModule):
     """`constant`: its compiled forward gives constant logits; `wrong_loss`: its compiled
     training_step doubles the loss (the forward alone compiles right); `step_log`: it logs
-    ``self.global_step``, a value dynamo guards on that changes every step."""
+    ``self.global_step``, a value dynamo guards on that changes every step; `late_log`:
+    at that batch index its step calls ``torch.sin`` (which `refusing` fails to compile)."""
 
     def __init__(
         self,
@@ -43,12 +44,13 @@ class Classifier(pl.LightningModule):
         manual: bool = False,
         wrong_loss: bool = False,
         step_log: bool = False,
+        late_log: int | None = None,
     ) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.net = Net(constant)
         self.automatic_optimization = not manual
-        self.wrong_loss, self.step_log = wrong_loss, step_log
+        self.wrong_loss, self.step_log, self.late_log = wrong_loss, step_log, late_log
 
     def training_step(self, batch: Any, index: int) -> Any:
         x, y = batch
@@ -60,6 +62,8 @@ class Classifier(pl.LightningModule):
         self.log_dict({"x_mean": x.mean(), "half": 0.5})
         if self.step_log:
             self.log("step", float(self.global_step))
+        if index == self.late_log:
+            loss = loss + 0.0 * torch.sin(loss)
         if not self.automatic_optimization:
             optimizer = self.optimizers()
             optimizer.zero_grad()
@@ -173,6 +177,26 @@ def test_the_compiled_step_does_not_recompile_per_step() -> None:
     # the steps after them run what was compiled, logging a tensor and a float each step.
     after = [steps.graphs[i] for i in on[2:]]
     assert len(after) > trials.TIMED_UNITS // 2 and len(set(after)) == 1, steps.graphs
+
+
+def test_a_compile_error_after_the_check_falls_back_to_eager_and_the_fit_goes_on() -> None:
+    late = 2 * (trials.WARMUP_UNITS + trials.TIMED_UNITS) + 4  # the compiled step's 5th batch
+    module = Classifier(late_log=late)
+    with compiled_as(backend=refusing(torch.sin)):
+        callback, steps = fit_with_steps(module, tune=True)
+    assert steps.compiled[late], steps.compiled  # this batch recompiled, failed, ran eager
+    assert callback.report.steps == STEPS
+    assert by_name(callback)["compile step"]["status"] in ("chosen", "slower")
+
+
+def test_a_training_step_that_fails_to_compile_is_dropped_at_its_check() -> None:
+    module = Classifier()
+    with compiled_as(backend=refusing(torch.nn.functional.cross_entropy)):
+        callback, steps = fit_with_steps(module, tune=True)
+    step, forward = by_name(callback)["compile step"], by_name(callback)["compile"]
+    assert step["status"] == "failed" and "cannot compile cross_entropy" in step["why"]
+    assert forward["status"] in ("chosen", "slower"), forward["why"]
+    assert not any(steps.compiled)
 
 
 def test_a_training_step_that_recompiles_every_step_is_dropped() -> None:

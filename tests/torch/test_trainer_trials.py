@@ -162,3 +162,59 @@ def test_a_training_that_ends_during_a_candidate_keeps_the_best_and_says_so() ->
     assert under_way.name.startswith("compile") and under_way.steps == 3
     assert under_way.why == "the training ended during this candidate's steps"
     assert "forward" not in vars(model)  # the unjudged compile is off again
+
+
+def test_the_whole_step_is_tried_first_and_the_forward_alone_only_after_it_fails() -> None:
+    from accelkit.torch.tuning.in_trainer import Compiled
+
+    model = Net()
+    with compiled_as():
+        whole, _ = train(model, batches(4 * UNITS), compile_step=lambda: Compiled(torch, [model]))
+    names = [(t.name.split("+")[0], t.settings.get("compiled")) for t in whole.result.trials]
+    assert names == [("eager", None), ("eager", None), ("compile step", "training_step")]
+
+    def broken() -> Any:
+        raise RuntimeError("no step to compile")
+
+    with compiled_as():
+        fallback, _ = train(Net(), batches(4 * UNITS), compile_step=broken)
+    step, forward = fallback.result.trials[2:]
+    assert (step.name, step.status) == ("compile step", "failed")
+    assert step.why == "RuntimeError: no step to compile"
+    assert forward.name.startswith("compile") and forward.settings["compiled"] == "forward"
+    assert forward.status in ("chosen", "slower"), forward.why
+
+
+def test_a_candidate_that_recompiles_as_it_trains_is_dropped() -> None:
+    from torch._dynamo.utils import counters
+
+    class Recompiling(Net):
+        """A forward that reads a number changed every step: dynamo guards on it."""
+
+        version = 0
+
+        def forward(self, x: Any) -> Any:
+            return super().forward(x) * (1.0 + 0.0 * self.version)
+
+    model = Recompiling()
+
+    def next_version() -> None:
+        model.version += 1
+
+    before = counters["stats"]["unique_graphs"]
+    with compiled_as():
+        tuning, _ = train(model, batches(3 * UNITS + 2), on_step=next_version)
+    compiled = tuning.result.trials[2]
+    assert compiled.status == "failed" and "recompiles as it trains" in compiled.why, compiled.why
+    assert counters["stats"]["unique_graphs"] - before > UNITS // 2
+    assert "forward" not in vars(model)
+
+
+def test_undo_puts_back_what_the_trials_kept() -> None:
+    model = Net()
+    with compiled_as():
+        tuning, optimizer = train(model, batches(3 * UNITS + 2), planned_steps=None)
+    tuning.undo()
+    assert "forward" not in vars(model)
+    assert all(group.get("fused") in (None, False) for group in optimizer.param_groups)
+    tuning.undo()  # twice: nothing more to do
