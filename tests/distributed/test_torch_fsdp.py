@@ -54,6 +54,7 @@ def test_the_report_says_what_was_sharded(ranks) -> None:
             "checkpointing": False,
             "offload": False,
             "by_script": False,
+            "one_process": False,
         }
         assert "rank " + str(rank) + " of 2 trains on 128 of 256" in report["facts"]["sampler"]
         assert report["flops_per_step"] > 0

@@ -113,7 +113,7 @@ def torchrun(
         # and printed its result, then one aborted as a gloo thread released a finished
         # collective after the interpreter began to shut down ("terminate called without
         # an active exception"). accelkit's exit handler makes it rare for the groups it
-        # starts (torch_adapter._destroy_at_exit: 6 in 48 runs before, 0 in 56 after); a
+        # starts (torch_adapter.destroy_at_exit: 6 in 48 runs before, 0 in 56 after); a
         # worker that starts gloo itself still meets it. Run once more; a second abort
         # fails the test.
         done = run(command, environment(**env), timeout)

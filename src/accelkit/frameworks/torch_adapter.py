@@ -170,7 +170,7 @@ def apply_process_group(setting: Setting) -> Outcome:
             if exported
             else ""
         )
-    atexit.register(_destroy_at_exit, dist, id(dist.group.WORLD))
+    atexit.register(destroy_at_exit, dist, id(dist.group.WORLD))
     detail = f"backend={backend}, world size {dist.get_world_size()}, timeout {seconds:g} s"
     if exported:
         detail += f"; from SLURM: {', '.join(f'{k}={v}' for k, v in exported.items())}"
@@ -204,7 +204,7 @@ def restore_environ(before: Mapping[str, str]) -> None:
             os.environ[name] = value
 
 
-def _destroy_at_exit(dist: Any, started: int) -> None:
+def destroy_at_exit(dist: Any, started: int) -> None:
     """Destroy the process group accelkit started, while the interpreter is whole.
 
     Gloo's worker threads release each finished collective themselves, and releasing

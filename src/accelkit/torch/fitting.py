@@ -186,6 +186,7 @@ def fit(
         group=group,
         ddp=ddp_options,
         optimizer=optimizer,
+        shard_alone=distributed,
     )
     try:
         report = _train(
@@ -387,7 +388,7 @@ def _run_facts(meter: Meter, run: Prepared, plan: Plan, step: Step) -> None:
     if run.sharded is not None:
         meter.facts["sharding"] = run.sharded.to_dict()
     elif sharding.wanted(plan):
-        why = "the script's DistributedDataParallel is kept" if run.group else "no process group"
+        why = "the script's DistributedDataParallel is kept" if run.group else "distributed=False"
         meter.note("sharding", f"the plan shards with FSDP2, not applied: {why}")
     if run.changes:
         meter.facts["model_changes"] = list(run.changes)

@@ -30,6 +30,7 @@ with the version it has.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import logging
@@ -37,6 +38,7 @@ from collections import defaultdict
 from types import SimpleNamespace
 from typing import Any
 
+from accelkit.frameworks.torch_adapter import destroy_at_exit
 from accelkit.planning import Plan
 from accelkit.planning.keys import Key
 from accelkit.planning.types import Distribution, Precision
@@ -59,6 +61,8 @@ class Sharded:
         checkpointing: whether the blocks recompute their activations.
         offload: whether the shards live in host memory (``CPUOffloadPolicy``).
         by_script: the script sharded the model itself (accelkit applied nothing).
+        one_process: accelkit started a process group of this one process for it (no
+            launcher: one GPU whose plan offloads the state, or torchrun with one rank).
     """
 
     blocks: str = ""
@@ -69,6 +73,7 @@ class Sharded:
     checkpointing: bool = False
     offload: bool = False
     by_script: bool = False
+    one_process: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": FSDP2, **dataclasses.asdict(self)}
@@ -89,6 +94,7 @@ class Sharded:
             (
                 ", blocks recomputed in backward" if self.checkpointing else "",
                 ", shards offloaded to the CPU" if self.offload else "",
+                ", in a process group of this one process" if self.one_process else "",
             )
         )
         return f"sharded in place with FSDP2 (fully_shard): {units}{policy}{extra}"
@@ -269,6 +275,7 @@ def shard(module: Any, plan: Plan, device: Any, optimizer: Any = None) -> Sharde
         return Sharded(by_script=True)
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    started = one_process_group(device)
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
@@ -293,9 +300,31 @@ def shard(module: Any, plan: Plan, device: Any, optimizer: Any = None) -> Sharde
         reduce_dtype=_name(policy.reduce_dtype),
         checkpointing=checkpointing,
         offload=offload,
+        one_process=started,
     )
     _log.debug("accelkit.torch.fit: %s", done.change())
     return done
+
+
+def one_process_group(device: Any) -> bool:
+    """Start a process group of this one process (rank 0 of 1, an in-memory store; NCCL on
+    a GPU, gloo on the CPU) when none is initialised, as FSDP2 needs one; True if started.
+    It stays initialised after the fit: the sharded model's parameters live on it.
+
+    Example:
+        >>> import torch
+        >>> started = one_process_group(torch.device("cpu"))
+        >>> torch.distributed.get_world_size()
+        1
+        >>> torch.distributed.destroy_process_group()
+    """
+    dist = require("torch").distributed
+    if dist.is_initialized():
+        return False
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    atexit.register(destroy_at_exit, dist, id(dist.group.WORLD))  # as auto_configure's
+    return True
 
 
 def described(module: Any) -> Sharded | None:

@@ -67,6 +67,7 @@ def prepare(
     group: parallel.World | None,
     ddp: Mapping[str, Any] | None = None,
     optimizer: Any = None,
+    shard_alone: bool = False,
 ) -> Prepared:
     """Place `model` (and wrap it for `group`), shard `loader`, and set training mode.
 
@@ -83,6 +84,9 @@ def prepare(
         optimizer: the fit's optimizer: when the plan shards the model with FSDP2, its
             parameter groups are given the sharded parameters
             (`accelkit.torch.distributed.sharding.follow_parameters`).
+        shard_alone: without `group`, shard with FSDP2 all the same when the plan says so,
+            in a process group of this one process (a plan that offloads the state of a
+            model larger than its one GPU; torchrun with one rank).
 
     Example:
         >>> import accelkit
@@ -113,10 +117,11 @@ def prepare(
                 "converted to channels-last memory format in place (undone if the fit raises)"
             )
     sampling = wrapping = sharded = None
-    if group is not None and module is model and sharding.wanted(plan):
+    if (group is not None or shard_alone) and module is model and sharding.wanted(plan):
         sharded = sharding.shard(module, plan, device, optimizer)
         changes.append(sharded.change())
-        loader, sampling = parallel.shard(loader, group)
+        if group is not None:
+            loader, sampling = parallel.shard(loader, group)
     elif group is not None:
         wrapping = Wrapping(plan, ddp or {})
         model = wrapping.wrap(model, device)
