@@ -57,10 +57,11 @@ class AccelkitCallback(_Callback):
     Args:
         plan: the plan in force (default: the last `auto_configure()` plan).
         tune: ``"auto"`` (default), True or False, as ``accelkit.torch.fit``'s: measure
-            the fused optimizer and ``torch.compile`` of the module's children on the
-            fit's first batches and keep the fastest that computes the same
-            (`accelkit.lightning._tune`); ``"auto"`` tunes GPU fits long enough to pay
-            it back. ``report.tuning`` holds what was measured.
+            the fused optimizer and ``torch.compile`` of the module's ``training_step``
+            (forward and loss; its children's forward where that fails) on the fit's
+            first batches and keep the fastest that computes the same, until the fit
+            ends (`accelkit.lightning._tune`); ``"auto"`` tunes GPU fits long enough to
+            pay it back. ``report.tuning`` holds what was measured.
         **options: the measurement options of every door, checked here
             (`accelkit.profiling.options.MeterOptions`): ``flops_per_step`` (counted on
             the first batch otherwise), ``tokens_per_sample``, ``warmup``, ``window``
