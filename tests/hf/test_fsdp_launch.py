@@ -124,3 +124,24 @@ def test_the_callback_reads_back_what_fsdp2_did(one_rank, checkpointing) -> None
     done = sharding.shard(model, plan, torch.device("cpu"))
     assert done.blocks == "GPT2Block" and done.checkpointing is checkpointing
     assert sharding.described(model) == dataclasses.replace(done, by_script=True)
+
+
+@pytest.mark.torch
+def test_units_of_other_modules_do_not_hide_the_blocks(one_rank) -> None:
+    """Accelerate's transformer-based wrap policy makes units of the embeddings as well as
+    the blocks (seen on an H200: 'Embedding' x 7 reported for GPT-2's 4 blocks): the
+    record names the blocks, the class most units have."""
+    import torch
+
+    from accelkit.torch.distributed import sharding
+
+    from ..helpers.transformers_models import gpt2
+
+    api = sharding.fsdp_api()
+    model = gpt2(layers=4)
+    for unit in (model.transformer.wte, model.transformer.wpe, *model.transformer.h):
+        api.fully_shard(unit, mesh=None)
+    api.fully_shard(model)
+    found = sharding.described(model)
+    assert found is not None, "not read as an FSDP2 model"
+    assert (found.blocks, found.count, found.where) == ("GPT2Block", 4, "transformer.h")

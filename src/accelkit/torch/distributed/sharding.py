@@ -355,10 +355,11 @@ def described(module: Any) -> Sharded | None:
     policy = getattr(state, "_mp_policy", None)
     device = getattr(state, "_device", None)
     on_gpu = device is not None and device.type != "cpu"
+    blocks = _most_common_units(units, api)
     return Sharded(
-        blocks=_unsharded_class(units[0][1], api) if units else "",
-        count=len(units),
-        where=_container(units[0][0].replace("._checkpoint_wrapped_module", "")) if units else "",
+        blocks=_unsharded_class(blocks[0][1], api) if blocks else "",
+        count=len(blocks),
+        where=_container(blocks[0][0].replace("._checkpoint_wrapped_module", "")) if blocks else "",
         param_dtype=_name(getattr(policy, "param_dtype", None)),
         reduce_dtype=_name(getattr(policy, "reduce_dtype", None)),
         checkpointing=_checkpointed_blocks(module),
@@ -371,6 +372,15 @@ def _local(parameter: Any) -> Any:
     """This rank's shard of a DTensor parameter (a plain tensor: itself)."""
     to_local = getattr(parameter, "to_local", None)
     return parameter if to_local is None else to_local()
+
+
+def _most_common_units(units: list[tuple[str, Any]], api: SimpleNamespace) -> list[tuple[str, Any]]:
+    """The units of the class most units have: the blocks, where a wrap policy also made
+    units of other modules (Accelerate's transformer-based policy: the embeddings too)."""
+    by_class: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+    for name, unit in units:
+        by_class[_unsharded_class(unit, api)].append((name, unit))
+    return max(by_class.values(), key=len, default=[])
 
 
 def _unsharded_class(unit: Any, api: SimpleNamespace) -> str:
