@@ -112,6 +112,19 @@ def test_compiled_gradients_that_differ_are_caught_by_the_check() -> None:
         tuning, _ = train(Net(), batches(3 * UNITS))
     compiled = tuning.result.trials[2]
     assert compiled.status == "failed" and "gradients" in compiled.why, compiled.why
+    check = compiled.check  # the figures, as the fit's trials record them
+    assert check is not None and check.failed == "gradients"
+    assert check.grad_difference == pytest.approx(1.0) and check.grad_limit == 0.1
+    assert check.loss_difference is not None and check.loss_difference <= check.loss_limit
+
+
+def test_a_passed_check_records_how_close_the_candidate_came() -> None:
+    with compiled_as():
+        tuning, _ = train(Net(), batches(3 * UNITS))
+    check = tuning.result.trials[2].check
+    assert check is not None and check.failed is None
+    assert check.grad_difference is not None and check.grad_difference <= check.grad_limit
+    assert "check" in tuning.result.to_dict()["candidates"][2]
 
 
 @pytest.mark.parametrize("unit", [2, 3])

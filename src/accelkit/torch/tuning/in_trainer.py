@@ -40,7 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from accelkit.profiling import torch_batches
-from accelkit.profiling.tuning import Trial, TuneResult
+from accelkit.profiling.tuning import Check, Trial, TuneResult
 from accelkit.torch.tuning import optimizers, reference, trials
 from accelkit.torch.tuning import trial_guards as guards
 
@@ -432,16 +432,21 @@ class TrainerTrials:
             )
         finally:
             candidate.on()
+        record = Check()
+        if self._trial is not None:
+            self._trial.check = record  # the figures, passed or failed (report.tuning)
         try:
             with reference.kept(self._module, params, self._device, torch):
                 for param in params:
                     param.grad = None
                 loss = self._forward_backward(batch)
-                guards.check_loss(float(loss.detach().float()), eager)
-                guards.check_grads(sample(), eager)
+                guards.check_loss(float(loss.detach().float()), eager, record)
+                guards.check_grads(sample(), eager, record)
         except Exception as error:  # noqa: BLE001 - a compile error, an OOM, a mismatch
             if self._device.type == "cuda":
                 torch.cuda.empty_cache()
+            if self._trial is not None and not record.compared:
+                self._trial.check = None  # it failed before anything was compared
             return guards.why(error)
         return None
 
