@@ -25,6 +25,11 @@ Variants (each in its own process, all on the same synthetic batch):
   trials; the trials' time is reported apart (``tune_seconds``), with what they cost
   beyond the same steps at the kept speed (``tune_overhead_s``).
 
+The two fits train their repeats in one call each (the repeats are its windows of
+`--steps` steps, ``report.series``), so a tuned fit's repeats run what tune kept, CUDA
+graphs included (separate calls passed on ``compile=`` alone, and timed compile without
+graphs after the first repeat).
+
 Each variant trains `--warmup` steps then `--repeats` x `--steps` timed steps, the device
 synchronised at both ends of each repeat. Ratios compare variants of one run.
 
@@ -190,32 +195,22 @@ def run_fit(args: argparse.Namespace, *, tune: bool) -> dict[str, Any]:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model, batch, loss_fn, facts = build(args, device)
     optimizer = optimizer_for(torch, model, args.model)
-    tuned: dict[str, Any] | None = None
-    compile_kept = None
-    times, mfu = [], []
-    for repeat in range(args.repeats):
-        trial_steps = trials.trial_steps(1) if tune and repeat == 0 else 0
-        warmup = args.warmup if repeat == 0 else 1
-        # Repeats after the first train the kept settings (the optimizer was switched in
-        # place; compile is passed on), as the rest of a tuned run would.
-        report = accelkit.torch.fit(
-            model,
-            SyntheticBatches(batch, trial_steps + warmup + args.steps),
-            optimizer,
-            loss_fn,
-            plan=plan,
-            warmup=warmup,
-            window=max(args.steps // 2, 1),
-            progress=False,
-            tokens_per_sample=facts.get("tokens_per_sample"),
-            tune=tune and repeat == 0,
-            compile=compile_kept,
-        )
-        if tune and repeat == 0:
-            tuned = report.tuning
-            compile_kept = bool(tuned and tuned["compile"])
-        times.append(report.step_time_s)
-        mfu.append(report.mfu)
+    trial_steps = trials.trial_steps(1) if tune else 0
+    report = accelkit.torch.fit(
+        model,
+        SyntheticBatches(batch, trial_steps + args.warmup + args.repeats * args.steps),
+        optimizer,
+        loss_fn,
+        plan=plan,
+        warmup=args.warmup,
+        window=args.steps,
+        progress=False,
+        tokens_per_sample=facts.get("tokens_per_sample"),
+        tune=tune,
+    )
+    tuned = report.tuning if tune else None
+    times = report.series.get("step_time_s", [])[-args.repeats :] or [report.step_time_s]
+    mfu = [report.mfu * report.step_time_s / t if report.mfu else None for t in times]
     result = {
         "step_s": times,
         "mfu_reported": mfu,
