@@ -9,9 +9,9 @@ import os
 import sys
 
 import torch
+from torch_fsdp_worker import BATCH, fit, sharded
 
 import accelkit
-from torch_fsdp_worker import BATCH, fit, sharded  # noqa: E402 - run as a script
 
 
 def main(out: str) -> None:

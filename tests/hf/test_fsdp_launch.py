@@ -131,7 +131,6 @@ def test_units_of_other_modules_do_not_hide_the_blocks(one_rank) -> None:
     """Accelerate's transformer-based wrap policy makes units of the embeddings as well as
     the blocks (seen on an H200: 'Embedding' x 7 reported for GPT-2's 4 blocks): the
     record names the blocks, the class most units have."""
-    import torch
 
     from accelkit.torch.distributed import sharding
 

@@ -20,8 +20,8 @@ from accelkit.planning import Request, plan
 from accelkit.planning.keys import Key
 from accelkit.planning.memory import (
     Layout,
-    activations_from_rise,
     MemoryEstimate,
+    activations_from_rise,
     blocks,
     footprint,
     per_param,

@@ -26,11 +26,11 @@ def _params() -> list:
 @pytest.mark.parametrize(
     ("make", "kind"),
     [
-        (lambda p: torch.optim.AdamW(p), Optimizer.ADAMW),
+        (torch.optim.AdamW, Optimizer.ADAMW),
         (lambda p: torch.optim.Adam(p, fused=False), Optimizer.ADAM),
         (lambda p: torch.optim.SGD(p, lr=0.1), Optimizer.SGD),
         (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9), Optimizer.SGD_MOMENTUM),
-        (lambda p: torch.optim.RMSprop(p), None),
+        (torch.optim.RMSprop, None),
     ],
 )
 def test_optimizers_are_named_as_the_memory_model_counts_them(make, kind) -> None:
@@ -63,7 +63,8 @@ def test_the_prediction_holds_the_measured_pass_beside_the_state() -> None:
     params = sum(p.numel() for p in model.parameters())
     sizes = per_param(Optimizer.ADAMW, Precision.BF16, Framework.TORCH)
     rise = 3 * GB
-    facts = memory_facts(_measured(rise, 4 * params), model, optimizer, accelkit.plan_for("H100 SXM"))
+    plan = accelkit.plan_for("H100 SXM")
+    facts = memory_facts(_measured(rise, 4 * params), model, optimizer, plan)
     kept = params * (sizes.weights + sizes.optimizer)
     assert facts["predicted_memory_bytes"] == kept + rise
     assert facts["activation_bytes"] == rise - 4 * params - 2 * params
@@ -81,9 +82,8 @@ def test_measured_activations_that_do_not_fit_change_the_choice() -> None:
 
 def test_an_optimizer_the_model_does_not_know_is_said_not_estimated() -> None:
     model, _ = _model_and_optimizer()
-    facts = memory_facts(
-        _measured(GB, 0), model, torch.optim.RMSprop(model.parameters()), accelkit.plan_for("H100 SXM")
-    )
+    rmsprop = torch.optim.RMSprop(model.parameters())
+    facts = memory_facts(_measured(GB, 0), model, rmsprop, accelkit.plan_for("H100 SXM"))
     assert set(facts) == {"memory_estimate"}
     assert "RMSprop" in facts["memory_estimate"] and "adamw" in facts["memory_estimate"]
 

@@ -150,8 +150,10 @@ def memory_facts(probe: ActivationProbe, model: Any, optimizer: Any, plan: Plan)
         return {}
     kind = optimizer_kind(optimizer)
     if kind is None:
-        return {"memory_estimate": f"not estimated: the memory model does not know "
-                f"{type(optimizer).__name__} (known: {', '.join(o.value for o in Optimizer)})"}
+        return {
+            "memory_estimate": f"not estimated: the memory model does not know "
+            f"{type(optimizer).__name__} (known: {', '.join(o.value for o in Optimizer)})"
+        }
     params = list({id(p): p for p in model.parameters()}.values())
     count = sum(p.numel() for p in params)
     trainable = sum(p.numel() for p in params if p.requires_grad)

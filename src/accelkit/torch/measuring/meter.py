@@ -375,6 +375,7 @@ class Meter:
         if self.options.calibrate:
             measure = functools.partial(calibrate.matmul_tflops, device=str(self._device))
             calibration = calibrate.for_run(measure, self.plan.precision, tf32, self.recorder.notes)
+        peak = self._peak_memory()  # before the facts: it may add one
         try:
             facts = self._facts()
         except Exception as error:  # noqa: BLE001 - facts feed advice, never fail a run
@@ -386,7 +387,7 @@ class Meter:
             hardware=hardware,
             tf32_enabled=tf32,
             gpu=self._device.index or 0 if self._cuda else 0,
-            peak_memory_bytes=self._peak_memory(),
+            peak_memory_bytes=peak,
             calibration=calibration,
             epochs=self.epochs,
             interrupted=self.interrupted,
@@ -414,11 +415,22 @@ class Meter:
         return report
 
     def _peak_memory(self) -> int | None:
-        """The allocator's peak since `start` (the first step's measurement resets it)."""
+        """The allocator's peak over the training steps: since the first step began (its
+        measurement resets the counter; else since `start`). A higher peak before it
+        (the FLOP count's pass under activation checkpointing: benchmarks/
+        flop_count_memory.py) is kept as a fact and said in a note."""
         if not self._cuda:
             return None
         peak = int(self._torch.cuda.max_memory_allocated(self._device))
-        return max(peak, self._activations.prior_peak)
+        before = self._activations.prior_peak
+        if before > peak:
+            self.facts["pre_training_peak_memory_bytes"] = before
+            self.note(
+                "peak_memory_bytes",
+                f"the training steps' peak; before the first step (the FLOP count's pass, "
+                f"a trainer's checks) the device held up to {before / 1e9:.2f} GB",
+            )
+        return peak
 
     def _facts(self) -> dict[str, Any]:
         from accelkit.torch.measuring.facts import model_facts
