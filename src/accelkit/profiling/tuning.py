@@ -101,7 +101,8 @@ class Trial:
     Attributes:
         name: e.g. ``"eager"``, ``"eager+fused"``, ``"compile+fused"``.
         settings: ``{"compile": bool, "optimizer": "fused" | "foreach" | "default"}``,
-            ``"cudagraphs": True`` for the CUDA-graph candidate, and under DDP
+            ``"cudagraphs": True`` for the CUDA-graph candidate, ``"attention": "sdpa"``
+            where SDPA attention was on (its trial and those after it kept), and under DDP
             ``"compression"``, ``"bucket_cap_mb"``, ``"static_graph"``, ``"broadcast_buffers"``.
         status: ``"baseline"``, ``"chosen"``, ``"slower"``, ``"failed"`` or ``"skipped"``.
         step_seconds: median of the timed optimizer steps (None: not timed).
@@ -149,6 +150,8 @@ class TuneResult:
         steps: training steps the trials took (real steps of the run).
         ddp: the DDP options kept (``compression``, ``bucket_cap_mb``, ``static_graph``,
             ``broadcast_buffers``; `accelkit.torch.tuning.levers`); empty without DDP.
+        attention: ``"sdpa"`` when tune switched the run's Hugging Face models from eager
+            attention to SDPA (`accelkit.torch.tuning.attention`); None: left as it was.
     """
 
     decision: str
@@ -158,6 +161,7 @@ class TuneResult:
     seconds: float
     steps: int
     ddp: dict[str, Any] = dataclasses.field(default_factory=dict)
+    attention: str | None = None
 
     @property
     def baseline(self) -> Trial:
@@ -191,6 +195,7 @@ class TuneResult:
             seconds=float(data.get("seconds", 0.0)),
             steps=int(data.get("steps", 0)),
             ddp=dict(data.get("ddp") or {}),
+            attention=data.get("attention"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -206,6 +211,7 @@ class TuneResult:
             "cudagraphs": self.cudagraphs,
             "optimizer": self.optimizer,
             "ddp": dict(self.ddp),
+            "attention": self.attention,
             "candidates": [t.to_dict() for t in self.trials],
         }
 

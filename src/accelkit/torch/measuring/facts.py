@@ -7,6 +7,7 @@ gives fewer facts, not an error.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,8 +18,8 @@ _MAX_LAYERS = 2000
 
 def model_facts(model: Any, optimizer: Any = None) -> dict[str, Any]:
     """Matmul layer dimensions, parameter sizes, DataParallel/DDP wrapping, whether the
-    model is a ``torch.compile`` module, and the optimizer's implementation
-    (`optimizer_facts`).
+    model is a ``torch.compile`` module, the optimizer's implementation
+    (`optimizer_facts`), and the attention of its Hugging Face models (`attention_facts`).
 
     Example:
         >>> import torch
@@ -50,6 +51,8 @@ def model_facts(model: Any, optimizer: Any = None) -> dict[str, Any]:
             state += _optimizer_bytes(torch, optimizer)
             facts["optimizer"] = optimizer_facts(optimizer)
         facts["model_state_bytes"] = state
+        if attention := attention_facts(model):
+            facts["attention"] = attention
     except Exception as error:  # noqa: BLE001 - facts are optional; the run goes on
         facts["facts_error"] = f"{type(error).__name__}: {error}"
     return facts
@@ -64,6 +67,65 @@ def model_device(torch: Any, model: Any) -> Any:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+def transformers_models(model: Any) -> list[Any]:
+    """The outermost Hugging Face ``PreTrainedModel``s in `model`'s module tree: the model
+    itself, or those inside a LightningModule or a wrapper (a ``GPT2LMHeadModel``, not
+    also the ``GPT2Model`` inside it, which shares its config). Empty where transformers'
+    models were never imported (none can be in the tree then; nothing is imported here).
+    """
+    modelling = sys.modules.get("transformers.modeling_utils")
+    if modelling is None or not hasattr(model, "named_modules"):
+        return []
+    found: list[tuple[str, Any]] = []
+    for name, module in model.named_modules():
+        inside = any(name.startswith(f"{outer}.") or not outer for outer, _ in found)
+        if not inside and isinstance(module, modelling.PreTrainedModel):
+            found.append((name, module))
+    return [module for _, module in found]
+
+
+def sdpa_refusal(model: Any) -> str | None:
+    """Why the transformers `model` cannot switch its attention to SDPA in place
+    (``torch.nn.functional.scaled_dot_product_attention``), or None: it can.
+
+    transformers says so by the class's ``_supports_sdpa`` and
+    ``_can_set_attn_implementation()`` (attention read through its AttentionInterface at
+    each forward, which ``set_attn_implementation`` switches); attention weights returned
+    to the caller (``output_attentions``) exist only in the eager implementation.
+    """
+    name = type(model).__name__
+    if not getattr(model, "_supports_sdpa", False):
+        return f"{name} has no SDPA attention in this transformers version"
+    can_set = getattr(model, "_can_set_attn_implementation", None)
+    if not callable(can_set) or not can_set():
+        return f"{name} cannot switch its attention in place (set_attn_implementation)"
+    if getattr(model.config, "output_attentions", False):
+        return f"{name} returns its attention weights (output_attentions=True): eager only"
+    return None
+
+
+def attention_facts(model: Any) -> list[dict[str, Any]]:
+    """Per Hugging Face model in `model` (`transformers_models`): its class, the attention
+    implementation its config holds (``"eager"``, ``"sdpa"``, ``"flash_attention_2"``...),
+    whether it could run SDPA, and why not.
+
+    Example:
+        >>> import torch
+        >>> attention_facts(torch.nn.Linear(4, 2))
+        []
+    """
+    facts = []
+    for found in transformers_models(model):
+        refusal = sdpa_refusal(found)
+        entry = {
+            "model": type(found).__name__,
+            "implementation": getattr(found.config, "_attn_implementation", None),
+            "sdpa": refusal is None,
+        }
+        facts.append(entry if refusal is None else {**entry, "why": refusal})
+    return facts
 
 
 def _is_compiled(model: Any) -> bool:

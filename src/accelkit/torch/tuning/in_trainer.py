@@ -9,7 +9,10 @@ switch candidates between steps. The candidates, limits and record are the fit's
 1. the trainer as configured (the baseline);
 2. the optimizer's fused (or foreach) implementation, switched in place
    (`accelkit.torch.tuning.optimizers`), when the script left that choice to PyTorch;
-3. ``torch.compile`` of the whole training step, forward and loss (``"compile step"``),
+3. SDPA attention for the Hugging Face models in the module that run eager attention
+   (`accelkit.torch.tuning.attention`), checked like compile; a kept one stays on when
+   the training ends (``report.tuning`` names it), as after the fit;
+4. ``torch.compile`` of the whole training step, forward and loss (``"compile step"``),
    where the door can compile it (the LightningModule's ``training_step``), else, or when
    it fails, of the forward pass (`Compiled`), when neither the script nor the trainer
    compiled the model. The forward-only compile runs only after the whole step failed:
@@ -41,7 +44,7 @@ from typing import Any
 
 from accelkit.profiling import torch_batches
 from accelkit.profiling.tuning import Check, Trial, TuneResult
-from accelkit.torch.tuning import optimizers, reference, trials
+from accelkit.torch.tuning import attention, optimizers, reference, trials
 from accelkit.torch.tuning import trial_guards as guards
 
 _log = logging.getLogger("accelkit")
@@ -97,6 +100,7 @@ class _Candidate:
     on: Callable[[], None]
     off: Callable[[], None]
     checked: bool = False  # its first batch is checked against the eager step
+    stays: bool = False  # stays on when the training ends (`TrainerTrials.undo`)
 
 
 class TrainerTrials:
@@ -178,6 +182,7 @@ class TrainerTrials:
         self._trials: list[Trial] = []
         self._queue: list[Callable[[], _Candidate | None]] = [
             self._fused,
+            self._sdpa,
             self._compiled_step,
             self._compiled,
         ]
@@ -265,9 +270,11 @@ class TrainerTrials:
 
     def undo(self) -> None:
         """The training is over (or failed): the trials stop if under way, and the kept
-        candidate goes off, the modules and optimizer as the script made them."""
+        candidate goes off, the modules and optimizer as the script made them (the SDPA
+        attention of a model stays, as ``report.tuning`` says)."""
         self.stop()
-        self._best.off()
+        if not self._best.stays:
+            self._best.off()
 
     # -- candidates ------------------------------------------------------------------
 
@@ -374,6 +381,22 @@ class TrainerTrials:
             off=lambda: optimizers.use(self._optimizer, variant, False),
         )
 
+    def _sdpa(self) -> _Candidate | None:
+        switch, why = attention.candidate(self._module)
+        if switch is None:
+            if why:
+                self._skipped("sdpa", why)
+            return None
+        optimizer = self._best.settings.get("optimizer", "default")
+        return _Candidate(
+            "eager" + ("" if optimizer == "default" else f"+{optimizer}") + "+sdpa",
+            {**self._best.settings, "attention": attention.SDPA},
+            on=switch.on,
+            off=switch.off,
+            checked=True,
+            stays=True,
+        )
+
     def _compiled_step(self) -> _Candidate | None:
         if self._compile_step is None or self._compile_fixed is not None:
             return None  # `_compiled` records why compile is not a candidate
@@ -399,8 +422,9 @@ class TrainerTrials:
 
     def _compile_candidate(self, name: str, switch: Any, compiled: str) -> _Candidate:
         optimizer = self._best.settings.get("optimizer", "default")
+        sdpa = "+sdpa" if self._best.settings.get("attention") else ""
         return _Candidate(
-            name + ("" if optimizer == "default" else f"+{optimizer}"),
+            name + ("" if optimizer == "default" else f"+{optimizer}") + sdpa,
             {**self._best.settings, "compile": True, "compiled": compiled},
             on=switch.on,
             off=switch.off,
@@ -479,6 +503,7 @@ class TrainerTrials:
             optimizer=str(best.settings.get("optimizer", "default")),
             seconds=time.perf_counter() - self._started_at,
             steps=self._steps,
+            attention=best.settings.get("attention"),
         )
         level = logging.INFO if self._steps else logging.DEBUG
         _log.log(level, "tune: %s", trials.summary(self.result))

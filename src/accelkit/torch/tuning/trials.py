@@ -14,9 +14,11 @@ fastest that computes the same thing:
 3. under DistributedDataParallel, its options (`accelkit.torch.tuning.levers`): bf16
    gradients under a bf16 plan, larger buckets, a static graph, no buffer broadcast,
    each on top of the best so far;
-4. ``torch.compile`` of forward and loss, with the better optimizer, when the
-   script did not fix ``compile``;
-5. on a CUDA device without DDP, the same compiled into CUDA graphs
+4. SDPA attention for Hugging Face models that run eager attention and support SDPA
+   (`accelkit.torch.tuning.attention`), switched in place, checked like compile;
+5. ``torch.compile`` of forward and loss, with the better optimizer (and attention),
+   when the script did not fix ``compile``;
+6. on a CUDA device without DDP, the same compiled into CUDA graphs
    (``mode="reduce-overhead"``, `accelkit.torch.tuning.graphs`): one launch per graph
    for a step of short kernels.
 
@@ -98,18 +100,28 @@ GRAPH_BREAK_STORM = 16
 CANDIDATES = 3  # the baseline, the optimizer's fused implementation, torch.compile
 CUDA_CANDIDATES = 1  # torch.compile's CUDA graphs, on a CUDA device without DDP
 DDP_CANDIDATES = 4  # bf16 gradients, larger buckets, a static graph, no buffer broadcast
+ATTENTION_CANDIDATES = 1  # SDPA for a transformers model on eager attention
 
 
-def trial_steps(accumulation_steps: int, data_parallel: bool = False, cuda: bool = True) -> int:
+def trial_steps(
+    accumulation_steps: int,
+    data_parallel: bool = False,
+    cuda: bool = True,
+    attention: bool = False,
+) -> int:
     """The most training steps the trials take (more only when a failed one is retrained);
     `data_parallel`: under DDP, whose options are candidates too; `cuda`: on a CUDA device,
-    where CUDA graphs are one (not under DDP).
+    where CUDA graphs are one (not under DDP); `attention`: SDPA is one
+    (`accelkit.torch.tuning.attention.candidate` found a model on eager attention).
 
     Example:
         >>> trial_steps(1, cuda=False), trial_steps(1), trial_steps(2, data_parallel=True)
         (30, 40, 140)
+        >>> trial_steps(1, attention=True)
+        50
     """
     candidates = CANDIDATES + (DDP_CANDIDATES if data_parallel else 0)
+    candidates += ATTENTION_CANDIDATES if attention else 0
     if cuda and not data_parallel:
         candidates += CUDA_CANDIDATES
     return candidates * (WARMUP_UNITS + TIMED_UNITS) * accumulation_steps

@@ -7,6 +7,7 @@ holds its limits and its result.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import statistics
@@ -16,7 +17,7 @@ from typing import Any
 
 from accelkit.profiling.tuning import Check
 from accelkit.torch.training.step import Step, TrainOne
-from accelkit.torch.tuning import graphs, levers, optimizers, reference, trials
+from accelkit.torch.tuning import attention, graphs, levers, optimizers, reference, trials
 from accelkit.torch.tuning import trial_guards as guards
 from accelkit.torch.tuning.trials import Trial, TuneResult, check_mode
 from accelkit.utils.imports import require
@@ -92,6 +93,8 @@ class Tuner:
         self._unit = accumulation_steps
         self._decide = decide
         self._levers = levers
+        self._sdpa: attention.Attention | None = None  # on: kept, or under trial
+        self._trying: attention.Attention | None = None  # under trial: off for the reference
         self._on_step: Callable[[], None] = lambda: None
         self._trials: list[Trial] = []
         self._steps = 0
@@ -145,6 +148,7 @@ class Tuner:
                     optimizers.use(self._optimizer, variant, False)
             for lever in self._levers.candidates() if self._levers is not None else ():
                 best = self._lever(lever, best, optimizer_name)
+            self._attention(best, optimizer_name)
             best = self._compiled(best, optimizer_name)
         return self._finish(decision, best, optimizer_name, started)
 
@@ -174,6 +178,32 @@ class Tuner:
         trial = self._measure(graphed, name, undo=_no, check=True, cudagraphs=True)
         return graphed if self._judge(trial, self._best_trial()) else best
 
+    def _attention(self, best: Step, optimizer: str) -> None:
+        """SDPA attention for the run's eager-attention transformers models, switched in
+        place on top of the best so far (`accelkit.torch.tuning.attention`), kept on when
+        clearly faster. Before compile, which then compiles the attention kept. Its trial
+        costs one candidate's steps (real training steps, at worst at the eager speed)
+        and the check's eager pass, no compilation: little against what the eager
+        attention's score matrix costs a GPU step at each layer."""
+        switch, why = attention.candidate(self._module)
+        if switch is None:
+            if why:
+                self._skipped("sdpa", why)
+            return
+        try:
+            switch.on()
+        except Exception as error:  # noqa: BLE001 - a model transformers will not switch
+            self._trials.append(Trial("sdpa", {}, status="failed", why=guards.why(error)))
+            return
+        self._sdpa = self._trying = switch
+        try:
+            trial = self._measure(best, self._name(best, optimizer), undo=switch.off, check=True)
+        finally:
+            self._trying = None
+        if not self._judge(trial, self._best_trial()):
+            switch.off()  # idempotent: a failed one was switched off already
+            self._sdpa = None
+
     def _skipped(self, name: str, why: str) -> None:
         self._trials.append(Trial(name, {}, status="skipped", why=why))
 
@@ -186,6 +216,7 @@ class Tuner:
             seconds=time.perf_counter() - started,
             steps=self._steps,
             ddp=levers.trial_settings(best.ddp),
+            attention=attention.SDPA if self._sdpa is not None else None,
         )
         # Said at INFO once trials ran; a decision taken without one is only a debug line.
         level = logging.INFO if self._steps else logging.DEBUG
@@ -194,7 +225,8 @@ class Tuner:
 
     def _name(self, step: Step, optimizer: str) -> str:
         extra = "" if optimizer == "default" else f"+{optimizer}"
-        return ("compile" if step.compiled else "eager") + extra + levers.label(step.ddp)
+        extra += levers.label(step.ddp) + ("+sdpa" if self._sdpa is not None else "")
+        return ("compile" if step.compiled else "eager") + extra
 
     def _lever(self, lever: Any, best: Step, optimizer: str) -> Step:
         """Try one DDP lever on top of `best` (every rank alike); the step to go on with."""
@@ -270,6 +302,8 @@ class Tuner:
         settings = {"compile": step.compiled, "optimizer": optimizer, **ddp}
         if cudagraphs:
             settings["cudagraphs"] = True
+        if self._sdpa is not None:
+            settings["attention"] = attention.SDPA
         trial = Trial(name=name, settings=settings)
         self._trials.append(trial)
         if self._ended:
@@ -389,16 +423,19 @@ class Tuner:
         torch = self._torch
         params = [p for p in self._module.parameters() if p.requires_grad]
         sample = reference.GradSample(params, torch)
-        eager = reference.eager_reference(
-            self._eager_step(),
-            batch,
-            module=self._module,
-            params=params,
-            sample=sample,
-            device=self._device,
-            torch=torch,
-            average=self._as_reduced,
-        )
+        # The SDPA candidate is checked against the attention it replaces.
+        trying = self._trying.off_while() if self._trying else contextlib.nullcontext()
+        with trying:
+            eager = reference.eager_reference(
+                self._eager_step(),
+                batch,
+                module=self._module,
+                params=params,
+                sample=sample,
+                device=self._device,
+                torch=torch,
+                average=self._as_reduced,
+            )
         trial.check = Check()
         return guards.checked(step, eager, sample, trial.check)
 
