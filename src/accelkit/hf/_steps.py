@@ -100,6 +100,7 @@ class TrainerSteps:
                     "(no forward hook ran): samples from the batch size arguments",
                 )
         if self.meter.clock.steps == 0:
+            self.meter.step_work_done()  # the FLOP count's pass below is not the step
             self._first(model, batches, samples)
         self.samples += samples
         self.tokens += tokens

@@ -44,7 +44,7 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from accelkit.profiling import torch_batches
+from accelkit.profiling import flops_sliced, torch_batches
 from accelkit.profiling.flop_count import FlopCount
 
 _METHOD = (
@@ -78,11 +78,14 @@ def count_train_step_flops(
 ) -> FlopCount:
     """FLOPs of one training step of `model` on one batch: forward, loss and backward.
 
-    Runs the step once, for real, under `FlopCounterMode`, then puts the model
-    back as it was: parameters' `.grad`, buffers (BatchNorm running statistics,
-    `num_batches_tracked`), each module's train/eval mode and the random number
-    generators are restored, and no optimizer step is taken. `forward` is read
-    from the same pass, before the backward starts.
+    Runs the step for real under `FlopCounterMode`: on slices of 1, 2 and 3 samples of a
+    batch of 8 or more, extrapolated to the batch when the counts are affine in its size
+    (`accelkit.profiling.flops_sliced`: the pass then holds a few samples' memory), else
+    once on the whole batch. Each pass puts the model back as it was: parameters'
+    `.grad`, buffers (BatchNorm running statistics, `num_batches_tracked`), each
+    module's train/eval mode and the random number generators are restored, and no
+    optimizer step is taken. `forward` is read from the same pass, before the backward
+    starts.
 
     Never raises: if the step cannot be counted (an op the counter cannot run,
     an error from the model itself) `total` is None and `notes` says why; an
@@ -116,6 +119,18 @@ def count_train_step_flops(
         >>> count_train_step_flops(model, torch.randn(8, 4)).total   # 2·8·4·2 fwd + weight grad
         256
     """
+
+    def count_on(inputs: Any, cut_targets: Any) -> FlopCount:
+        return _count_whole(model, inputs, cut_targets, loss_fn, autocast)
+
+    sliced = flops_sliced.extrapolated(count_on, batch_inputs, targets)
+    return sliced if sliced is not None else count_on(batch_inputs, targets)
+
+
+def _count_whole(
+    model: Callable[..., Any], batch_inputs: Any, targets: Any, loss_fn: Any, autocast: Any
+) -> FlopCount:
+    """`count_train_step_flops` on this batch as it is."""
     try:
         import torch
         import torch.utils.flop_counter

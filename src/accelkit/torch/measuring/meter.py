@@ -279,8 +279,13 @@ class Meter:
 
     def step_done(self, *, samples: int, tokens: int, real_tokens: Any = None) -> None:
         """Close a step begun with `step_begin`, counted by the door itself."""
-        self._activations.end()
+        self.step_work_done()
         self.clock.step_done(samples=samples, tokens=tokens, real_tokens=real_tokens)
+
+    def step_work_done(self) -> None:
+        """The step's own forward, backward and optimizer step are over: what a door runs
+        before `step_done` (the FLOP count's pass) is not the step's memory."""
+        self._activations.end()
 
     def _flop_counter(self) -> Any:
         try:
