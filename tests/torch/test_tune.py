@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -443,3 +444,146 @@ def test_the_recorded_gradient_figures_say_what_the_check_decided(
         assert raised is not (1 / bound <= record.grad_agreement <= bound) or math.isclose(
             record.grad_agreement, bound, rel_tol=1e-3
         )
+
+
+# -- SDPA attention for transformers models on eager attention (issue 24) -----------------
+
+
+@pytest.fixture
+def attention_as(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """GPT-2's eager attention made slower by `delay` seconds a call (so SDPA is clearly
+    faster on the CPU), and/or SDPA's output changed by `then(output) -> output`."""
+    modeling = pytest.importorskip("transformers.models.gpt2.modeling_gpt2")
+
+    def use(delay: float = 0.0, then: Callable[[Any], Any] | None = None) -> None:
+        eager, sdpa = modeling.eager_attention_forward, modeling.ALL_ATTENTION_FUNCTIONS["sdpa"]
+
+        def slow_eager(*args: Any, **kwargs: Any) -> Any:
+            time.sleep(delay)
+            return eager(*args, **kwargs)
+
+        def other_sdpa(*args: Any, **kwargs: Any) -> Any:
+            output, weights = sdpa(*args, **kwargs)
+            return then(output), weights
+
+        if delay:
+            monkeypatch.setattr(modeling, "eager_attention_forward", slow_eager)
+        if then is not None:
+            monkeypatch.setitem(modeling.ALL_ATTENTION_FUNCTIONS, "sdpa", other_sdpa)
+
+    return use
+
+
+def eager_gpt2() -> Any:
+    pytest.importorskip("transformers")
+    from ..helpers.transformers_models import gpt2
+
+    model = gpt2(layers=1, dim=32, heads=2, vocab=128, context=16)
+    model.set_attn_implementation("eager")
+    return model
+
+
+def lm_fit(model: Any, steps: int, **kwargs: Any) -> tuple[RunReport, Any, int]:
+    """A tuned fit of `model` on `steps` language-model batches; (report, optimizer, steps).
+    The optimizer's implementation is the script's (foreach=False): not a candidate."""
+    from ..helpers.transformers_models import lm_batches
+
+    data = lm_batches(n=steps, batch=2, length=16, vocab=128)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    report = accelkit.torch.fit(
+        model, data, optimizer, None, plan=CPU_PLAN, progress=False, tune=True, **kwargs
+    )
+    return report, optimizer, len(data)
+
+
+def test_sdpa_is_tried_checked_and_kept_for_an_eager_transformers_model(
+    compile_with: Callable[..., None], attention_as: Callable[..., None]
+) -> None:
+    compile_with("eager")
+    # One call a step, longer than a loaded CPU's noise: SDPA is clearly faster.
+    attention_as(delay=0.25)
+    model = eager_gpt2()
+    report, optimizer, steps = lm_fit(model, trials.trial_steps(1, cuda=False, attention=True))
+    by_name = candidates(report)
+    sdpa = by_name["eager+sdpa"]
+    assert sdpa["settings"]["attention"] == "sdpa" and not sdpa["settings"]["compile"]
+    assert sdpa["status"] == "chosen", sdpa["why"]
+    assert sdpa["steps"] == trials.WARMUP_UNITS + trials.TIMED_UNITS
+    check = sdpa["check"]  # against the eager attention on the same batch
+    assert check["failed"] is None and check["grad_difference"] <= check["grad_limit"]
+    # compile comes after, on top of the attention kept, and is named with it.
+    compiled = next(c for c in by_name.values() if c["settings"].get("compile"))
+    assert compiled["name"] == "compile+sdpa" and compiled["settings"]["attention"] == "sdpa"
+    # The record says what the model runs after the fit; every batch trained once.
+    assert report.tuning["attention"] == "sdpa" and "sdpa" in report.tuning["chosen"]
+    assert model.config._attn_implementation == "sdpa"
+    assert report.facts["attention"][0]["implementation"] == "sdpa"
+    assert optimizer_steps(optimizer) == steps and report.steps == steps
+
+
+def test_sdpa_that_computes_something_else_is_dropped_and_eager_restored(
+    attention_as: Callable[..., None],
+) -> None:
+    attention_as(then=lambda output: output * 1.5)
+    model = eager_gpt2()
+    report, optimizer, steps = lm_fit(model, 3 * (trials.WARMUP_UNITS + trials.TIMED_UNITS) + 4,
+                                      compile=False)  # fmt: skip
+    sdpa = candidates(report)["eager+sdpa"]
+    assert sdpa["status"] == "failed" and "differ" in sdpa["why"], sdpa["why"]
+    assert sdpa["check"]["failed"] in ("loss", "gradients")  # the figures, as compile's
+    assert report.tuning["attention"] is None and model.config._attn_implementation == "eager"
+    assert all(
+        layer.config._attn_implementation == "eager" for layer in model.modules()
+        if hasattr(layer, "config")
+    )  # fmt: skip
+    # The batch it failed on trained again with the eager attention: none lost, none twice.
+    assert optimizer_steps(optimizer) == steps and report.steps == steps
+    assert all(math.isfinite(loss) for loss in report.losses)
+
+
+def test_a_model_on_sdpa_already_gets_no_attention_candidate() -> None:
+    pytest.importorskip("transformers")
+    from ..helpers.transformers_models import gpt2
+
+    model = gpt2(layers=1, dim=32, heads=2, vocab=128, context=16)  # transformers 5: SDPA
+    report, _, _ = lm_fit(model, 2 * (trials.WARMUP_UNITS + trials.TIMED_UNITS) + 2,
+                          compile=False)  # fmt: skip
+    assert not any("sdpa" in c["name"] for c in report.tuning["candidates"])
+    assert report.tuning["attention"] is None and model.config._attn_implementation == "sdpa"
+
+
+def test_the_attention_switch_turns_only_eager_models_and_puts_each_back() -> None:
+    pytest.importorskip("transformers")
+    from accelkit.torch.tuning import attention
+
+    from ..helpers.transformers_models import bert
+
+    class TwoModels(torch.nn.Module):  # a LightningModule's children, say
+        def __init__(self) -> None:
+            super().__init__()
+            self.encoder, self.other = eager_gpt2(), bert(layers=1, dim=32, vocab=128)
+
+    holder = TwoModels()
+    switch, why = attention.candidate(holder)
+    assert switch is not None and why is None and switch.names == "GPT2LMHeadModel"
+    switch.on()
+    assert holder.encoder.config._attn_implementation == "sdpa"
+    assert holder.encoder.transformer.h[0].attn.config._attn_implementation == "sdpa"
+    switch.off()
+    switch.off()  # idempotent
+    assert holder.encoder.config._attn_implementation == "eager"
+    assert holder.other.config._attn_implementation == "sdpa"  # never touched
+    with switch.off_while():  # the check's reference: eager for the duration
+        assert holder.encoder.config._attn_implementation == "eager"
+    assert holder.encoder.config._attn_implementation == "sdpa"
+    switch.off()
+
+
+def test_a_model_that_returns_its_attention_weights_is_not_switched() -> None:
+    from accelkit.torch.tuning import attention
+
+    model = eager_gpt2()
+    model.config.output_attentions = True
+    switch, why = attention.candidate(model)
+    assert switch is None and why is not None and "output_attentions" in why
+    assert attention.candidate(torch.nn.Linear(4, 2)) == (None, None)
