@@ -231,3 +231,74 @@ def test_undo_puts_back_what_the_trials_kept() -> None:
     assert "forward" not in vars(model)
     assert all(group.get("fused") in (None, False) for group in optimizer.param_groups)
     tuning.undo()  # twice: nothing more to do
+
+
+# -- SDPA attention for a transformers model on eager attention (issue 24) ----------------
+
+
+def _train_lm(model: Any, n: int) -> TrainerTrials:
+    """A trainer's loop over `n` language-model batches of `model`, compile left out."""
+    from ..helpers.transformers_models import lm_batches
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+
+    def forward_backward(batch: Any) -> Any:
+        loss = model(**batch).loss
+        loss.backward()
+        return loss
+
+    tuning = TrainerTrials(
+        model, optimizer, torch.device("cpu"), mode=True, compile_targets=[],
+        compile_fixed="the script's", planned_steps=None, batches_per_unit=1,
+        forward_backward=forward_backward,
+    )  # fmt: skip
+    for batch in lm_batches(n=n, batch=2, length=16, vocab=128):
+        tuning.begin()
+        tuning.batch(batch)
+        forward_backward(batch)
+        optimizer.step()
+        optimizer.zero_grad()
+        tuning.end()
+    tuning.stop()
+    return tuning
+
+
+def _eager_gpt2() -> Any:
+    pytest.importorskip("transformers")
+    from ..helpers.transformers_models import gpt2
+
+    model = gpt2(layers=1, dim=32, heads=2, vocab=128, context=16)
+    model.set_attn_implementation("eager")
+    return model
+
+
+def test_sdpa_is_a_checked_candidate_and_its_record_says_what_the_model_runs() -> None:
+    model = _eager_gpt2()
+    tuning = _train_lm(model, 2 * UNITS + 2)
+    sdpa = next(t for t in tuning.result.trials if t.name == "eager+sdpa")
+    assert sdpa.settings["attention"] == "sdpa" and sdpa.steps == UNITS
+    assert sdpa.status in ("chosen", "slower"), sdpa.why
+    assert sdpa.check is not None and sdpa.check.failed is None  # against eager attention
+    kept = "sdpa" if sdpa.status == "chosen" else "eager"
+    assert tuning.result.to_dict()["attention"] == (kept if kept == "sdpa" else None)
+    tuning.undo()  # the training's end: the attention stays what the record says
+    assert model.config._attn_implementation == kept
+
+
+def test_sdpa_that_computes_something_else_is_dropped_before_the_trainer_trains_on_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = _eager_gpt2()
+    modeling = pytest.importorskip("transformers.models.gpt2.modeling_gpt2")
+    sdpa = modeling.ALL_ATTENTION_FUNCTIONS["sdpa"]
+
+    def other_sdpa(*args: Any, **kwargs: Any) -> Any:
+        output, weights = sdpa(*args, **kwargs)
+        return output * 1.5, weights
+
+    monkeypatch.setitem(modeling.ALL_ATTENTION_FUNCTIONS, "sdpa", other_sdpa)
+    tuning = _train_lm(model, 2 * UNITS + 2)
+    dropped = next(t for t in tuning.result.trials if t.name == "eager+sdpa")
+    assert dropped.status == "failed" and "differ" in dropped.why, dropped.why
+    assert dropped.steps == 1 and tuning.result.attention is None
+    assert model.config._attn_implementation == "eager"
