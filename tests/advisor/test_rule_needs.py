@@ -67,6 +67,18 @@ def _dropped_cuda_graphs() -> dict[str, Any]:
     return record
 
 
+def _dropped_sdpa() -> dict[str, Any]:
+    """A tune record whose SDPA candidate failed its loss check against eager attention."""
+    record = _tuned("attention", "sdpa")
+    record["candidates"][1].update(
+        status="failed",
+        step_seconds=None,
+        why="loss differs",
+        check={"loss_difference": 0.05, "loss_limit": 0.02, "failed": "loss"},
+    )
+    return record
+
+
 _OPT = {
     "type": "AdamW",
     "implementation": "for-loop",
@@ -239,6 +251,27 @@ EXAMPLES: dict[str, Callable[[], Example]] = {
         None,
         measured_on(H200, gpu_utilization=58.0, step_time_s=0.024, facts={"compiled": False}),
     ),
+    "sdpa_attention": lambda: (
+        H200,
+        None,
+        measured_on(
+            H200,
+            facts={
+                "attention": [{"model": "GPT2LMHeadModel", "implementation": "eager", "sdpa": True}]
+            },
+            tuning=_dropped_sdpa(),
+        ),
+    ),
+    "sdpa_attention, not tuned": lambda: (
+        CPU,
+        None,
+        measured_on(
+            CPU,
+            facts={
+                "attention": [{"model": "GPT2LMHeadModel", "implementation": "eager", "sdpa": True}]
+            },
+        ),
+    ),
     "fused_optimizer": lambda: (
         H200,
         None,
@@ -348,6 +381,7 @@ EXAMPLES: dict[str, Callable[[], Example]] = {
 _RULE_OF = {
     "compile, tuned": "compile",
     "cuda_graphs, not tuned": "cuda_graphs",
+    "sdpa_attention, not tuned": "sdpa_attention",
     "precision_bf16": "precision",
     "memory_headroom": "memory",
     "memory_pressure": "memory",

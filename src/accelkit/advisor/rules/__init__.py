@@ -16,6 +16,7 @@ from collections.abc import Callable
 from accelkit.advisor.context import Context
 from accelkit.advisor.rules import (
     alignment,
+    attention,
     compilation,
     cuda_graphs,
     distribution,
@@ -52,6 +53,7 @@ RULES: list[Rule] = [
     utilisation.launch_overhead,
     compilation.torch_compile,
     cuda_graphs.cuda_graphs,
+    attention.sdpa_attention,
     optimizer.fused_optimizer,
     precision.precision,
     keras_policy.keras_policy,
