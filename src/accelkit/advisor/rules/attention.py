@@ -59,11 +59,7 @@ def sdpa_attention(ctx: Context) -> Advice | None:
         ('sdpa_attention', None)
     """
     found = ctx.fact("attention")
-    eager = [
-        entry
-        for entry in (found if isinstance(found, list) else ())
-        if isinstance(entry, Mapping) and entry.get("implementation") == "eager" and entry.get("sdpa")
-    ]
+    eager = [entry for entry in (found if isinstance(found, list) else ()) if _switchable(entry)]
     if not ctx.torch or not eager or tuning.chose(ctx, SDPA_ATTENTION):
         return None
     evidence: dict[str, Any] = {
@@ -79,6 +75,15 @@ def sdpa_attention(ctx: Context) -> Advice | None:
             return _timed(evidence, trial)
         return None  # timed: not clearly faster on this model
     return _not_tried(evidence, result)
+
+
+def _switchable(entry: Any) -> bool:
+    """A model the fact says runs eager attention and could run SDPA."""
+    return (
+        isinstance(entry, Mapping)
+        and entry.get("implementation") == "eager"
+        and bool(entry.get("sdpa"))
+    )
 
 
 def _dropped(evidence: dict[str, Any], trial: tuning.Compared) -> Advice:

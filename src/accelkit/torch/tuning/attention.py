@@ -122,7 +122,6 @@ def _configs(models: list[Any]) -> list[Any]:
         if id(config) in found:
             continue
         found[id(config)] = config
-        for key in getattr(config, "sub_configs", None) or ():
-            if (sub := getattr(config, key, None)) is not None:
-                stack.append(sub)
+        subs = (getattr(config, key, None) for key in getattr(config, "sub_configs", None) or ())
+        stack.extend(sub for sub in subs if sub is not None)
     return list(found.values())
