@@ -136,6 +136,7 @@ class AccelkitCallback(_Callback):
         self._loss_sum, self._loss_steps = None, 0
         # Lightning's DDP strategies have wrapped the module by now
         trainer_timing.time_all_reduce(getattr(trainer.strategy, "model", None), self.meter)
+        self._sharding_facts(trainer, pl_module)
         self._start_trials(trainer, pl_module)
         self.meter.start()
         self._pause(OTHER)  # the set-up, until the first step
@@ -211,6 +212,28 @@ class AccelkitCallback(_Callback):
         self.meter.__exit__(type(exception), exception, exception.__traceback__)
         if isinstance(exception, KeyboardInterrupt):
             self.report = self.meter.close()
+
+    def _sharding_facts(self, trainer: Any, pl_module: Any) -> None:
+        """The strategy's sharding as the fit records its own (``facts["sharding"]``):
+        FSDP2 (``fully_shard`` in ``configure_model``, under ModelParallelStrategy) or
+        FSDP1 (FSDPStrategy: kind "fsdp1"); or, when the plan shards and the module is
+        whole, a note saying so."""
+        from accelkit.torch.distributed import sharding
+
+        assert self.meter is not None
+        model = getattr(trainer.strategy, "model", None) or pl_module
+        found = sharding.described(pl_module) or sharding.described(model)
+        record = found.to_dict() if found is not None else sharding.described_fsdp1(model)
+        if record is not None:
+            self.meter.facts["sharding"] = record
+        elif self.options.plan is not None and sharding.wanted(self.options.plan):
+            strategy = type(trainer.strategy).__name__
+            self.meter.note(
+                "sharding",
+                f"the plan shards with FSDP2, not applied: the Trainer's {strategy} did not "
+                "shard (trainer_kwargs gives FSDPStrategy on GPU plans only: Lightning "
+                "shards only on GPUs)",
+            )
 
     # -- tune ------------------------------------------------------------------------
 

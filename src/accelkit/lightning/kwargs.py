@@ -7,6 +7,13 @@ with float32 reduction), while ModelParallelStrategy (FSDP2's ``fully_shard``) a
 nothing itself: the LightningModule's ``configure_model`` must shard. FSDPStrategy is
 FSDP1 (``FullyShardedDataParallel``): the same full sharding of the state, one unit per
 block, with flat parameters.
+
+Not on the CPU: Lightning refuses ``FSDPStrategy`` without a CUDA accelerator
+(``lightning/pytorch/trainer/connectors/accelerator_connector.py``,
+``_check_strategy_and_fallback``: "requires a GPU accelerator"), and past that FSDP1 itself
+refuses a CPU module given no ``device_id`` (``torch/distributed/fsdp/_init_utils.py``,
+``_init_device_handle``: "FSDP needs a non-CPU accelerator device"; Lightning passes the
+CPU's index, None). A CPU plan that shards gets ``"ddp"`` and a warning saying so.
 """
 
 from __future__ import annotations
@@ -15,6 +22,14 @@ from typing import Any
 
 from accelkit.planning import Distribution, Plan, Precision
 from accelkit.planning.keys import Key
+from accelkit.utils.log import logger
+
+# Why a CPU plan that shards gets DDP (the module docstring has where Lightning and FSDP1 refuse).
+CPU_NOT_SHARDED = (
+    "Lightning cannot shard on the CPU (its FSDPStrategy requires a GPU accelerator, and "
+    "FSDP1 a non-CPU device): trainer_kwargs gives strategy='ddp', every rank holding the "
+    "whole model; accelkit.torch.fit shards with FSDP2 on the CPU"
+)
 
 # Lightning's precision names (lightning.fabric.connector._PRECISION_INPUT). TF32 keeps
 # fp32 tensors: the plan's TF32 flags are applied by `accelkit.apply`, not by Lightning.
@@ -44,7 +59,8 @@ def trainer_kwargs(plan: Plan, model: Any = None) -> dict[str, Any]:
         (`Distribution.FSDP`), an ``FSDPStrategy`` that wraps each of the model's blocks,
         checkpoints them when the plan's ``activation_checkpointing`` is True, offloads
         to the CPU when its ``fsdp.cpu_offload`` is, and gathers 16-bit parameters with
-        float32 gradient reduction under a mixed plan; else "auto".
+        float32 gradient reduction under a mixed plan (a CPU plan that shards: "ddp",
+        with a warning: Lightning shards only on GPUs); else "auto".
         A plan that did not distribute several GPUs (no launcher) says in its
         ``launch`` setting how to start the run so that it does.
 
@@ -69,7 +85,10 @@ def trainer_kwargs(plan: Plan, model: Any = None) -> dict[str, Any]:
     if distribution in (Distribution.DDP, Distribution.FSDP):
         devices = plan.hardware.launcher.local_world_size or max(1, plan.hardware.gpu_count)
     strategy: Any = "ddp" if distribution is Distribution.DDP else "auto"
-    if distribution is Distribution.FSDP:
+    if distribution is Distribution.FSDP and not gpu:
+        logger.warning("%s", CPU_NOT_SHARDED)
+        strategy = "ddp"
+    elif distribution is Distribution.FSDP:
         strategy = _fsdp_strategy(plan, precision, model)
     return {
         "precision": _PRECISION[precision],

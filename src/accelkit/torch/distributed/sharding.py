@@ -368,6 +368,52 @@ def described(module: Any) -> Sharded | None:
     )
 
 
+FSDP1 = "fsdp1"  # the kind of `described_fsdp1`'s record
+
+
+def described_fsdp1(module: Any) -> dict[str, Any] | None:
+    """The ``facts["sharding"]`` record of FSDP1 (``FullyShardedDataParallel``) units in
+    `module` or around it, as `described` gives FSDP2's, with ``kind`` "fsdp1" and FSDP1's
+    ``sharding_strategy`` ("FULL_SHARD"...); None when `module` has no FSDP1 unit.
+
+    FSDP1 is not FSDP2: its units hold flat parameters (``FlatParameter``, one per unit)
+    where FSDP2's hold a DTensor each, so `described` (FSDP2 only) leaves it alone. Lightning's
+    ``FSDPStrategy`` (what `accelkit.lightning.trainer_kwargs` gives an FSDP plan) makes
+    FSDP1: a root around the LightningModule, a unit per block its wrap policy names. The
+    blocks are the class most units wrap; policy, offload and strategy are read from the
+    first unit's state (Lightning gives every unit the same).
+
+    Example:
+        >>> import torch
+        >>> described_fsdp1(torch.nn.Linear(2, 2)) is None
+        True
+    """
+    fsdp = require("torch.distributed.fsdp")
+    units = [(n, m) for n, m in module.named_modules() if isinstance(m, fsdp.FullyShardedDataParallel)]
+    if not units:
+        return None
+    inner = [(n, m) for n, m in units if n] or units  # the root alone: itself the unit
+    by_class: dict[str, list[str]] = defaultdict(list)
+    for name, unit in inner:
+        by_class[type(unit.module).__name__].append(name)
+    blocks, names = max(by_class.items(), key=lambda item: len(item[1]))
+    first = units[0][1]
+    policy = first.mixed_precision  # FSDP1 state: a MixedPrecision, fields None when off
+    wrappers = ("_fsdp_wrapped_module", "_checkpoint_wrapped_module")
+    where = ".".join(part for part in names[0].split(".") if part not in wrappers)
+    record = Sharded(
+        blocks=blocks,
+        count=len(names),
+        where=_container(where) if where else "",
+        param_dtype=_name(policy.param_dtype),
+        reduce_dtype=_name(policy.reduce_dtype),
+        checkpointing=_checkpointed_blocks(module),
+        offload=bool(first.cpu_offload.offload_params),
+        by_script=True,
+    )
+    return {**record.to_dict(), "kind": FSDP1, "sharding_strategy": first.sharding_strategy.name}
+
+
 def _local(parameter: Any) -> Any:
     """This rank's shard of a DTensor parameter (a plain tensor: itself)."""
     to_local = getattr(parameter, "to_local", None)
