@@ -501,7 +501,7 @@ def test_sdpa_is_tried_checked_and_kept_for_an_eager_transformers_model(
 ) -> None:
     compile_with("eager")
     # One call a step, longer than a loaded CPU's noise: SDPA is clearly faster.
-    attention_as(delay=0.25)
+    attention_as(delay=0.5)
     model = eager_gpt2()
     report, optimizer, steps = lm_fit(model, trials.trial_steps(1, cuda=False, attention=True))
     by_name = candidates(report)
