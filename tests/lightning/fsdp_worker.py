@@ -55,9 +55,11 @@ class LM(lightning.LightningModule):
         self.losses: list[float] = []
 
     def training_step(self, batch, batch_idx):
-        loss = self.lm(**batch).loss
-        self.losses.append(float(loss.detach()))
-        return loss
+        return self.lm(**batch).loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        # the trained steps' losses only (the callback's FLOP count runs training_step too)
+        self.losses.append(float(outputs["loss"].detach()))
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
