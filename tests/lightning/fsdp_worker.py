@@ -74,9 +74,14 @@ def train(device: str, plan: Any) -> dict[str, Any]:
     module = LM(device)
     callback = AccelkitCallback(plan=plan, tune=False, warmup=2)
     trainer = lightning.Trainer(
-        **trainer_kwargs(plan, model=module), callbacks=[callback], max_steps=steps,
-        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, use_distributed_sampler=False,
+        **trainer_kwargs(plan, model=module),
+        callbacks=[callback],
+        max_steps=steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
     )
     ordered = [mine[i % len(mine)] for i in range(steps)]  # batches made already: no batching
     trainer.fit(module, torch.utils.data.DataLoader(ordered, batch_size=None))

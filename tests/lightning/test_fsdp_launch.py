@@ -31,8 +31,8 @@ from ..distributed.torch_launch import torchrun
 torch = pytest.importorskip("torch")
 lightning = pytest.importorskip("lightning")
 
-from accelkit.lightning import AccelkitCallback, trainer_kwargs  # noqa: E402
-from accelkit.torch.distributed import sharding  # noqa: E402
+from accelkit.lightning import AccelkitCallback, trainer_kwargs
+from accelkit.torch.distributed import sharding
 
 WORKER = str(Path(__file__).with_name("fsdp_worker.py"))
 
@@ -89,8 +89,13 @@ def _loader():
 
 def _fit(module, callback, **kwargs) -> None:
     trainer = lightning.Trainer(
-        **kwargs, callbacks=[callback], max_epochs=2, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False,
+        **kwargs,
+        callbacks=[callback],
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
     )
     trainer.fit(module, _loader())
 
@@ -124,7 +129,9 @@ def one_rank():
 def _fsdp1(module, mixed: bool = False):
     from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision
 
-    policy = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed else None
+    policy = (
+        MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed else None
+    )
     return FullyShardedDataParallel(module, device_id=torch.device("cpu"), mixed_precision=policy)
 
 
@@ -140,12 +147,23 @@ def test_fsdp1_is_described_as_fsdp1_and_fsdp2_as_before(one_rank) -> None:
     # when it shards): the record says which
     assert all(name.endswith("_flat_param") for name, _ in root.named_parameters())
     assert found == {
-        "kind": "fsdp1", "blocks": "Block", "count": 3, "where": "net", "param_dtype": None,
-        "reduce_dtype": None, "checkpointing": False, "offload": False, "by_script": True,
-        "one_process": False, "sharding_strategy": "NO_SHARD",
+        "kind": "fsdp1",
+        "blocks": "Block",
+        "count": 3,
+        "where": "net",
+        "param_dtype": None,
+        "reduce_dtype": None,
+        "checkpointing": False,
+        "offload": False,
+        "by_script": True,
+        "one_process": False,
+        "sharding_strategy": "NO_SHARD",
     }, found
     inner = sharding.described_fsdp1(module)  # the units alone: their own policy
-    assert inner is not None and (inner["param_dtype"], inner["reduce_dtype"]) == ("bfloat16", "float32")
+    assert inner is not None and (inner["param_dtype"], inner["reduce_dtype"]) == (
+        "bfloat16",
+        "float32",
+    )
     fsdp2 = Blocks()
     for block in fsdp2.net[1:]:
         sharding.fsdp_api().fully_shard(block)

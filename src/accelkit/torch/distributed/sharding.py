@@ -389,7 +389,9 @@ def described_fsdp1(module: Any) -> dict[str, Any] | None:
         True
     """
     fsdp = require("torch.distributed.fsdp")
-    units = [(n, m) for n, m in module.named_modules() if isinstance(m, fsdp.FullyShardedDataParallel)]
+    units = [
+        (n, m) for n, m in module.named_modules() if isinstance(m, fsdp.FullyShardedDataParallel)
+    ]
     if not units:
         return None
     inner = [(n, m) for n, m in units if n] or units  # the root alone: itself the unit
