@@ -587,3 +587,26 @@ def test_a_model_that_returns_its_attention_weights_is_not_switched() -> None:
     switch, why = attention.candidate(model)
     assert switch is None and why is not None and "output_attentions" in why
     assert attention.candidate(torch.nn.Linear(4, 2)) == (None, None)
+
+
+@pytest.mark.gpu
+def test_tune_on_cuda_checks_and_times_sdpa_for_an_eager_gpt2_under_bf16() -> None:
+    """bf16 autocast and dropout on the GPU: SDPA's first batch agrees with the eager
+    attention's within the limits (flash kernels round and draw dropout their own way), so
+    it is timed, not dropped; the model runs what the record says."""
+    transformers = pytest.importorskip("transformers")
+    plan = accelkit.auto_configure(framework="torch", verbose=False)
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=4, n_head=8, n_embd=512, n_positions=512,
+                                     vocab_size=8192, attn_implementation="eager")  # fmt: skip
+    model = transformers.GPT2LMHeadModel(config)
+    ids = torch.randint(0, config.vocab_size, (8, config.n_positions))
+    data = [{"input_ids": ids, "labels": ids}] * (trials.trial_steps(1, attention=True) + 10)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    report = accelkit.torch.fit(model, data, optimizer, None, plan=plan, progress=False, tune=True)
+    sdpa = next(c for c in report.tuning["candidates"] if c["name"].endswith("+sdpa"))
+    assert sdpa["status"] in ("chosen", "slower"), sdpa["why"]
+    assert sdpa["check"]["failed"] is None, sdpa["check"]
+    kept = report.tuning["attention"] or "eager"
+    assert model.config._attn_implementation == kept
+    assert optimizer_steps(optimizer) == len(data) and report.steps == len(data)
