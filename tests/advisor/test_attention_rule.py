@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from accelkit import what_if
 from accelkit.advisor import Severity
@@ -101,6 +103,14 @@ def test_dropped_by_the_check_gives_its_figure_and_no_gain() -> None:
     assert found.expected_gain.startswith("not measured")
 
 
+def test_a_trial_the_data_ended_before_is_not_tried() -> None:
+    trial = candidate("eager+sdpa", "skipped", None, settings=SDPA,
+                      why="the data ended before this candidate's turn")  # fmt: skip
+    found = verdict(tuning=tuned(trial))
+    assert "tune did not time it (the data ended before" in found.title
+    assert found.speedup is None and found.expected_gain.startswith("not measured")
+
+
 def test_timed_faster_but_not_kept_gives_the_measured_ratio() -> None:
     trial = candidate("eager+sdpa", "skipped", 0.020, settings=SDPA,
                       why="the data ended after 4 of its steps")  # fmt: skip
@@ -127,3 +137,36 @@ def test_a_real_fit_of_an_eager_gpt2_without_tune_gets_the_verdict() -> None:
     model.set_attn_implementation("sdpa")  # on SDPA: nothing to say
     report = accelkit.torch.fit(model, data, optimizer, None, plan=CPU_PLAN, progress=False)
     assert "sdpa_attention" not in [advice["id"] for advice in report.advice]
+
+
+_ENTRIES = st.lists(
+    st.fixed_dictionaries(
+        {
+            "model": st.sampled_from(["GPT2LMHeadModel", "BertModel"]),
+            "implementation": st.sampled_from(["eager", "sdpa", "flash_attention_2", None]),
+            "sdpa": st.booleans(),
+        }
+    ),
+    max_size=3,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    entries=_ENTRIES,
+    status=st.one_of(st.none(), st.sampled_from(["chosen", "slower", "failed", "skipped"])),
+    step=st.one_of(st.none(), st.floats(0.001, 0.1)),
+)
+def test_the_rule_fires_only_for_an_unused_lever_and_claims_only_a_measured_gain(
+    entries: list[dict[str, Any]], status: str | None, step: float | None
+) -> None:
+    trial = None if status is None else candidate("eager+sdpa", status, step, settings=SDPA)
+    found = verdict(entries, tuning=None if trial is None else tuned(trial))
+    switchable = any(e["implementation"] == "eager" and e["sdpa"] for e in entries)
+    timed_faster = status == "skipped" and step is not None and step < BASELINE["step_seconds"]
+    untimed = status == "skipped" and step is None  # the data ended before its turn
+    fires = switchable and (status in (None, "failed") or timed_faster or untimed)
+    assert (found is not None) is fires
+    if found is not None:
+        assert (found.speedup is not None) is timed_faster
+        assert found.expected_gain.startswith("measured") is timed_faster

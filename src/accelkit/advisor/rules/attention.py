@@ -13,8 +13,8 @@ unused:
   an error; no gain, as no step of it was timed;
 - tune timed it faster than the baseline and the run did not keep it (its timed steps
   ended early): the measured ratio, the only gain this rule claims;
-- it was not tried (tune off, not tuned, a record without it): how to apply it and how
-  to measure it; no gain.
+- it was not tried (tune off, not tuned, the data ended before its steps, a record
+  without it): how to apply it and how to measure it; no gain.
 
 Quiet when the run kept it, where tune timed it and found it not clearly faster, and for
 models on SDPA or flash attention, or that cannot switch (``output_attentions``).
@@ -73,8 +73,9 @@ def sdpa_attention(ctx: Context) -> Advice | None:
             return _dropped(evidence, trial)
         if trial.status == "skipped" and (trial.speedup or 0.0) > 1.0:
             return _timed(evidence, trial)
-        return None  # timed: not clearly faster on this model
-    return _not_tried(evidence, result)
+        if trial.status != "skipped" or trial.step_seconds:
+            return None  # timed: not clearly faster on this model
+    return _not_tried(evidence, result, trial)
 
 
 def _switchable(entry: Any) -> bool:
@@ -127,8 +128,12 @@ def _timed(evidence: dict[str, Any], trial: tuning.Compared) -> Advice:
     )
 
 
-def _not_tried(evidence: dict[str, Any], result: TuneResult | None) -> Advice:
-    if result is None:
+def _not_tried(
+    evidence: dict[str, Any], result: TuneResult | None, trial: tuning.Compared | None
+) -> Advice:
+    if trial is not None:  # its turn came after the data ended
+        why = f"tune did not time it ({trial.why})"
+    elif result is None:
         evidence["tune"] = "not run"
         why = "tune did not run"
     elif result.decision != "tuned":
