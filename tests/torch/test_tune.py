@@ -610,3 +610,21 @@ def test_tune_on_cuda_checks_and_times_sdpa_for_an_eager_gpt2_under_bf16() -> No
     kept = report.tuning["attention"] or "eager"
     assert model.config._attn_implementation == kept
     assert optimizer_steps(optimizer) == len(data) and report.steps == len(data)
+
+
+def test_tune_for_a_hand_written_loop_gives_the_attention_candidate_its_steps(
+    compile_with: Callable[..., None],
+) -> None:
+    """`accelkit.torch.tune` trains as many batches as the trials take: with an eager
+    transformers model that is the SDPA trial more, so the last candidate (compile) is
+    not cut short by the end of the data."""
+    from ..helpers.transformers_models import lm_batches
+
+    compile_with("eager")
+    model = eager_gpt2()
+    data = iter(lm_batches(n=200, batch=2, length=16, vocab=128))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)  # fused: a candidate too
+    result = accelkit.torch.tune(model, data, optimizer, None, plan=CPU_PLAN, device="cpu")
+    compiled = next(t for t in result.trials if t.settings.get("compile"))
+    assert "data ended" not in (compiled.why or ""), compiled.why
+    assert compiled.steps == trials.WARMUP_UNITS + trials.TIMED_UNITS

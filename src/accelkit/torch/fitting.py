@@ -25,7 +25,7 @@ from accelkit.torch.training.evaluate import evaluator
 from accelkit.torch.training.loop import Schedule
 from accelkit.torch.training.prepare import Prepared, prepare, restore
 from accelkit.torch.training.step import Step, check_optimizer, make_step
-from accelkit.torch.tuning import levers
+from accelkit.torch.tuning import attention, levers
 from accelkit.torch.tuning.trials import TuneResult, check_mode, trial_steps
 from accelkit.torch.tuning.tuner import Tuner
 from accelkit.utils import arguments
@@ -362,7 +362,10 @@ def tune(
         optimizer,
         loss_fn,
         steps=trial_steps(
-            accumulation_steps, data_parallel=parallel.world() is not None, cuda=cuda
+            accumulation_steps,
+            data_parallel=parallel.world() is not None,
+            cuda=cuda,
+            attention=attention.candidate(model)[0] is not None,
         ),
         plan=plan,
         device=device,
