@@ -20,14 +20,20 @@ from accelkit.planning import Request, plan
 from accelkit.planning.keys import Key
 from accelkit.planning.memory import (
     Layout,
-    MemoryEstimate,
     activations_from_rise,
     blocks,
     footprint,
     per_param,
     usable_bytes,
 )
-from accelkit.planning.types import Distribution, Framework, Optimizer, Plan, Precision
+from accelkit.planning.types import (
+    Distribution,
+    Framework,
+    MemoryEstimate,
+    Optimizer,
+    Plan,
+    Precision,
+)
 
 GB = 10**9
 TORCHRUN_8 = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "8"}

@@ -1,10 +1,10 @@
 """Planning: a pure function from (hardware, request) to an immutable `Plan`."""
 
-from accelkit.planning.memory import MemoryEstimate
 from accelkit.planning.planner import plan
 from accelkit.planning.types import (
     Distribution,
     Framework,
+    MemoryEstimate,
     Optimizer,
     Plan,
     Precision,

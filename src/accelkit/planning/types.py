@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from accelkit.hardware.info import HardwareInfo
-    from accelkit.planning.memory import MemoryEstimate
 
 
 class _Choice(str, enum.Enum):
@@ -288,6 +287,74 @@ def _whole_count(value: object, maximum: int, *, zero: bool = False) -> int | No
 
 
 @dataclasses.dataclass(frozen=True)
+class MemoryEstimate:
+    """A model's memory per GPU and the layout chosen for it (`plan.memory`).
+
+    Bytes are ints; GB in reasons are decimal (1e9), as device memory is given.
+
+    Attributes:
+        params: the model's parameters; trainable_params: those the optimizer updates.
+        optimizer, precision: what the bytes per parameter are counted for.
+        bytes_per_param: weights + gradients + optimizer state (master weights
+            included) per trainable parameter.
+        state_bytes: that state for the whole model (all GPUs together; frozen
+            parameters count their weights only).
+        gpus: the GPUs the state may be spread over (the launcher's world size, or
+            the GPUs of a what-if).
+        state_per_gpu_bytes: one GPU's share of the state under the choice.
+        transient_bytes: per GPU: casts, gathered FSDP units or step temporaries.
+        activation_bytes: per GPU as given (measured); None: not known yet (measured
+            at the first step where the model is at hand).
+        activations: "measured" or "unknown", as the plan says it.
+        per_gpu_bytes: what one GPU holds under the choice (activations as kept).
+        device_bytes: one GPU's memory (None: no GPU or unknown).
+        usable_bytes: what tensors can use of it (less `headroom` and the context).
+        headroom: the share of the device kept free.
+        host_bytes: host memory the choice needs (CPU offload), else 0.
+        choice: "none", "ddp", "fsdp2", each with "+checkpointing" and fsdp2 with
+            "+offload" where chosen, or "does not fit".
+        reason: the numbers the choice rests on.
+        gpus_needed: GPUs of this model that hold it sharded (FSDP2), None if unknown.
+        largest_params: the largest model (parameters) the choice's layout fits here.
+    """
+
+    params: int
+    trainable_params: int
+    optimizer: str
+    precision: str
+    bytes_per_param: float
+    state_bytes: int
+    gpus: int
+    state_per_gpu_bytes: int
+    transient_bytes: int
+    activation_bytes: int | None
+    activations: str
+    per_gpu_bytes: int
+    device_bytes: int | None
+    usable_bytes: int | None
+    headroom: float
+    host_bytes: int
+    choice: str
+    reason: str
+    gpus_needed: int | None = None
+    largest_params: int | None = None
+
+    @property
+    def fits(self) -> bool:
+        """False only when the choice is the refusal."""
+        return self.choice != "does not fit"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field under its name; bytes as ints."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> MemoryEstimate:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclasses.dataclass(frozen=True)
 class Plan:
     """An immutable list of settings for one framework on one machine.
 
@@ -425,7 +492,6 @@ class Plan:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Plan:
         from accelkit.hardware.info import HardwareInfo
-        from accelkit.planning.memory import MemoryEstimate
 
         memory = data.get("memory")
         return cls(

@@ -22,8 +22,7 @@ from accelkit.utils import units
 
 if TYPE_CHECKING:
     from accelkit.hardware.info import HardwareInfo
-    from accelkit.planning.memory import MemoryEstimate
-    from accelkit.planning.types import Plan
+    from accelkit.planning.types import MemoryEstimate, Plan
     from accelkit.profiling.run_report import RunReport
 
 
