@@ -51,7 +51,7 @@ def test_slices_give_the_whole_batchs_count(size: int, kind: str) -> None:
     model, shape = (mlp(16, 32, 4), (16,)) if kind == "mlp" else (ConvNet(), (3, 12, 12))
     x, y = torch.randn(size, *shape), torch.randint(0, 4, (size,))
     loss = torch.nn.functional.cross_entropy
-    sliced = flops_torch.count_train_step_flops(model, x, y, loss)
+    sliced = flops_torch.count_train_step_flops(model, x, y, loss, sliced=True)
     assert "extrapolated" in sliced.notes[-1]
     _same(sliced, _whole(model, x, y, loss))
 
@@ -64,7 +64,7 @@ def test_a_transformer_with_checkpointing_is_counted_on_slices_exactly() -> None
     model.gradient_checkpointing_enable()
     ids = torch.randint(0, 1000, (9, 32))
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
-    sliced = flops_torch.count_train_step_flops(model, batch)
+    sliced = flops_torch.count_train_step_flops(model, batch, sliced=True)
     assert sliced.recomputed and "extrapolated" in sliced.notes[-1]
     _same(sliced, _whole(model, batch))
 
@@ -84,14 +84,14 @@ class Contrastive(torch.nn.Module):
 def test_counts_that_are_not_affine_in_the_batch_are_counted_whole() -> None:
     x = torch.randn(12, 16)
     model = Contrastive()
-    count = flops_torch.count_train_step_flops(model, x)
+    count = flops_torch.count_train_step_flops(model, x, sliced=True)
     assert not any("extrapolated" in note for note in count.notes)
     assert count.total == _whole(model, x).total
 
 
 def test_small_batches_and_batches_without_a_batch_dimension_are_counted_whole() -> None:
     model = mlp(16, 4)
-    small = flops_torch.count_train_step_flops(model, torch.randn(4, 16))
+    small = flops_torch.count_train_step_flops(model, torch.randn(4, 16), sliced=True)
     assert small.total == 2 * 4 * 16 * 4 * 2  # 2 per multiply-add, forward + weight gradient
     assert not any("extrapolated" in note for note in small.notes)
     images = [torch.randn(3, 8, 8) for _ in range(10)]  # a detection batch: a list of images
@@ -108,3 +108,18 @@ def test_head_keeps_the_batchs_structure() -> None:
     cut, found = flops_sliced.head(batch, 3, 10)
     assert found and isinstance(cut, Pair)
     assert cut.x.shape == (3, 3) and cut.y["ids"].shape == (3, 4) and cut.y["k"] == 7
+
+
+def test_on_the_cpu_the_batch_is_counted_whole_unless_asked() -> None:
+    """A script sees one extra forward pass on the CPU (its loss function called once)."""
+    calls = []
+
+    def loss(output, target):
+        calls.append(1)
+        return torch.nn.functional.cross_entropy(output, target)
+
+    x, y = torch.randn(16, 16), torch.randint(0, 4, (16,))
+    count = flops_torch.count_train_step_flops(mlp(16, 4), x, y, loss)
+    assert len(calls) == 1 and not any("extrapolated" in note for note in count.notes)
+    with pytest.raises(ValueError, match="sliced='yes' is not valid"):
+        flops_torch.count_train_step_flops(mlp(16, 4), x, y, loss, sliced="yes")

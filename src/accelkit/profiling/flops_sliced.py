@@ -55,8 +55,9 @@ def head(value: Any, samples: int, size: int) -> tuple[Any, bool]:
 def _rebuilt(mapping: Mapping[Any, Any], items: dict[Any, Any]) -> Any:
     """A mapping of `mapping`'s type with `items` (a plain dict where the type cannot be
     made from one)."""
+    make: Any = type(mapping)
     try:
-        return type(mapping)(items)
+        return make(items)
     except Exception:  # noqa: BLE001 - a mapping type of the user's own
         return items
 

@@ -75,17 +75,18 @@ def count_train_step_flops(
     loss_fn: Callable[..., Any] | None = None,
     *,
     autocast: Any = None,
+    sliced: bool | None = None,
 ) -> FlopCount:
     """FLOPs of one training step of `model` on one batch: forward, loss and backward.
 
-    Runs the step for real under `FlopCounterMode`: on slices of 1, 2 and 3 samples of a
-    batch of 8 or more, extrapolated to the batch when the counts are affine in its size
-    (`accelkit.profiling.flops_sliced`: the pass then holds a few samples' memory), else
-    once on the whole batch. Each pass puts the model back as it was: parameters'
-    `.grad`, buffers (BatchNorm running statistics, `num_batches_tracked`), each
-    module's train/eval mode and the random number generators are restored, and no
-    optimizer step is taken. `forward` is read from the same pass, before the backward
-    starts.
+    Runs the step for real under `FlopCounterMode`: on a GPU, on slices of 1, 2 and 3
+    samples of a batch of 8 or more, extrapolated to the batch when the counts are affine
+    in its size (`accelkit.profiling.flops_sliced`: the pass then holds a few samples'
+    device memory), else once on the whole batch. Each pass puts the model back as it
+    was: parameters' `.grad`, buffers (BatchNorm running statistics,
+    `num_batches_tracked`), each module's train/eval mode and the random number
+    generators are restored, and no optimizer step is taken. `forward` is read from the
+    same pass, before the backward starts.
 
     Never raises: if the step cannot be counted (an op the counter cannot run,
     an error from the model itself) `total` is None and `notes` says why; an
@@ -109,6 +110,10 @@ def count_train_step_flops(
         autocast: a context manager, or a factory of one such as
             `plan.autocast`, entered around forward and loss so the counted
             ops are the ones training runs.
+        sliced: count on slices of the batch (True), on the whole batch (False), or on
+            slices where the batch is on a CUDA device (None): the count's pass then
+            competes with training for the device's memory, and on the CPU the model is
+            called once, as a script may expect of one extra forward pass.
 
     Returns:
         A `FlopCount` whose `total` is forward + backward FLOPs for the batch.
@@ -120,11 +125,18 @@ def count_train_step_flops(
         256
     """
 
+    if sliced not in (True, False, None):
+        raise ValueError(f"sliced={sliced!r} is not valid; use True, False or None (on a GPU)")
+
     def count_on(inputs: Any, cut_targets: Any) -> FlopCount:
         return _count_whole(model, inputs, cut_targets, loss_fn, autocast)
 
-    sliced = flops_sliced.extrapolated(count_on, batch_inputs, targets)
-    return sliced if sliced is not None else count_on(batch_inputs, targets)
+    first = torch_batches.first_tensor(batch_inputs)
+    if sliced or (sliced is None and first is not None and first.is_cuda):
+        found = flops_sliced.extrapolated(count_on, batch_inputs, targets)
+        if found is not None:
+            return found
+    return count_on(batch_inputs, targets)
 
 
 def _count_whole(
