@@ -12,7 +12,6 @@ start on the same data in the same order. Each rank writes OUT/rank<R>.json.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -24,26 +23,11 @@ import lightning
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
+from sharded_plans import SIZES, sharded
 from transformers_models import gpt2, lm_batches
 
 import accelkit
 from accelkit.lightning import AccelkitCallback, trainer_kwargs
-from accelkit.planning.keys import Key
-from accelkit.planning.types import Distribution, Setting
-
-# (layers, width, heads, vocabulary, context, batch per rank, optimizer steps, distinct
-# batches per rank): a few batches seen again each epoch, so the loss falls for sure.
-SIZES = {"cpu": (2, 64, 2, 256, 32, 4, 8, 2), "cuda": (4, 256, 4, 2048, 128, 8, 24, 4)}
-
-
-def sharded(plan: Any) -> Any:
-    """`plan` as the planner writes an FSDP2 choice (tests/hf/fsdp_worker.py)."""
-    extra = (
-        Setting(Key.SHARDING, "fsdp2", "test: shard"),
-        Setting(Key.ACTIVATION_CHECKPOINTING, False, "test"),
-    )
-    kept = [s for s in plan.settings if s.key not in (Key.SHARDING, Key.ACTIVATION_CHECKPOINTING)]
-    return dataclasses.replace(plan, distribution=Distribution.FSDP, settings=(*kept, *extra))
 
 
 class LM(lightning.LightningModule):
