@@ -302,3 +302,17 @@ def test_sdpa_that_computes_something_else_is_dropped_before_the_trainer_trains_
     assert dropped.status == "failed" and "differ" in dropped.why, dropped.why
     assert dropped.steps == 1 and tuning.result.attention is None
     assert model.config._attn_implementation == "eager"
+
+
+def test_a_chosen_candidate_overtaken_keeps_its_figure_and_names_what_beat_it() -> None:
+    from accelkit.profiling.tuning import Trial
+
+    eager = Trial("eager", {}, status="baseline", step_seconds=0.4)
+    sdpa = Trial("eager+sdpa", {}, status="measured", step_seconds=0.2)
+    trials.overtake(sdpa, eager)
+    assert (eager.status, sdpa.status, sdpa.why) == ("baseline", "chosen", "2.00x eager")
+    compiled = Trial("compile+sdpa", {}, status="measured", step_seconds=0.1)
+    trials.overtake(compiled, sdpa)
+    assert (compiled.status, compiled.why) == ("chosen", "2.00x eager+sdpa")
+    assert sdpa.status == "slower"
+    assert sdpa.why == "2.00x eager; overtaken by compile+sdpa (2.00x it)"

@@ -507,13 +507,19 @@ def test_sdpa_is_tried_checked_and_kept_for_an_eager_transformers_model(
     by_name = candidates(report)
     sdpa = by_name["eager+sdpa"]
     assert sdpa["settings"]["attention"] == "sdpa" and not sdpa["settings"]["compile"]
-    assert sdpa["status"] == "chosen", sdpa["why"]
     assert sdpa["steps"] == trials.WARMUP_UNITS + trials.TIMED_UNITS
     check = sdpa["check"]  # against the eager attention on the same batch
     assert check["failed"] is None and check["grad_difference"] <= check["grad_limit"]
     # compile comes after, on top of the attention kept, and is named with it.
     compiled = next(c for c in by_name.values() if c["settings"].get("compile"))
     assert compiled["name"] == "compile+sdpa" and compiled["settings"]["attention"] == "sdpa"
+    # SDPA was chosen over eager; a compile that beats it then takes the place of best
+    # (CI, once: compile+sdpa 89x eager against sdpa's 70x), and SDPA stays under it.
+    assert float(sdpa["why"].split("x eager")[0]) > 1, sdpa["why"]
+    if compiled["status"] == "chosen":
+        assert sdpa["status"] == "slower" and "overtaken by compile+sdpa" in sdpa["why"]
+    else:
+        assert sdpa["status"] == "chosen", sdpa["why"]
     # The record says what the model runs after the fit; every batch trained once.
     assert report.tuning["attention"] == "sdpa" and "sdpa" in report.tuning["chosen"]
     assert model.config._attn_implementation == "sdpa"

@@ -322,12 +322,7 @@ class TrainerTrials:
         best = next(t for t in reversed(self._trials) if t.status in ("baseline", "chosen"))
         faster = trials.clearly_faster(trial, best)
         if self._decide("chosen" if faster else "slower") == "chosen":
-            if best.status == "chosen":
-                best.status = "slower"
-            trial.status, trial.why = (
-                "chosen",
-                f"{trials.times_faster(trial, best):.2f}x {best.name}",
-            )
+            trials.overtake(trial, best)
             self._best = candidate
             return
         trial.status = "slower"

@@ -142,6 +142,16 @@ def times_faster(trial: Trial, best: Trial) -> float:
     return best.step_seconds / trial.step_seconds
 
 
+def overtake(trial: Trial, best: Trial) -> None:
+    """Record `trial` as chosen over `best`; a `best` that had been chosen keeps its figure
+    and says what overtook it."""
+    ratio = times_faster(trial, best)
+    if best.status == "chosen":
+        best.status = "slower"
+        best.why = f"{best.why}; overtaken by {trial.name} ({ratio:.2f}x it)"
+    trial.status, trial.why = "chosen", f"{ratio:.2f}x {best.name}"
+
+
 def decide_before(mode: Any, torch: Any, device: Any, planned: int | None) -> str:
     """ "tuned", or why not, where no measurement is needed to tell: `mode` True always
     tunes; ``"auto"`` tunes a GPU run of at least `AUTO_MIN_STEPS` `planned` training

@@ -271,10 +271,7 @@ class Tuner:
             local = "slower"
         verdict = self._decide(local)
         if verdict == "chosen":
-            if best.status == "chosen":
-                best.status = "slower"
-            trial.status = "chosen"
-            trial.why = f"{trials.times_faster(trial, best):.2f}x {best.name}"
+            trials.overtake(trial, best)
             return True
         if trial.status == "measured":
             trial.status = "slower" if verdict == "slower" else verdict
