@@ -1,7 +1,9 @@
 """The models people train, as they write them, against accelkit's fit and `tune`.
 
 Models (`--model`): `hf-gpt2` (transformers GPT-2 124M from its config, dict batches
-``{"input_ids", "attention_mask", "labels"}``, the model computing its loss),
+``{"input_ids", "attention_mask", "labels"}``, the model computing its loss; SDPA
+attention, transformers 5's default), `hf-gpt2-eager` (the same with
+``attn_implementation="eager"``: what `tune`'s SDPA candidate replaces),
 `timm-vit` (timm ``vit_base_patch16_224``), `resnet50` (torchvision), `gpt2`
 (accelkit's built-in GPT-2 small), `fasterrcnn` (torchvision
 ``fasterrcnn_resnet50_fpn``, no weights, as torchvision writes detection: a batch of a
@@ -19,8 +21,8 @@ Variants (each in its own process, all on the same synthetic batch):
   (its overhead is 1 - ``x Lightning``); ``MFU rep`` is the MFU accelkit reported
   for the run (the callback's report here, the fit's report for `fit`), beside the
   MFU this script computes from its own timing (``MFU``);
-- `fit`: ``accelkit.torch.fit`` with its defaults (``tune="auto"``: a benchmark run
-  is too short for "auto" to tune);
+- `fit`: ``accelkit.torch.fit`` with ``tune=False`` (what its default ``"auto"`` does
+  in a run as short as a benchmark's);
 - `fit_tune`: ``accelkit.torch.fit(tune=True)``; its steady steps are those after the
   trials; the trials' time is reported apart (``tune_seconds``), with what they cost
   beyond the same steps at the kept speed (``tune_overhead_s``).
@@ -59,7 +61,7 @@ VARIANTS = (
     "fit",
     "fit_tune",
 )
-MODELS = ("hf-gpt2", "timm-vit", "resnet50", "gpt2", "fasterrcnn")
+MODELS = ("hf-gpt2", "hf-gpt2-eager", "timm-vit", "resnet50", "gpt2", "fasterrcnn")
 
 
 # -- the model, its batch and its loss, as the model's library has them --------------------
@@ -71,7 +73,7 @@ def build(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, dict[st
 
     torch.manual_seed(0)
     smoke = args.smoke
-    if args.model == "hf-gpt2":
+    if args.model in ("hf-gpt2", "hf-gpt2-eager"):
         from transformers import GPT2Config, GPT2LMHeadModel
 
         config = (
@@ -81,6 +83,8 @@ def build(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, dict[st
         )
         batch_size, length = args.batch_size or (2 if smoke else 16), config.n_positions
         model = GPT2LMHeadModel(config)
+        if args.model == "hf-gpt2-eager":  # as attn_implementation="eager" builds it
+            model.set_attn_implementation("eager")
         ids = torch.randint(0, config.vocab_size, (batch_size, length))
         batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
         return (
@@ -197,9 +201,10 @@ def run_fit(args: argparse.Namespace, *, tune: bool) -> dict[str, Any]:
     optimizer = optimizer_for(torch, model, args.model)
     eager_attention = attention.candidate(model)[0] is not None
     trial_steps = trials.trial_steps(1, attention=eager_attention) if tune else 0
+    data = SyntheticBatches(batch, trial_steps + args.warmup + args.repeats * args.steps)
     report = accelkit.torch.fit(
         model,
-        SyntheticBatches(batch, trial_steps + args.warmup + args.repeats * args.steps),
+        iter(data) if args.planned_steps else data,
         optimizer,
         loss_fn,
         plan=plan,
@@ -208,6 +213,7 @@ def run_fit(args: argparse.Namespace, *, tune: bool) -> dict[str, Any]:
         progress=False,
         tokens_per_sample=facts.get("tokens_per_sample"),
         tune=tune,
+        steps=args.planned_steps,
     )
     tuned = report.tuning if tune else None
     times = report.series.get("step_time_s", [])[-args.repeats :] or [report.step_time_s]
@@ -308,7 +314,9 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
 
 def _child(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     command = [__file__, *gpu_compare.variant_arguments(args, variant)]
-    return gpu_compare.run_child(command + (["--smoke"] if args.smoke else []), args.timeout)
+    command += ["--smoke"] if args.smoke else []
+    command += ["--planned-steps", str(args.planned_steps)] if args.planned_steps else []
+    return gpu_compare.run_child(command, args.timeout)
 
 
 def compare(args: argparse.Namespace) -> dict[str, Any]:
@@ -439,6 +447,14 @@ def main(argv: list[str] | None = None) -> int:
         "--smoke",
         action="store_true",
         help="tiny models, a few steps, CPU: checks the script, not speed",
+    )
+    parser.add_argument(
+        "--planned-steps",
+        type=int,
+        default=None,
+        help="the run length the fits are told (steps=N, data without a len()), so that "
+        "tune tries what pays only in long runs (max-autotune); the data still ends "
+        "after the benchmark's steps",
     )
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)

@@ -81,12 +81,15 @@ def test_tune_measures_each_candidate_trains_every_batch_once_and_keeps_one() ->
     tuning = report.tuning
     assert tuning["decision"] == "tuned"
     by_name = candidates(report)
-    # The compiled candidate takes the optimizer the fused trial kept; CUDA graphs need CUDA.
+    # The compiled candidate takes the optimizer the fused trial kept; CUDA graphs and
+    # max-autotune need CUDA.
     assert list(by_name) in (
-        ["eager", "eager+fused", "compile+fused", "cudagraphs"],
-        ["eager", "eager+fused", "compile", "cudagraphs"],
+        ["eager", "eager+fused", "compile+fused", "cudagraphs", "max-autotune"],
+        ["eager", "eager+fused", "compile", "cudagraphs", "max-autotune"],
     )
     assert by_name["cudagraphs"]["why"] == "CUDA graphs need a CUDA device"
+    assert "max-autotune tunes GPU kernels" in by_name["max-autotune"]["why"]
+    assert tuning["compile_mode"] is None
     assert by_name["eager"]["status"] == "baseline"
     timed = [c for c in by_name.values() if c["status"] != "skipped"]
     for candidate in timed:

@@ -98,3 +98,38 @@ def test_the_hf_callback_tunes_a_bf16_trainer() -> None:
     assert tuning["decision"] == "tuned"
     compiled = next(c for c in tuning["candidates"] if c["settings"].get("compile"))
     assert compiled["status"] in ("chosen", "slower"), compiled["why"]
+
+
+def test_max_autotune_is_a_checked_candidate_of_a_long_run() -> None:
+    """Real inductor autotuning of a matmul step; the eager forward sleeps, so compile is
+    kept and max-autotune tried on top of it (the run says ten million steps)."""
+    import time
+
+    class Mlp(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(
+                torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 16)
+            )
+
+        def forward(self, x: Any) -> Any:
+            if not torch.compiler.is_compiling():
+                time.sleep(0.05)
+            return self.net(x)
+
+    plan = accelkit.auto_configure(framework="torch", verbose=False)
+    torch.manual_seed(0)
+    data = [(torch.randn(64, 1024), torch.randint(0, 16, (64,)))] * (trials.trial_steps(1) + 4)
+    model = Mlp()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    report = accelkit.torch.fit(
+        model, iter(data), optimizer, torch.nn.CrossEntropyLoss(), plan=plan, progress=False,
+        tune=True, steps=10**7,
+    )  # fmt: skip
+    by_name = {c["name"].split("+")[0]: c for c in report.tuning["candidates"]}
+    assert report.tuning["compile"], report.tuning
+    autotune = by_name["max-autotune"]
+    assert autotune["status"] in ("chosen", "slower"), autotune["why"]
+    assert autotune["settings"]["compile_mode"].startswith("max-autotune")
+    assert autotune["check"]["failed"] is None
+    assert report.steps == len(data) and math.isfinite(report.losses[-1])

@@ -5,7 +5,8 @@ optimizer, torch.compile) on the user's model for a few real steps and keeps the
 fastest. Its record, ``report.to_dict()["tuning"]``, is None when the run was not
 tuned, else `accelkit.profiling.tuning.TuneResult.to_dict()`: the decision, the
 kept candidate, and per candidate its settings (``{"compile": bool, "optimizer":
-"fused" | "foreach" | "default"}``, ``"cudagraphs": True`` for CUDA graphs), status,
+"fused" | "foreach" | "default"}``, ``"cudagraphs": True`` for CUDA graphs,
+``"compile_mode"`` for max-autotune), status,
 median step and spread, and for a checked candidate how its first batch compared with
 the eager step (``check``: `accelkit.profiling.tuning.Check`).
 
@@ -34,10 +35,16 @@ class Option(NamedTuple):
 COMPILE = Option(("compile",), lambda s: bool(s.get("compile")))
 # torch.compile's CUDA graphs (mode="reduce-overhead", accelkit.torch.tuning.graphs); such a
 # candidate is compiled too ("compile": True), so compile's own figure is COMPILE_ALONE's.
-CUDA_GRAPHS = Option(("cudagraphs",), lambda s: bool(s.get("cudagraphs")))
-COMPILE_ALONE = Option(
-    ("compile", "cudagraphs"), lambda s: bool(s.get("compile")) and not s.get("cudagraphs")
+CUDA_GRAPHS = Option(
+    ("cudagraphs", "compile_mode"),
+    lambda s: bool(s.get("cudagraphs")) and not s.get("compile_mode"),
 )
+COMPILE_ALONE = Option(
+    ("compile", "cudagraphs", "compile_mode"),
+    lambda s: bool(s.get("compile")) and not s.get("cudagraphs") and not s.get("compile_mode"),
+)
+# torch.compile(mode="max-autotune"), with or without its CUDA graphs (settings "compile_mode").
+MAX_AUTOTUNE = Option(("compile_mode",), lambda s: str(s.get("compile_mode", "")).startswith("max"))
 FUSED_OPTIMIZER = Option(("optimizer",), lambda s: s.get("optimizer") in ("fused", "foreach"))
 # DistributedDataParallel's levers (accelkit.torch.tuning.levers); DDP's default bucket is 25 MB.
 BF16_GRADIENTS = Option(("compression",), lambda s: s.get("compression") == "bf16")

@@ -41,6 +41,7 @@ _TUNING_DERIVED: dict[str, Any] = {
     "chosen": str,
     "speedup": float | None,
     "cudagraphs": bool,
+    "compile_mode": str | None,
     "candidates": list[dict[str, Any]],
 }
 

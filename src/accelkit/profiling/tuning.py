@@ -101,7 +101,8 @@ class Trial:
     Attributes:
         name: e.g. ``"eager"``, ``"eager+fused"``, ``"compile+fused"``.
         settings: ``{"compile": bool, "optimizer": "fused" | "foreach" | "default"}``,
-            ``"cudagraphs": True`` for the CUDA-graph candidate, ``"attention": "sdpa"``
+            ``"cudagraphs": True`` for the CUDA-graph candidate, ``"compile_mode"`` for
+            the max-autotune one (torch.compile's mode), ``"attention": "sdpa"``
             where SDPA attention was on (its trial and those after it kept), and under DDP
             ``"compression"``, ``"bucket_cap_mb"``, ``"static_graph"``, ``"broadcast_buffers"``.
         status: ``"baseline"``, ``"chosen"``, ``"slower"``, ``"failed"`` or ``"skipped"``.
@@ -178,6 +179,12 @@ class TuneResult:
         return self.decision == "tuned" and bool(self.chosen.settings.get("cudagraphs"))
 
     @property
+    def compile_mode(self) -> str | None:
+        """torch.compile's mode of the kept step where not its default (``"max-autotune"``,
+        ``"max-autotune-no-cudagraphs"``); None: the default mode, or not compiled."""
+        return self.chosen.settings.get("compile_mode") if self.decision == "tuned" else None
+
+    @property
     def speedup(self) -> float | None:
         """The kept candidate's median step against the baseline's (1.0: baseline kept)."""
         base, best = self.baseline.step_seconds, self.chosen.step_seconds
@@ -209,6 +216,7 @@ class TuneResult:
             "steps": self.steps,
             "compile": self.compile,
             "cudagraphs": self.cudagraphs,
+            "compile_mode": self.compile_mode,
             "optimizer": self.optimizer,
             "ddp": dict(self.ddp),
             "attention": self.attention,

@@ -37,8 +37,15 @@ def unsupported(torch: Any, step: Step, device: Any) -> str | None:
     return None
 
 
-def step(torch: Any, eager: Step) -> Step:
-    """`eager` with its forward pass and loss compiled into CUDA graphs.
+# torch.compile's modes that autotune the kernels (matmul configurations by benchmark),
+# with and without CUDA graphs: `tune`'s max-autotune candidate.
+AUTOTUNE = "max-autotune"
+AUTOTUNE_NO_GRAPHS = "max-autotune-no-cudagraphs"
+
+
+def step(torch: Any, eager: Step, mode: str = "reduce-overhead") -> Step:
+    """`eager` with its forward pass and loss compiled into CUDA graphs (`mode`: one of
+    torch.compile's modes that capture them, ``"reduce-overhead"`` or `AUTOTUNE`).
 
     Example:
         >>> import accelkit
@@ -55,7 +62,7 @@ def step(torch: Any, eager: Step) -> Step:
         >>> unsupported(torch, eager, run.device)
         'CUDA graphs need a CUDA device'
     """
-    graphed = torch.compile(eager.forward_loss, mode="reduce-overhead")
+    graphed = torch.compile(eager.forward_loss, mode=mode)
     mark_step_begin = torch.compiler.cudagraph_mark_step_begin
 
     def forward_loss(batch: Any) -> Any:

@@ -20,7 +20,10 @@ fastest that computes the same thing:
    when the script did not fix ``compile``;
 6. on a CUDA device without DDP, the same compiled into CUDA graphs
    (``mode="reduce-overhead"``, `accelkit.torch.tuning.graphs`): one launch per graph
-   for a step of short kernels.
+   for a step of short kernels;
+7. on a CUDA device, where compile was kept and the run left is long enough to pay for
+   it (`autotune_unpaid`), ``mode="max-autotune"`` (its CUDA graphs only where those
+   were kept): the matmuls' kernels chosen by benchmark as it compiles.
 
 Every trial step is a real training step on the next batch of the loader (no
 batch is trained on twice, none is skipped); each candidate runs `WARMUP_UNITS`
@@ -97,8 +100,14 @@ GRAD_RTOL = 0.1
 LOSS_NOISE_FACTOR = 10.0
 GRAD_AGREEMENT = 4.0
 GRAPH_BREAK_STORM = 16
+# max-autotune benchmarks matmul configurations as it compiles: tried only when the run
+# left, at the kept step time, is long enough that AUTOTUNE_COMPILE_FACTOR times the
+# default compile's time is at most AUTOTUNE_SHARE of it.
+AUTOTUNE_COMPILE_FACTOR = 10.0
+AUTOTUNE_SHARE = 0.1
 CANDIDATES = 3  # the baseline, the optimizer's fused implementation, torch.compile
 CUDA_CANDIDATES = 1  # torch.compile's CUDA graphs, on a CUDA device without DDP
+AUTOTUNE_CANDIDATES = 1  # max-autotune, on a CUDA device
 DDP_CANDIDATES = 4  # bf16 gradients, larger buckets, a static graph, no buffer broadcast
 ATTENTION_CANDIDATES = 1  # SDPA for a transformers model on eager attention
 
@@ -111,19 +120,19 @@ def trial_steps(
 ) -> int:
     """The most training steps the trials take (more only when a failed one is retrained);
     `data_parallel`: under DDP, whose options are candidates too; `cuda`: on a CUDA device,
-    where CUDA graphs are one (not under DDP); `attention`: SDPA is one
+    where max-autotune is one and CUDA graphs another (not under DDP); `attention`: SDPA is one
     (`accelkit.torch.tuning.attention.candidate` found a model on eager attention).
 
     Example:
         >>> trial_steps(1, cuda=False), trial_steps(1), trial_steps(2, data_parallel=True)
-        (30, 40, 140)
+        (30, 50, 160)
         >>> trial_steps(1, attention=True)
-        50
+        60
     """
     candidates = CANDIDATES + (DDP_CANDIDATES if data_parallel else 0)
     candidates += ATTENTION_CANDIDATES if attention else 0
-    if cuda and not data_parallel:
-        candidates += CUDA_CANDIDATES
+    if cuda:
+        candidates += AUTOTUNE_CANDIDATES + (0 if data_parallel else CUDA_CANDIDATES)
     return candidates * (WARMUP_UNITS + TIMED_UNITS) * accumulation_steps
 
 
@@ -140,6 +149,42 @@ def times_faster(trial: Trial, best: Trial) -> float:
     if trial.step_seconds is None or best.step_seconds is None:
         raise ValueError(f"{trial.name!r} and {best.name!r} must both have been timed")
     return best.step_seconds / trial.step_seconds
+
+
+def autotune_unsupported(device: Any, kept: Trial) -> str | None:
+    """Why max-autotune is not tried on `device` when `kept` is the best so far, or None."""
+    if device.type != "cuda":
+        return "max-autotune tunes GPU kernels; this run is on the CPU"
+    if not kept.settings.get("compile"):
+        return "torch.compile was not kept"
+    return None
+
+
+def autotune_unpaid(
+    planned: int | None, done: int, kept: Trial, unit: int, compiled: Trial | None
+) -> str | None:
+    """Why the run is too short to pay for max-autotune, or None: `planned` training
+    steps of which `done` trained, at `kept`'s step time (per optimizer step of `unit`
+    batches), against `AUTOTUNE_COMPILE_FACTOR` times the `compiled` trial's compile time.
+
+    Example:
+        >>> kept = Trial("compile", {"compile": True}, step_seconds=0.1)
+        >>> autotune_unpaid(100_000, 50, kept, 1, Trial("compile", {}, compile_seconds=40.0))
+        >>> autotune_unpaid(2_000, 50, kept, 1, Trial("compile", {}, compile_seconds=40.0))
+        "the run's 195 s left would not pay back max-autotune's compilation (about 400 s)"
+    """
+    if planned is None:
+        return "the run's length is unknown (no steps= and no len(loader))"
+    if compiled is None or compiled.compile_seconds is None or kept.step_seconds is None:
+        return "the default compile's time was not measured"
+    left = max(planned - done, 0) * kept.step_seconds / unit
+    cost = AUTOTUNE_COMPILE_FACTOR * max(compiled.compile_seconds, 1.0)
+    if cost > AUTOTUNE_SHARE * left:
+        return (
+            f"the run's {left:.0f} s left would not pay back max-autotune's compilation "
+            f"(about {cost:.0f} s)"
+        )
+    return None
 
 
 def overtake(trial: Trial, best: Trial) -> None:

@@ -149,7 +149,8 @@ class Tuner:
             for lever in self._levers.candidates() if self._levers is not None else ():
                 best = self._lever(lever, best, optimizer_name)
             self._attention(best, optimizer_name)
-            best = self._compiled(best, optimizer_name)
+            compiled = self._compiled(best, optimizer_name)
+            best = self._autotuned(best, compiled, optimizer_name)
         return self._finish(decision, best, optimizer_name, started)
 
     def _compiled(self, best: Step, optimizer: str) -> Step:
@@ -177,6 +178,39 @@ class Tuner:
         name = self._name(graphed, optimizer).replace("compile", "cudagraphs", 1)
         trial = self._measure(graphed, name, undo=_no, check=True, cudagraphs=True)
         return graphed if self._judge(trial, self._best_trial()) else best
+
+    def _autotuned(self, eager: Step, best: Step, optimizer: str) -> Step:
+        """``torch.compile(mode="max-autotune")`` of `eager`'s forward pass and loss (with
+        its CUDA graphs where those were kept), when the default compile was kept and
+        the run left is long enough to pay for the autotuning; the step to go on with."""
+        kept = self._current_best()
+        if self._compile_fixed is not None or eager.compiled:
+            self._skipped("max-autotune", "compile was set by the script or the plan")
+            return best
+        why = trials.autotune_unsupported(self._device, kept) or trials.autotune_unpaid(
+            self._planned, self._steps, kept, self._unit, self._compile_trial()
+        )
+        if why:
+            self._skipped("max-autotune", why)
+            return best
+        graphed = bool(kept.settings.get("cudagraphs"))
+        mode = graphs.AUTOTUNE if graphed else graphs.AUTOTUNE_NO_GRAPHS
+        if graphed:
+            tuned = graphs.step(self._torch, eager, mode=mode)
+        else:
+            forward_loss = self._torch.compile(eager.forward_loss, mode=mode)
+            tuned = dataclasses.replace(eager, forward_loss=forward_loss, compiled=True)
+        name = self._name(tuned, optimizer).replace("compile", "max-autotune", 1)
+        trial = self._measure(tuned, name, undo=_no, check=True, cudagraphs=graphed, mode=mode)
+        return tuned if self._judge(trial, self._best_trial()) else best
+
+    def _current_best(self) -> Trial:
+        return next(t for t in reversed(self._trials) if t.status in ("baseline", "chosen"))
+
+    def _compile_trial(self) -> Trial | None:
+        """The default compile's trial (not its CUDA graphs'), None when not tried."""
+        compiled = (t for t in self._trials if t.status != "baseline" and t.settings.get("compile"))
+        return next((t for t in compiled if not t.settings.get("cudagraphs")), None)
 
     def _attention(self, best: Step, optimizer: str) -> None:
         """SDPA attention for the run's eager-attention transformers models, switched in
@@ -291,14 +325,18 @@ class Tuner:
         undo: Callable[[], None] | None = None,
         check: bool = False,
         cudagraphs: bool = False,
+        mode: str | None = None,
     ) -> Trial:
         """Train `step` for a candidate's units. `undo` puts the baseline's settings back
-        after a failure (None: this is the baseline, whose errors are the user's)."""
+        after a failure (None: this is the baseline, whose errors are the user's); `mode`
+        is torch.compile's where not its default."""
         optimizer = next((o for o in ("fused", "foreach") if f"+{o}" in name), "default")
         ddp = levers.trial_settings(step.ddp)
         settings = {"compile": step.compiled, "optimizer": optimizer, **ddp}
         if cudagraphs:
             settings["cudagraphs"] = True
+        if mode is not None:
+            settings["compile_mode"] = mode
         if self._sdpa is not None:
             settings["attention"] = attention.SDPA
         trial = Trial(name=name, settings=settings)

@@ -1,0 +1,137 @@
+"""`tune`'s max-autotune candidate: tried where compile was kept and the run left pays for
+its autotuning, checked and timed like compile's, recorded with its mode.
+
+Real fits on the CPU, through a real ``torch.compile`` on the fast ``eager`` backend that
+records the modes it was asked for; max-autotune itself tunes GPU kernels, so the
+device check is told the run is on CUDA (the GPU run: tests/torch/test_tune_gpu.py).
+"""
+
+from __future__ import annotations
+
+import time
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import accelkit
+from accelkit.profiling.tuning import Trial
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+from accelkit.torch.tuning import trials
+
+from ..helpers.torch_data import CPU_PLAN, batches
+
+
+class SlowWhenEager(torch.nn.Module):
+    """An MLP that sleeps in its eager forward only (compiled code leaves the sleep out),
+    so compile is clearly faster than eager and kept."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(256, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8)
+        )
+
+    def forward(self, x: Any) -> Any:
+        if not torch.compiler.is_compiling():
+            time.sleep(0.02)
+        return self.net(x)
+
+
+@pytest.fixture
+def modes(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """The modes the tuner's ``torch.compile`` calls asked for (compiled on ``eager``), and
+    the device check answered as for a CUDA run."""
+    asked: list[str | None] = []
+    real = torch.compile
+
+    def compile_(fn: Any, mode: str | None = None, **_: Any) -> Any:
+        asked.append(mode)
+        return real(fn, backend="eager")
+
+    monkeypatch.setattr(torch, "compile", compile_)
+    unsupported = trials.autotune_unsupported
+    cuda = types.SimpleNamespace(type="cuda")
+    monkeypatch.setattr(trials, "autotune_unsupported", lambda _, kept: unsupported(cuda, kept))
+    return asked
+
+
+def unsized(data: list[Any]) -> Iterator[Any]:
+    yield from data  # no len(): the run's length is the fit's steps=
+
+
+def tuned_fit(steps: int, data: list[Any]) -> Any:
+    model = SlowWhenEager()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    return accelkit.torch.fit(
+        model, unsized(data), optimizer, torch.nn.CrossEntropyLoss(), plan=CPU_PLAN,
+        progress=False, tune=True, steps=steps,
+    )  # fmt: skip
+
+
+def test_max_autotune_is_tried_checked_and_recorded_when_the_run_pays_for_it(
+    modes: list[str | None],
+) -> None:
+    data = batches(trials.trial_steps(1) + 4)
+    report = tuned_fit(10**7, data)  # a run of ten million steps: autotuning pays
+    by_name = {c["name"]: c for c in report.tuning["candidates"]}
+    compiled = by_name["compile"]
+    assert compiled["status"] == "chosen", compiled["why"]  # the eager forward sleeps
+    autotune = by_name["max-autotune"]
+    assert autotune["settings"]["compile_mode"] == "max-autotune-no-cudagraphs"
+    assert autotune["steps"] == trials.WARMUP_UNITS + trials.TIMED_UNITS
+    assert autotune["check"]["failed"] is None and autotune["status"] in ("chosen", "slower")
+    # compiled anew from the eager step, in its mode (CUDA graphs were not kept: CPU)
+    assert modes.count("max-autotune-no-cudagraphs") == 1 and None in modes
+    expected = "max-autotune-no-cudagraphs" if autotune["status"] == "chosen" else None
+    assert report.tuning["compile_mode"] == expected
+    assert report.steps == len(data)  # every batch trained once, the trial's too
+
+
+def test_a_run_too_short_to_pay_for_it_skips_max_autotune_and_says_why(
+    modes: list[str | None],
+) -> None:
+    data = batches(trials.trial_steps(1) + 4)
+    report = tuned_fit(len(data), data)
+    autotune = next(c for c in report.tuning["candidates"] if c["name"] == "max-autotune")
+    assert autotune["status"] == "skipped" and "would not pay back" in autotune["why"]
+    assert "max-autotune-no-cudagraphs" not in modes
+
+
+@given(
+    planned=st.integers(0, 10**7),
+    done=st.integers(0, 10**4),
+    step=st.floats(1e-4, 10.0),
+    unit=st.integers(1, 8),
+    compile_seconds=st.floats(0.0, 600.0),
+)
+def test_max_autotune_pays_exactly_when_its_cost_is_a_tenth_of_the_run_left(
+    planned: int, done: int, step: float, unit: int, compile_seconds: float
+) -> None:
+    kept = Trial("compile", {"compile": True}, step_seconds=step)
+    compiled = Trial("compile", {"compile": True}, compile_seconds=compile_seconds)
+    why = trials.autotune_unpaid(planned, done, kept, unit, compiled)
+    left = max(planned - done, 0) * step / unit
+    cost = trials.AUTOTUNE_COMPILE_FACTOR * max(compile_seconds, 1.0)
+    assert (why is None) == (cost <= trials.AUTOTUNE_SHARE * left)
+    if why is not None:
+        assert f"{left:.0f} s left" in why and f"about {cost:.0f} s" in why
+
+
+def test_max_autotune_needs_a_known_length_a_timed_compile_and_a_kept_one() -> None:
+    kept = Trial("compile", {"compile": True}, step_seconds=0.1)
+    timed = Trial("compile", {"compile": True}, compile_seconds=30.0)
+    assert "length is unknown" in trials.autotune_unpaid(None, 0, kept, 1, timed)
+    assert "not measured" in trials.autotune_unpaid(10**6, 0, kept, 1, None)
+    cuda, cpu = types.SimpleNamespace(type="cuda"), types.SimpleNamespace(type="cpu")
+    assert trials.autotune_unsupported(cuda, kept) is None
+    assert "GPU kernels" in trials.autotune_unsupported(cpu, kept)
+    eager = Trial("eager", {"compile": False}, step_seconds=0.1)
+    assert trials.autotune_unsupported(cuda, eager) == "torch.compile was not kept"
