@@ -315,9 +315,11 @@ def tune(
     """Measure the fit's options on `model` and keep the fastest, for a hand-written loop.
 
     Trains the first batches of `loader` (at most `accelkit.torch.tuning.trials.trial_steps`:
-    40 optimizer steps on a GPU, 30 on the CPU) through each candidate in turn, exactly as
+    50 optimizer steps on a GPU, 30 on the CPU) through each candidate in turn, exactly as
     ``fit(tune=True)`` does: the plan's settings, the optimizer's fused (or foreach)
     implementation, ``torch.compile`` of forward and loss, and on a GPU its CUDA graphs.
+    max-autotune, which pays only in a long run, is not tried: this call does not know
+    how long your loop runs (``fit(tune=True, steps=N)`` tries it).
     These are real training steps: the model and optimizer come back trained on them, so
     continue from the next batch (pass an iterator, ``batches = iter(loader)``, and loop
     over the same one afterwards).
