@@ -141,6 +141,25 @@ def test_launch_overhead_after_compile_suggests_cuda_graphs_not_compile() -> Non
     assert "compile=True" not in found.action and "reduce-overhead" in found.action
 
 
+@pytest.mark.parametrize("status", ["chosen", "slower"])
+def test_launch_overhead_leaves_cuda_graphs_tune_measured_to_their_rule(status: str) -> None:
+    graphs = {"compile": True, "optimizer": "fused", "cudagraphs": True}
+    tuned = {
+        "decision": "tuned",
+        "candidates": [
+            {"name": "eager", "status": "baseline", "step_seconds": 0.008,
+             "settings": {"compile": False, "optimizer": "default"}},
+            {"name": "cudagraphs+fused", "status": status, "step_seconds": 0.004,
+             "settings": graphs},
+        ],
+    }  # fmt: skip
+    found = utilisation.launch_overhead(
+        ctx(A100, gpu_utilization=45.0, input_wait_share=0.0, step_time_s=0.004,
+            facts={"compiled": True}, tuning=tuned)
+    )  # fmt: skip
+    assert "reduce-overhead" not in found.action and "batch" in found.action
+
+
 def test_keras_launch_overhead_suggests_xla_and_steps_per_execution() -> None:
     found = utilisation.launch_overhead(
         ctx(

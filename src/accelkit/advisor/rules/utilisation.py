@@ -13,6 +13,7 @@ more work). Compilation and CUDA graphs cut the launches themselves; the
 
 from __future__ import annotations
 
+from accelkit.advisor import tuning
 from accelkit.advisor.context import Context
 from accelkit.advisor.rules.input_wait import HIGH as INPUT_BOUND
 from accelkit.advisor.rules.needs import needs
@@ -111,7 +112,8 @@ def _action(ctx: Context, short: bool) -> str:
                 "accelkit.torch.fit(..., compile=True) (torch.compile fuses ops and "
                 "cuts Python overhead)"
             )
-        if short or compiled:
+        if (short or compiled) and tuning.trial(ctx, tuning.CUDA_GRAPHS) is None:
+            # tune's CUDA-graph trial, kept, slower or dropped, is the `cuda_graphs` rule's
             steps.append(
                 "CUDA graphs for short steps: accelkit.torch.fit(..., tune=True) measures "
                 "torch.compile(mode='reduce-overhead'), which replays the step's graphs "
