@@ -88,6 +88,14 @@ def test_an_optimizer_the_model_does_not_know_is_said_not_estimated() -> None:
     assert "RMSprop" in facts["memory_estimate"] and "adamw" in facts["memory_estimate"]
 
 
+def test_a_meter_without_an_optimizer_says_so_not_that_none_is_unknown() -> None:
+    model, _ = _model_and_optimizer()
+    facts = memory_facts(_measured(GB, 0), model, None, accelkit.plan_for("H100 SXM"))
+    assert set(facts) == {"memory_estimate"}
+    assert "no optimizer was given" in facts["memory_estimate"]
+    assert "NoneType" not in facts["memory_estimate"]
+
+
 def test_a_checkpointing_model_gets_a_prediction_and_no_second_choice() -> None:
     model, optimizer = _model_and_optimizer()
     model.is_gradient_checkpointing = True  # as a transformers model says it

@@ -148,6 +148,11 @@ def memory_facts(probe: ActivationProbe, model: Any, optimizer: Any, plan: Plan)
     obtained (``memory_estimate``); {} when the first step was not measured."""
     if probe.rise is None or probe.gradient_bytes is None:
         return {}
+    if optimizer is None:
+        return {
+            "memory_estimate": "not estimated: no optimizer was given (Meter(model, "
+            "optimizer=...)), and its state is most of what a GPU holds beside the model"
+        }
     kind = optimizer_kind(optimizer)
     if kind is None:
         return {
