@@ -67,6 +67,18 @@ def _dropped_cuda_graphs() -> dict[str, Any]:
     return record
 
 
+def _autotune_unweighed() -> dict[str, Any]:
+    """A tune record that kept compile and skipped max-autotune: the run's length unknown."""
+    record = _tuned("compile", True)
+    compiled = record["candidates"][1]
+    compiled.update(name="compile", status="chosen", compile_seconds=40.0)
+    record["candidates"].append(
+        {"name": "max-autotune", "status": "skipped", "settings": {},
+         "why": "the run's length is unknown (no steps= and no len(loader))"}
+    )  # fmt: skip
+    return record
+
+
 def _dropped_sdpa() -> dict[str, Any]:
     """A tune record whose SDPA candidate failed its loss check against eager attention."""
     record = _tuned("attention", "sdpa")
@@ -250,6 +262,11 @@ EXAMPLES: dict[str, Callable[[], Example]] = {
         H200,
         None,
         measured_on(H200, gpu_utilization=58.0, step_time_s=0.024, facts={"compiled": False}),
+    ),
+    "max_autotune": lambda: (
+        H200,
+        None,
+        measured_on(H200, steady_seconds=7200.0, tuning=_autotune_unweighed()),
     ),
     "sdpa_attention": lambda: (
         H200,

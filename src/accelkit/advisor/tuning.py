@@ -45,6 +45,8 @@ COMPILE_ALONE = Option(
 )
 # torch.compile(mode="max-autotune"), with or without its CUDA graphs (settings "compile_mode").
 MAX_AUTOTUNE = Option(("compile_mode",), lambda s: str(s.get("compile_mode", "")).startswith("max"))
+# SDPA attention for a transformers model on eager attention (accelkit.torch.tuning.attention).
+SDPA_ATTENTION = Option(("attention",), lambda s: s.get("attention") == "sdpa")
 FUSED_OPTIMIZER = Option(("optimizer",), lambda s: s.get("optimizer") in ("fused", "foreach"))
 # DistributedDataParallel's levers (accelkit.torch.tuning.levers); DDP's default bucket is 25 MB.
 BF16_GRADIENTS = Option(("compression",), lambda s: s.get("compression") == "bf16")

@@ -11,6 +11,31 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+# max-autotune (`tune`'s candidate, accelkit.torch.tuning.trials.autotune_unpaid, and the
+# advisor's max_autotune rule) benchmarks matmul configurations as it compiles: it pays
+# when AUTOTUNE_COMPILE_FACTOR times the default compile's time is at most
+# AUTOTUNE_SHARE of the run left at the kept step time. The factor is a cautious prior,
+# not a measurement of this machine: what autotuning adds ranges from seconds to minutes
+# (+419 s over a 2,275 s default compile of a video model on a GB200,
+# hao-ai-lab/FastVideo#1445); the trial records its own compile_seconds.
+AUTOTUNE_COMPILE_FACTOR = 10.0
+AUTOTUNE_SHARE = 0.1
+
+
+def autotune_cost(compile_seconds: float) -> float:
+    """max-autotune's compile estimated from the default compile's `compile_seconds`."""
+    return AUTOTUNE_COMPILE_FACTOR * max(compile_seconds, 1.0)
+
+
+def autotune_pays(left_seconds: float, compile_seconds: float) -> bool:
+    """Whether `left_seconds` of training pay for max-autotune's compile (`autotune_cost`).
+
+    Example:
+        >>> autotune_pays(4_000.0, 40.0), autotune_pays(3_999.0, 40.0)
+        (True, False)
+    """
+    return autotune_cost(compile_seconds) <= AUTOTUNE_SHARE * left_seconds
+
 
 @dataclasses.dataclass
 class Check:

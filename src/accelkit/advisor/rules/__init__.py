@@ -17,6 +17,7 @@ from accelkit.advisor.context import Context
 from accelkit.advisor.rules import (
     alignment,
     attention,
+    autotune,
     compilation,
     cuda_graphs,
     distribution,
@@ -53,6 +54,7 @@ RULES: list[Rule] = [
     utilisation.launch_overhead,
     compilation.torch_compile,
     cuda_graphs.cuda_graphs,
+    autotune.max_autotune,
     attention.sdpa_attention,
     optimizer.fused_optimizer,
     precision.precision,

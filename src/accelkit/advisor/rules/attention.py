@@ -31,7 +31,6 @@ from accelkit.advisor.rules.needs import needs
 from accelkit.advisor.types import Advice, Severity
 from accelkit.profiling.tuning import TuneResult
 
-SDPA_ATTENTION = tuning.Option(("attention",), lambda s: s.get("attention") == "sdpa")
 _CODE = (
     "model.set_attn_implementation('sdpa') on the built model, or "
     "AutoModelForCausalLM.from_pretrained(name, attn_implementation='sdpa') when loading"
@@ -60,13 +59,13 @@ def sdpa_attention(ctx: Context) -> Advice | None:
     """
     found = ctx.fact("attention")
     eager = [entry for entry in (found if isinstance(found, list) else ()) if _switchable(entry)]
-    if not ctx.torch or not eager or tuning.chose(ctx, SDPA_ATTENTION):
+    if not ctx.torch or not eager or tuning.chose(ctx, tuning.SDPA_ATTENTION):
         return None
     evidence: dict[str, Any] = {
         "models": ", ".join(str(entry.get("model")) for entry in eager),
         "attention": "eager",
     }
-    trial, result = tuning.trial(ctx, SDPA_ATTENTION), tuning.record(ctx)
+    trial, result = tuning.trial(ctx, tuning.SDPA_ATTENTION), tuning.record(ctx)
     if trial is not None:
         evidence.update(trial.evidence())
         if trial.status == "failed":

@@ -56,9 +56,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelkit.profiling.tuning import Trial, TuneResult, summary
+from accelkit.profiling.tuning import (
+    AUTOTUNE_COMPILE_FACTOR,
+    AUTOTUNE_SHARE,
+    Trial,
+    TuneResult,
+    autotune_cost,
+    autotune_pays,
+    summary,
+)
 
 __all__ = [
+    "AUTOTUNE_COMPILE_FACTOR",
+    "AUTOTUNE_SHARE",
     "Trial",
     "TuneResult",
     "check_mode",
@@ -100,14 +110,6 @@ GRAD_RTOL = 0.1
 LOSS_NOISE_FACTOR = 10.0
 GRAD_AGREEMENT = 4.0
 GRAPH_BREAK_STORM = 16
-# max-autotune benchmarks matmul configurations as it compiles: tried only when the run
-# left, at the kept step time, is long enough that AUTOTUNE_COMPILE_FACTOR times the
-# default compile's time is at most AUTOTUNE_SHARE of it. The factor is a cautious
-# prior, not a measurement of this machine: what autotuning adds ranges from seconds to
-# minutes (+419 s over a 2,275 s default compile of a video model on a GB200,
-# hao-ai-lab/FastVideo#1445); the trial records its own compile_seconds.
-AUTOTUNE_COMPILE_FACTOR = 10.0
-AUTOTUNE_SHARE = 0.1
 CANDIDATES = 3  # the baseline, the optimizer's fused implementation, torch.compile
 CUDA_CANDIDATES = 1  # torch.compile's CUDA graphs, on a CUDA device without DDP
 AUTOTUNE_CANDIDATES = 1  # max-autotune, on a CUDA device
@@ -181,8 +183,8 @@ def autotune_unpaid(
     if compiled is None or compiled.compile_seconds is None or kept.step_seconds is None:
         return "the default compile's time was not measured"
     left = max(planned - done, 0) * kept.step_seconds / unit
-    cost = AUTOTUNE_COMPILE_FACTOR * max(compiled.compile_seconds, 1.0)
-    if cost > AUTOTUNE_SHARE * left:
+    cost = autotune_cost(compiled.compile_seconds)
+    if not autotune_pays(left, compiled.compile_seconds):
         return (
             f"the run's {left:.0f} s left would not pay back max-autotune's compilation "
             f"(about {cost:.0f} s)"
