@@ -3,6 +3,8 @@ calls them as the Lightning and Hugging Face callbacks do (real torch, CPU)."""
 
 from __future__ import annotations
 
+import time
+import types
 from typing import Any
 
 import pytest
@@ -83,11 +85,14 @@ def test_the_trials_take_the_first_steps_and_record_each_candidate() -> None:
         tuning, _ = train(Net(), batches(3 * UNITS + 5), on_step=lambda: held.append(1))
     result = tuning.result
     assert result is not None and result.decision == "tuned"
-    assert [t.name.split("+")[0] for t in result.trials] == ["eager", "eager", "compile"]
-    assert [t.steps for t in result.trials] == [UNITS] * 3
+    names = [t.name.split("+")[0] for t in result.trials]
+    assert names == ["eager", "eager", "compile", "max-autotune"]
+    *timed, autotune = result.trials
+    assert [t.steps for t in timed] == [UNITS] * 3
     assert result.steps == len(held) == 3 * UNITS  # the steps after them are not trials
-    assert all(t.step_seconds and t.spread for t in result.trials)
+    assert all(t.step_seconds and t.spread for t in timed)
     assert result.trials[2].compile_seconds is not None
+    assert autotune.status == "skipped" and "GPU kernels" in autotune.why  # the CPU
 
 
 def test_a_wrong_compiled_forward_is_dropped_before_the_trainer_trains_on_it() -> None:
@@ -164,6 +169,7 @@ def test_without_a_torch_optimizer_only_compile_is_tried() -> None:
     assert skipped == {
         "optimizer": "not one torch optimizer to switch",
         "compile": "no module with parameters to compile",
+        "max-autotune": "max-autotune tunes GPU kernels; this run is on the CPU",
     }
 
 
@@ -184,14 +190,14 @@ def test_the_whole_step_is_tried_first_and_the_forward_alone_only_after_it_fails
     with compiled_as():
         whole, _ = train(model, batches(4 * UNITS), compile_step=lambda: Compiled(torch, [model]))
     names = [(t.name.split("+")[0], t.settings.get("compiled")) for t in whole.result.trials]
-    assert names == [("eager", None), ("eager", None), ("compile step", "training_step")]
+    assert names[:3] == [("eager", None), ("eager", None), ("compile step", "training_step")]
 
     def broken() -> Any:
         raise RuntimeError("no step to compile")
 
     with compiled_as():
         fallback, _ = train(Net(), batches(4 * UNITS), compile_step=broken)
-    step, forward = fallback.result.trials[2:]
+    step, forward, _ = fallback.result.trials[2:]
     assert (step.name, step.status) == ("compile step", "failed")
     assert step.why == "RuntimeError: no step to compile"
     assert forward.name.startswith("compile") and forward.settings["compiled"] == "forward"
@@ -316,3 +322,35 @@ def test_a_chosen_candidate_overtaken_keeps_its_figure_and_names_what_beat_it() 
     assert (compiled.status, compiled.why) == ("chosen", "2.00x eager+sdpa")
     assert sdpa.status == "slower"
     assert sdpa.why == "2.00x eager; overtaken by compile+sdpa (2.00x it)"
+
+
+class SlowWhenEager(Net):
+    """`Net` whose eager forward sleeps (compiled code leaves the sleep out): compile is
+    clearly faster, and kept."""
+
+    def forward(self, x: Any) -> Any:
+        if not torch.compiler.is_compiling():
+            time.sleep(0.02)
+        return super().forward(x)
+
+
+def test_max_autotune_takes_a_kept_compiles_place_and_undo_puts_back_the_eager_forward(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a run that says ten million steps; the device check is told CUDA (max-autotune
+    tunes GPU kernels: the GPU run is tests/torch/test_tune_gpu.py)."""
+    cuda, unsupported = types.SimpleNamespace(type="cuda"), trials.autotune_unsupported
+    monkeypatch.setattr(trials, "autotune_unsupported", lambda _, kept: unsupported(cuda, kept))
+    model = SlowWhenEager()
+    with compiled_as() as modes:
+        tuning, _ = train(model, batches(5 * UNITS), planned_steps=10**7)
+    compiled, autotune = tuning.result.trials[-2:]
+    assert compiled.name.startswith("compile") and autotune.name.startswith("max-autotune")
+    assert autotune.settings["compile_mode"] == "max-autotune-no-cudagraphs"
+    assert autotune.settings["compiled"] == "forward" and autotune.steps == UNITS
+    assert autotune.check is not None and autotune.check.failed is None
+    assert modes == ["None", "max-autotune-no-cudagraphs"]  # compiled anew, in its mode
+    assert (compiled.status == "chosen") != (autotune.status == "chosen")
+    assert "forward" in vars(model)  # the kept one of the two is on
+    tuning.undo()
+    assert "forward" not in vars(model)  # and off again: the model as the script made it

@@ -8,7 +8,7 @@ read by the advisor's rules (`accelkit.advisor.tuning`): one definition for both
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 # max-autotune (`tune`'s candidate, accelkit.torch.tuning.trials.autotune_unpaid, and the
@@ -35,6 +35,23 @@ def autotune_pays(left_seconds: float, compile_seconds: float) -> bool:
         (True, False)
     """
     return autotune_cost(compile_seconds) <= AUTOTUNE_SHARE * left_seconds
+
+
+def default_compile(trials: Iterable[Trial]) -> Trial | None:
+    """The timed trial of torch.compile in its default mode (no CUDA graphs, no
+    max-autotune), whose compile time prices max-autotune's; None when there is none."""
+    return next(
+        (
+            t
+            for t in trials
+            if t.status != "baseline"
+            and t.settings.get("compile")
+            and not t.settings.get("cudagraphs")
+            and not t.settings.get("compile_mode")
+            and t.compile_seconds is not None
+        ),
+        None,
+    )
 
 
 @dataclasses.dataclass

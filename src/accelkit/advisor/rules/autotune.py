@@ -25,6 +25,7 @@ from accelkit.profiling.tuning import (
     Trial,
     autotune_cost,
     autotune_pays,
+    default_compile,
 )
 
 NAME = "max-autotune"  # the candidate's name in report.tuning
@@ -65,7 +66,7 @@ def max_autotune(ctx: Context) -> Advice | None:
     if not ctx.torch or ctx.gpu is None or result is None or not tuning.chose(ctx, tuning.COMPILE):
         return None
     skipped = next((t for t in result.trials if t.name == NAME and t.status == "skipped"), None)
-    compiled = _default_compile(result.trials)
+    compiled = default_compile(result.trials)
     trained = ctx.get("steady_seconds")
     if skipped is None or not (skipped.why or "").startswith(UNKNOWN_LENGTH):
         return None
@@ -74,18 +75,6 @@ def max_autotune(ctx: Context) -> Advice | None:
     if not autotune_pays(trained, compiled.compile_seconds):
         return None
     return _advice(ctx, compiled, trained)
-
-
-def _default_compile(trials: tuple[Trial, ...]) -> Trial | None:
-    """The trial of torch.compile in its default mode (no CUDA graphs, no autotuning)."""
-    return next(
-        (
-            t
-            for t in trials
-            if tuning.COMPILE_ALONE.on(t.settings) and t.compile_seconds is not None
-        ),
-        None,
-    )
 
 
 def _advice(ctx: Context, compiled: Trial, trained: float) -> Advice:

@@ -17,7 +17,10 @@ switch candidates between steps. The candidates, limits and record are the fit's
    it fails, of the forward pass (`Compiled`), when neither the script nor the trainer
    compiled the model. The forward-only compile runs only after the whole step failed:
    it compiles part of the same code, so where the whole step was not clearly faster it
-   would not pay its compile time either, and a successful step costs no trial more.
+   would not pay its compile time either, and a successful step costs no trial more;
+5. on a CUDA device, where that compile was kept and the run left pays for it
+   (`trials.autotune_unpaid`), the same code compiled with
+   ``mode="max-autotune-no-cudagraphs"`` in its place (checked against the eager step).
 
 A unit is one optimizer step (`batches_per_unit` batches), timed with the device
 synchronised at both ends; each candidate runs `trials.WARMUP_UNITS` untimed units, then
@@ -43,8 +46,8 @@ from collections.abc import Callable
 from typing import Any
 
 from accelkit.profiling import torch_batches
-from accelkit.profiling.tuning import Check, Trial, TuneResult
-from accelkit.torch.tuning import attention, optimizers, reference, trials
+from accelkit.profiling.tuning import Check, Trial, TuneResult, default_compile
+from accelkit.torch.tuning import attention, graphs, optimizers, reference, trials
 from accelkit.torch.tuning import trial_guards as guards
 
 _log = logging.getLogger("accelkit")
@@ -114,9 +117,10 @@ class TrainerTrials:
         mode: ``"auto"``, True or False, as the fit's ``tune``.
         compile_targets: the modules whose forward pass the compiled candidate compiles;
             empty leaves compile out.
-        compile_step: ``compile_step() -> switch`` (``on()``, ``off()``): the whole
-            training step compiled, tried before `compile_targets`, which are tried only
-            if it fails (None: the door has no step to compile).
+        compile_step: ``compile_step(mode=None) -> switch`` (``on()``, ``off()``): the
+            whole training step compiled (in torch.compile's `mode`), tried before
+            `compile_targets`, which are tried only if it fails (None: the door has no
+            step to compile).
         compile_fixed: why compile is not a candidate (the script or trainer compiled
             already), or None.
         planned_steps: the run's length in batches, for ``"auto"`` (None: unknown).
@@ -161,7 +165,7 @@ class TrainerTrials:
         mode: Any,
         compile_targets: list[Any],
         compile_fixed: str | None,
-        compile_step: Callable[[], Any] | None = None,
+        compile_step: Callable[..., Any] | None = None,
         planned_steps: int | None,
         batches_per_unit: int,
         forward_backward: Callable[[Any], Any],
@@ -185,6 +189,7 @@ class TrainerTrials:
             self._sdpa,
             self._compiled_step,
             self._compiled,
+            self._autotuned,
         ]
         self._best = _Candidate("eager", {"compile": False, "optimizer": "default"}, _no, _no)
         self._current: _Candidate | None = None
@@ -415,6 +420,38 @@ class TrainerTrials:
         compiled = Compiled(self._torch, self._targets)
         return self._compile_candidate("compile", compiled, "forward")
 
+    def _autotuned(self) -> _Candidate | None:
+        """max-autotune of what the kept compile compiled (the whole step or the forward
+        pass), where the run left pays for it; it replaces that compile while on, and its
+        `off` puts back the uncompiled code (the compile is on again if it is not kept)."""
+        kept = next(t for t in reversed(self._trials) if t.status in ("baseline", "chosen"))
+        why = (
+            self._compile_fixed
+            or trials.autotune_unsupported(self._device, kept)
+            or trials.autotune_unpaid(
+                self._planned, self._steps, kept, self._unit, default_compile(self._trials)
+            )
+        )
+        if why:
+            self._skipped("max-autotune", why)
+            return None
+        compiled, mode = self._best.settings.get("compiled"), graphs.AUTOTUNE_NO_GRAPHS
+        self._best.off()  # so that the switch keeps the uncompiled code to put back
+        try:
+            if compiled == "training_step" and self._compile_step is not None:
+                switch = self._compile_step(mode=mode)
+            else:
+                switch = Compiled(self._torch, self._targets, mode=mode)
+        finally:
+            self._best.on()
+        return _Candidate(
+            self._best.name.replace("compile", "max-autotune", 1),
+            {**self._best.settings, "compile_mode": mode},
+            on=switch.on,
+            off=switch.off,
+            checked=True,
+        )
+
     def _compile_candidate(self, name: str, switch: Any, compiled: str) -> _Candidate:
         optimizer = self._best.settings.get("optimizer", "default")
         sdpa = "+sdpa" if self._best.settings.get("attention") else ""
@@ -438,7 +475,8 @@ class TrainerTrials:
         params = [p for p in self._module.parameters() if p.requires_grad]
         sample = reference.GradSample(params, torch)
         candidate.off()
-        self._best.on()
+        if not self._best.settings.get("compile"):  # a compiled best: off is eager already
+            self._best.on()
         try:
             eager = reference.eager_reference(
                 self._forward_backward,

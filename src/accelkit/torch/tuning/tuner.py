@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from accelkit.profiling.tuning import Check
+from accelkit.profiling.tuning import Check, default_compile
 from accelkit.torch.training.step import Step, TrainOne
 from accelkit.torch.tuning import attention, graphs, levers, optimizers, reference, trials
 from accelkit.torch.tuning import trial_guards as guards
@@ -188,7 +188,7 @@ class Tuner:
             self._skipped("max-autotune", "compile was set by the script or the plan")
             return best
         why = trials.autotune_unsupported(self._device, kept) or trials.autotune_unpaid(
-            self._planned, self._steps, kept, self._unit, self._compile_trial()
+            self._planned, self._steps, kept, self._unit, default_compile(self._trials)
         )
         if why:
             self._skipped("max-autotune", why)
@@ -206,11 +206,6 @@ class Tuner:
 
     def _current_best(self) -> Trial:
         return next(t for t in reversed(self._trials) if t.status in ("baseline", "chosen"))
-
-    def _compile_trial(self) -> Trial | None:
-        """The default compile's trial (not its CUDA graphs'), None when not tried."""
-        compiled = (t for t in self._trials if t.status != "baseline" and t.settings.get("compile"))
-        return next((t for t in compiled if not t.settings.get("cudagraphs")), None)
 
     def _attention(self, best: Step, optimizer: str) -> None:
         """SDPA attention for the run's eager-attention transformers models, switched in
