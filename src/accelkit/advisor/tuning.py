@@ -43,8 +43,6 @@ COMPILE_ALONE = Option(
     ("compile", "cudagraphs", "compile_mode"),
     lambda s: bool(s.get("compile")) and not s.get("cudagraphs") and not s.get("compile_mode"),
 )
-# torch.compile(mode="max-autotune"), with or without its CUDA graphs (settings "compile_mode").
-MAX_AUTOTUNE = Option(("compile_mode",), lambda s: str(s.get("compile_mode", "")).startswith("max"))
 # SDPA attention for a transformers model on eager attention (accelkit.torch.tuning.attention).
 SDPA_ATTENTION = Option(("attention",), lambda s: s.get("attention") == "sdpa")
 FUSED_OPTIMIZER = Option(("optimizer",), lambda s: s.get("optimizer") in ("fused", "foreach"))

@@ -20,6 +20,8 @@ from typing import Any
 # hao-ai-lab/FastVideo#1445); the trial records its own compile_seconds.
 AUTOTUNE_COMPILE_FACTOR = 10.0
 AUTOTUNE_SHARE = 0.1
+# How a max-autotune candidate skipped for want of the run's length begins its reason.
+UNKNOWN_LENGTH = "the run's length is unknown"
 
 
 def autotune_cost(compile_seconds: float) -> float:

@@ -22,6 +22,7 @@ from accelkit.advisor.types import Advice, Severity
 from accelkit.profiling.tuning import (
     AUTOTUNE_COMPILE_FACTOR,
     AUTOTUNE_SHARE,
+    UNKNOWN_LENGTH,
     Trial,
     autotune_cost,
     autotune_pays,
@@ -29,7 +30,6 @@ from accelkit.profiling.tuning import (
 )
 
 NAME = "max-autotune"  # the candidate's name in report.tuning
-UNKNOWN_LENGTH = "the run's length is unknown"  # how tune says why it skipped it
 
 
 @needs(
@@ -70,15 +70,14 @@ def max_autotune(ctx: Context) -> Advice | None:
     trained = ctx.get("steady_seconds")
     if skipped is None or not (skipped.why or "").startswith(UNKNOWN_LENGTH):
         return None
-    if compiled is None or compiled.compile_seconds is None or not trained:
+    seconds = compiled.compile_seconds if compiled is not None else None
+    if compiled is None or seconds is None or not trained:
         return None
-    if not autotune_pays(trained, compiled.compile_seconds):
-        return None
-    return _advice(ctx, compiled, trained)
+    return _advice(ctx, compiled, seconds, trained) if autotune_pays(trained, seconds) else None
 
 
-def _advice(ctx: Context, compiled: Trial, trained: float) -> Advice:
-    seconds = compiled.compile_seconds or 0.0
+def _advice(ctx: Context, compiled: Trial, seconds: float, trained: float) -> Advice:
+    """`compiled`: the default compile's trial, `seconds` its compile time."""
     cost = autotune_cost(seconds)
     return Advice(
         id="max_autotune",

@@ -151,9 +151,11 @@ class TrainerTrials:
         ...     opt.zero_grad()
         ...     tuning.end()
         >>> tuning.result.decision, len(tuning.result.trials), tuning.result.steps
-        ('tuned', 3, 30)
+        ('tuned', 4, 30)
         >>> [trial.name for trial in tuning.result.trials]  # doctest: +SKIP
-        ['eager', 'eager+fused', 'compile+fused']
+        ['eager', 'eager+fused', 'compile+fused', 'max-autotune']
+        >>> tuning.result.trials[-1].why  # a candidate of GPU runs
+        'max-autotune tunes GPU kernels; this run is on the CPU'
     """
 
     def __init__(

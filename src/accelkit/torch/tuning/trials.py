@@ -59,6 +59,7 @@ from typing import Any
 from accelkit.profiling.tuning import (
     AUTOTUNE_COMPILE_FACTOR,
     AUTOTUNE_SHARE,
+    UNKNOWN_LENGTH,
     Trial,
     TuneResult,
     autotune_cost,
@@ -179,7 +180,7 @@ def autotune_unpaid(
         "the run's 195 s left would not pay back max-autotune's compilation (about 400 s)"
     """
     if planned is None:
-        return "the run's length is unknown (no steps= and no len(loader))"
+        return f"{UNKNOWN_LENGTH} (no steps= and no len(loader))"
     if compiled is None or compiled.compile_seconds is None or kept.step_seconds is None:
         return "the default compile's time was not measured"
     left = max(planned - done, 0) * kept.step_seconds / unit
