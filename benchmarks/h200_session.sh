@@ -10,11 +10,13 @@
 #   bash benchmarks/h200_session.sh doors "$OUT"     # what measuring costs: Meter, the HF and
 #                                                    # Lightning callbacks, Keras (JAX backend)
 #   bash benchmarks/h200_session.sh tune "$OUT" MODEL...  # fit against fit(tune=True), one run
+#   bash benchmarks/h200_session.sh autotune "$OUT" MODEL...  # fit(tune=True) told of a long
+#                                                    # run: max-autotune's trial beside compile's
 #   bash benchmarks/h200_session.sh gputests "$OUT"  # the GPU-marked tests, doctor on the GPU
 #   bash benchmarks/h200_session.sh trainers "$OUT" MODEL VARIANT...  # trainers_tuned.py
 #                                         # (ROUNDS, WARMUP, STEPS, LIMIT from the environment)
 set -uo pipefail
-usage="usage: h200_session.sh core|gpt2|resnet50|models|tests|lightning|examples|doors|tune|trainers|gputests OUT_DIR [MODEL...]"
+usage="usage: h200_session.sh core|gpt2|resnet50|models|tests|lightning|examples|doors|tune|autotune|trainers|gputests OUT_DIR [MODEL...]"
 phase=${1:?$usage}
 out=${2:?$usage}
 shift 2
@@ -87,6 +89,15 @@ tune)
             > "$out/tune_$model.txt" 2>&1
     done
     ;;
+autotune)  # autotune OUT MODEL...: tune told of a long run, so max-autotune is tried
+    for model in "$@"; do
+        batch=()
+        [ "$model" = gpt2 ] && batch=(--batch-size 32)
+        (cd benchmarks && timeout 560 $py models_people_train.py --model "$model" "${batch[@]}" \
+            --variants fit_tune --steps 20 --repeats 3 --planned-steps 10000000 --timeout 540 \
+            --out "$out/autotune_$model.json") > "$out/autotune_$model.txt" 2>&1
+    done
+    ;;
 trainers)  # trainers OUT MODEL VARIANT...: the trainers with and without accelkit, paired rounds
     model=${1:?model}
     shift
@@ -98,7 +109,7 @@ trainers)  # trainers OUT MODEL VARIANT...: the trainers with and without accelk
         --windows 3 --out "$out/trainers_$model.json") > "$out/trainers_$model.txt" 2>&1
     ;;
 gputests)
-    timeout 240 $py -m pytest tests -m gpu -q -p no:cacheprovider -rs > "$out/pytest_gpu.txt" 2>&1
+    timeout 420 $py -m pytest tests -m gpu -q -p no:cacheprovider -rs > "$out/pytest_gpu.txt" 2>&1
     $py -m accelkit doctor > "$out/doctor.txt" 2>&1
     ;;
 tests)

@@ -433,6 +433,20 @@ def show(result: dict[str, Any]) -> None:
         )
 
 
+def show_trials(result: dict[str, Any]) -> None:
+    """Each tuned variant's candidates as tune measured them, in the same run."""
+    for variant, raw in result["raw"].items():
+        for trial in (raw.get("tuning") or {}).get("candidates", []):
+            step = trial.get("step_seconds")
+            compiled = trial.get("compile_seconds")
+            print(
+                f"  {variant} trial {trial['name']:<28}{trial['status']:>9}"
+                f"{'-' if step is None else f'{step * 1e3:.2f} ms':>12}"
+                f"{'' if compiled is None else f'  compile {compiled:.1f} s'}"
+                f"  {trial.get('why') or ''}"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=MODELS, default="hf-gpt2")
@@ -468,6 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     result = compare(args)
     show(result)
+    show_trials(result)
     gpu_compare.write_json(args.out, result)
     return 0
 
