@@ -7,6 +7,7 @@ timeout, so a hang fails the test instead of leaving workers behind.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import socket
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = str(Path(__file__).with_name("torch_worker.py"))
@@ -118,6 +120,16 @@ def torchrun(
         # fails the test.
         done = run(command, environment(**env), timeout)
     return done
+
+
+def ranks_written(
+    out: Path, *args: str, nproc: int = 2, timeout: float = 90, **env: str
+) -> list[dict[str, Any]]:
+    """`torchrun` of `args` with `out` as the last argument, which must succeed; then what
+    each rank wrote to ``out/rank<R>.json``."""
+    done = torchrun(*args, str(out), nproc=nproc, timeout=timeout, **env)
+    assert done.returncode == 0, done.explain()
+    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(nproc)]
 
 
 def _aborted_at_exit(done: Finished) -> bool:

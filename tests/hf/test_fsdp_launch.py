@@ -15,7 +15,6 @@ GPU: tests/distributed/test_torch_fsdp_gpu.py.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from pathlib import Path
 
@@ -24,9 +23,10 @@ import pytest
 import accelkit
 from accelkit.hf import training_arguments
 from accelkit.planning.keys import Key
-from accelkit.planning.types import Distribution, Setting
+from accelkit.planning.types import Setting
 
-from ..distributed.torch_launch import torchrun
+from ..distributed.torch_launch import ranks_written
+from ..helpers.sharded_plans import sharded
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -39,11 +39,7 @@ def _cpu_fsdp_plan():
     """This CPU's plan as two torchrun ranks with ``distribute="fsdp"`` make it."""
     plan = accelkit.plan_for(None, framework="torch")
     assert plan.device_type == "cpu"
-    return dataclasses.replace(
-        plan,
-        distribution=Distribution.FSDP,
-        settings=(*plan.settings, Setting(Key.SHARDING, "fsdp2", "test: shard")),
-    )
+    return sharded(plan)
 
 
 @pytest.mark.torch
@@ -57,10 +53,7 @@ def test_a_cpu_plan_gives_no_fsdp_fields_and_says_why(caplog) -> None:
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    out = tmp_path_factory.mktemp("hf_fsdp_cpu")
-    done = torchrun(WORKER, "cpu", str(out), timeout=300)
-    assert done.returncode == 0, done.explain()
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    return ranks_written(tmp_path_factory.mktemp("hf_fsdp_cpu"), WORKER, "cpu", timeout=300)
 
 
 @pytest.mark.torch

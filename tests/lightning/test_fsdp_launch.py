@@ -15,18 +15,15 @@ hand with ``device_id=cpu`` (which FSDP1 accepts), in a real Lightning fit.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 from pathlib import Path
 
 import pytest
 
 import accelkit
-from accelkit.planning.keys import Key
-from accelkit.planning.types import Distribution, Setting
 
-from ..distributed.torch_launch import torchrun
+from ..distributed.torch_launch import ranks_written
+from ..helpers.sharded_plans import sharded
 
 torch = pytest.importorskip("torch")
 lightning = pytest.importorskip("lightning")
@@ -35,16 +32,6 @@ from accelkit.lightning import AccelkitCallback, trainer_kwargs
 from accelkit.torch.distributed import sharding
 
 WORKER = str(Path(__file__).with_name("fsdp_worker.py"))
-
-
-def _fsdp(plan, checkpointing: bool = False):
-    """`plan` as the planner writes an FSDP2 choice."""
-    extra = (
-        Setting(Key.SHARDING, "fsdp2", "test: shard"),
-        Setting(Key.ACTIVATION_CHECKPOINTING, checkpointing, "test"),
-    )
-    kept = [s for s in plan.settings if s.key not in (Key.SHARDING, Key.ACTIVATION_CHECKPOINTING)]
-    return dataclasses.replace(plan, distribution=Distribution.FSDP, settings=(*kept, *extra))
 
 
 class Block(torch.nn.Module):
@@ -103,7 +90,7 @@ def _fit(module, callback, **kwargs) -> None:
 @pytest.mark.torch
 def test_a_cpu_plan_that_shards_gives_ddp_that_the_trainer_takes(caplog) -> None:
     """Before: FSDPStrategy with accelerator "cpu", which lightning.Trainer refuses."""
-    plan = _fsdp(accelkit.plan_for(None, framework="torch"))
+    plan = sharded(accelkit.plan_for(None, framework="torch"))
     assert plan.device_type == "cpu"
     with caplog.at_level(logging.WARNING, logger="accelkit"):
         kwargs = trainer_kwargs(plan, model=Blocks())
@@ -176,7 +163,7 @@ def test_fsdp1_is_described_as_fsdp1_and_fsdp2_as_before(one_rank) -> None:
 def test_the_callback_records_the_fsdp1_units_of_a_fit(one_rank) -> None:
     """A real CPU fit whose blocks are FSDP1 units: the report says how it was sharded
     (before: nothing about sharding)."""
-    plan = _fsdp(accelkit.plan_for(None, framework="torch"))
+    plan = sharded(accelkit.plan_for(None, framework="torch"))
     callback = AccelkitCallback(plan=plan, tune=False, warmup=1)
     _fit(Blocks(wrap=_fsdp1), callback, accelerator="cpu", devices=1)
     report = callback.report.to_dict()
@@ -188,10 +175,7 @@ def test_the_callback_records_the_fsdp1_units_of_a_fit(one_rank) -> None:
 
 @pytest.fixture(scope="module")
 def cpu_ranks(tmp_path_factory):
-    out = tmp_path_factory.mktemp("lightning_fsdp_cpu")
-    done = torchrun(WORKER, "cpu", str(out), timeout=300)
-    assert done.returncode == 0, done.explain()
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    return ranks_written(tmp_path_factory.mktemp("lightning_fsdp_cpu"), WORKER, "cpu", timeout=300)
 
 
 @pytest.mark.torch
@@ -227,9 +211,8 @@ def gpu_rank(tmp_path_factory):
     if not torch.cuda.is_available():
         pytest.skip("needs an NVIDIA GPU")
     out = tmp_path_factory.mktemp("lightning_fsdp_gpu")
-    done = torchrun(WORKER, "cuda", str(out), nproc=1, timeout=300, NCCL_NVLS_ENABLE="0")
-    assert done.returncode == 0, done.explain()
-    return json.loads((out / "rank0.json").read_text())
+    (rank,) = ranks_written(out, WORKER, "cuda", nproc=1, timeout=300, NCCL_NVLS_ENABLE="0")
+    return rank
 
 
 @pytest.mark.gpu
