@@ -326,7 +326,7 @@ class TrainerTrials:
         self._next()
 
     def _judge(self, trial: Trial, candidate: _Candidate) -> None:
-        best = next(t for t in reversed(self._trials) if t.status in ("baseline", "chosen"))
+        best = trials.best_so_far(self._trials)
         faster = trials.clearly_faster(trial, best)
         if self._decide("chosen" if faster else "slower") == "chosen":
             trials.overtake(trial, best)
@@ -426,7 +426,7 @@ class TrainerTrials:
         """max-autotune of what the kept compile compiled (the whole step or the forward
         pass), where the run left pays for it; it replaces that compile while on, and its
         `off` puts back the uncompiled code (the compile is on again if it is not kept)."""
-        kept = next(t for t in reversed(self._trials) if t.status in ("baseline", "chosen"))
+        kept = trials.best_so_far(self._trials)
         why = (
             self._compile_fixed
             or trials.autotune_unsupported(self._device, kept)

@@ -193,6 +193,11 @@ def autotune_unpaid(
     return None
 
 
+def best_so_far(tried: list[Trial]) -> Trial:
+    """The last of `tried` that is the baseline or was chosen: what a candidate must beat."""
+    return next(t for t in reversed(tried) if t.status in ("baseline", "chosen"))
+
+
 def overtake(trial: Trial, best: Trial) -> None:
     """Record `trial` as chosen over `best`; a `best` that had been chosen keeps its figure
     and says what overtook it."""

@@ -183,7 +183,7 @@ class Tuner:
         """``torch.compile(mode="max-autotune")`` of `eager`'s forward pass and loss (with
         its CUDA graphs where those were kept), when the default compile was kept and
         the run left is long enough to pay for the autotuning; the step to go on with."""
-        kept = self._current_best()
+        kept = trials.best_so_far(self._trials)
         if self._compile_fixed is not None or eager.compiled:
             self._skipped("max-autotune", "compile was set by the script or the plan")
             return best
@@ -203,9 +203,6 @@ class Tuner:
         name = self._name(tuned, optimizer).replace("compile", "max-autotune", 1)
         trial = self._measure(tuned, name, undo=_no, check=True, cudagraphs=graphed, mode=mode)
         return tuned if self._judge(trial, self._best_trial()) else best
-
-    def _current_best(self) -> Trial:
-        return next(t for t in reversed(self._trials) if t.status in ("baseline", "chosen"))
 
     def _attention(self, best: Step, optimizer: str) -> None:
         """SDPA attention for the run's eager-attention transformers models, switched in
@@ -286,8 +283,8 @@ class Tuner:
         return trials.decide_after(self._mode, baseline.step_seconds / self._unit, self._planned)
 
     def _best_trial(self) -> Trial:
-        timed = [t for t in self._trials[:-1] if t.status in ("baseline", "chosen")]
-        return timed[-1]
+        """The best before the trial just measured (the last one recorded)."""
+        return trials.best_so_far(self._trials[:-1])
 
     def _judge(self, trial: Trial, best: Trial) -> bool:
         """Mark `trial` against the best so far; True when it becomes the best. Rank 0's
