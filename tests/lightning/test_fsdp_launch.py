@@ -173,6 +173,39 @@ def test_the_callback_records_the_fsdp1_units_of_a_fit(one_rank) -> None:
     assert "sharding" not in report["notes"]
 
 
+class RootFSDP1(lightning.pytorch.strategies.SingleDeviceStrategy):
+    """FSDPStrategy's layout on the CPU: the LightningModule wrapped whole in a root FSDP1
+    unit with each Block a nested unit, so that `training_step` reaches the blocks through
+    the root (Lightning's forward redirection, as under FSDPStrategy)."""
+
+    def setup(self, trainer) -> None:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+        self.model = FullyShardedDataParallel(
+            self.model,
+            device_id=torch.device("cpu"),
+            auto_wrap_policy=ModuleWrapPolicy({Block}),
+            use_orig_params=True,  # configure_optimizers sees the module's own parameters
+        )
+        super().setup(trainer)
+
+
+@pytest.mark.torch
+def test_the_callback_counts_a_root_fsdp1_fit_without_breaking_it(one_rank) -> None:
+    """Before: the FLOP count ran `training_step` outside the root unit, a nested unit
+    took itself for the root, and the fit's first step failed in FSDP1 ("Non-root FSDP
+    instance's `_is_root` should not have been set yet"; seen on the H200 under
+    FSDPStrategy). The count is the same as the unsharded fit's."""
+    whole = AccelkitCallback(tune=False, warmup=1)
+    _fit(Blocks(), whole, accelerator="cpu", devices=1)
+    callback = AccelkitCallback(tune=False, warmup=1)
+    _fit(Blocks(), callback, strategy=RootFSDP1(device=torch.device("cpu")))
+    report = callback.report.to_dict()
+    assert report["steps"] == 8 and report["facts"]["sharding"]["kind"] == "fsdp1", report
+    assert report["flops_per_step"] == whole.report.flops_per_step > 0, report
+
+
 @pytest.fixture(scope="module")
 def cpu_ranks(tmp_path_factory):
     return ranks_written(tmp_path_factory.mktemp("lightning_fsdp_cpu"), WORKER, "cpu", timeout=300)

@@ -119,8 +119,7 @@ class AccelkitCallback(_Callback):
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         """The strategy has set up (the module on its device and wrapped, the optimizers
         made) and the sanity check is still to come: the meter starts here."""
-        # A manual-optimization training_step steps its optimizers: count it inline instead.
-        inline = not getattr(pl_module, "automatic_optimization", True)
+        inline = self._counted_inline(trainer, pl_module)
         self._count = self.options.flops_per_step is None and not inline
         optimizers = getattr(trainer, "optimizers", None) or [None]
         self.meter = Meter(
@@ -309,6 +308,17 @@ class AccelkitCallback(_Callback):
             recorder.resume()
 
     # -- figures ---------------------------------------------------------------------
+
+    @staticmethod
+    def _counted_inline(trainer: Any, pl_module: Any) -> bool:
+        """Whether the first step's FLOPs are counted as it runs rather than in a pass of
+        their own through `training_step`: a manual-optimization step steps its
+        optimizers, and under a root FSDP1 unit (FSDPStrategy) a pass outside the root
+        breaks the fit (`sharding.is_fsdp1_root`)."""
+        from accelkit.torch.distributed import sharding
+
+        manual = not getattr(pl_module, "automatic_optimization", True)
+        return manual or sharding.is_fsdp1_root(getattr(trainer.strategy, "model", None))
 
     def _count_flops(self, trainer: Any, pl_module: Any, batch: Any) -> None:
         assert self.meter is not None  # made in on_fit_start

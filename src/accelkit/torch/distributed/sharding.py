@@ -416,6 +416,22 @@ def described_fsdp1(module: Any) -> dict[str, Any] | None:
     return {**record.to_dict(), "kind": FSDP1, "sharding_strategy": first.sharding_strategy.name}
 
 
+def is_fsdp1_root(module: Any) -> bool:
+    """Whether `module` is an FSDP1 unit wrapping the rest (Lightning's ``FSDPStrategy``
+    wraps the LightningModule so). Its nested units run only from its forward: a pass
+    that enters below it (``training_step`` called on the module inside) makes the first
+    nested unit take itself for the root, and FSDP1 then fails the next step through
+    the real root ("Non-root FSDP instance's `_is_root` should not have been set yet").
+
+    Example:
+        >>> import torch
+        >>> is_fsdp1_root(torch.nn.Linear(2, 2))
+        False
+    """
+    fsdp = require("torch.distributed.fsdp")
+    return isinstance(module, fsdp.FullyShardedDataParallel)
+
+
 def _local(parameter: Any) -> Any:
     """This rank's shard of a DTensor parameter (a plain tensor: itself)."""
     to_local = getattr(parameter, "to_local", None)
