@@ -109,7 +109,7 @@ trainers)  # trainers OUT MODEL VARIANT...: the trainers with and without accelk
         --windows 3 --out "$out/trainers_$model.json") > "$out/trainers_$model.txt" 2>&1
     ;;
 gputests)
-    timeout 420 $py -m pytest tests -m gpu -q -p no:cacheprovider -rs > "$out/pytest_gpu.txt" 2>&1
+    timeout 560 $py -m pytest tests -m gpu -q -p no:cacheprovider -rs > "$out/pytest_gpu.txt" 2>&1
     $py -m accelkit doctor > "$out/doctor.txt" 2>&1
     ;;
 tests)

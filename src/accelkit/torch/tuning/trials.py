@@ -177,7 +177,7 @@ def autotune_unpaid(
         >>> kept = Trial("compile", {"compile": True}, step_seconds=0.1)
         >>> autotune_unpaid(100_000, 50, kept, 1, Trial("compile", {}, compile_seconds=40.0))
         >>> autotune_unpaid(2_000, 50, kept, 1, Trial("compile", {}, compile_seconds=40.0))
-        "the run's 195 s left would not pay back max-autotune's compilation (about 400 s)"
+        "the run's 195 s left would not pay back max-autotune's compilation (about 480 s)"
     """
     if planned is None:
         return f"{UNKNOWN_LENGTH} (no steps= and no len(loader))"
