@@ -13,10 +13,12 @@
 #   bash benchmarks/h200_session.sh autotune "$OUT" MODEL...  # fit(tune=True) told of a long
 #                                                    # run: max-autotune's trial beside compile's
 #   bash benchmarks/h200_session.sh gputests "$OUT"  # the GPU-marked tests, doctor on the GPU
+#   bash benchmarks/h200_session.sh breakdown "$OUT"  # step_breakdown.py: GPT-2 B32 and HF
+#                                                    # GPT-2 B16 compiled steps, by kernel kind
 #   bash benchmarks/h200_session.sh trainers "$OUT" MODEL VARIANT...  # trainers_tuned.py
 #                                         # (ROUNDS, WARMUP, STEPS, LIMIT from the environment)
 set -uo pipefail
-usage="usage: h200_session.sh core|gpt2|resnet50|models|tests|lightning|examples|doors|tune|autotune|trainers|gputests OUT_DIR [MODEL...]"
+usage="usage: h200_session.sh core|gpt2|resnet50|models|tests|lightning|examples|doors|tune|autotune|trainers|gputests|breakdown OUT_DIR [MODEL...]"
 phase=${1:?$usage}
 out=${2:?$usage}
 shift 2
@@ -108,7 +110,13 @@ trainers)  # trainers OUT MODEL VARIANT...: the trainers with and without accelk
         --variants "$@" --rounds "${ROUNDS:-2}" --warmup "${WARMUP:-60}" --steps "${STEPS:-20}" \
         --windows 3 --out "$out/trainers_$model.json") > "$out/trainers_$model.txt" 2>&1
     ;;
-gputests)
+gpubreakdown)
+    (cd benchmarks && timeout 240 $py step_breakdown.py --model gpt2 --batch-size 32 \
+        --out "$out/breakdown_gpt2.json") > "$out/breakdown_gpt2.txt" 2>&1
+    (cd benchmarks && timeout 240 $py step_breakdown.py --model hf-gpt2 --batch-size 16 \
+        --out "$out/breakdown_hf-gpt2.json") > "$out/breakdown_hf-gpt2.txt" 2>&1
+    ;;
+tests)
     timeout 560 $py -m pytest tests -m gpu -q -p no:cacheprovider -rs > "$out/pytest_gpu.txt" 2>&1
     $py -m accelkit doctor > "$out/doctor.txt" 2>&1
     ;;
