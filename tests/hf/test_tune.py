@@ -42,7 +42,7 @@ def test_tune_runs_the_trials_on_the_trainers_first_steps() -> None:
     assert tuning["decision"] == "tuned"
     assert tuning["steps"] == trials.trial_steps(1, cuda=False)
     names = [c["name"].split("+")[0] for c in tuning["candidates"]]
-    assert names == ["eager", "eager", "compile", "max-autotune"]  # max-autotune: GPU only
+    assert names == ["eager", "eager", "compile", "cudagraphs", "max-autotune"]  # last two: GPU
     compiled = tuning["candidates"][2]
     assert compiled["status"] in ("chosen", "slower"), compiled["why"]
     assert ("forward" in vars(model)) == (compiled["status"] == "chosen")

@@ -127,8 +127,8 @@ def test_tune_runs_the_trials_on_the_fits_first_batches() -> None:
     tuning = report.tuning
     assert tuning["decision"] == "tuned" and tuning["steps"] == trials.trial_steps(1, cuda=False)
     names = [c["name"].split("+")[0] for c in tuning["candidates"]]
-    # the forward alone: only if it fails; max-autotune: on a GPU only
-    assert names == ["eager", "eager", "compile step", "max-autotune"]
+    # the forward alone: only if it fails; CUDA graphs and max-autotune: on a GPU only
+    assert names == ["eager", "eager", "compile step", "cudagraphs", "max-autotune"]
     assert report.steps == STEPS  # every batch trained once, the trials included
     assert report.warmup_steps > tuning["steps"]  # the figures are the kept step's
     compiled = tuning["candidates"][2]

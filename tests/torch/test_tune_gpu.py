@@ -73,6 +73,9 @@ def test_the_lightning_callback_tunes_a_bf16_fit() -> None:
     assert tuning["decision"] == "tuned"
     compiled = next(c for c in tuning["candidates"] if c["settings"].get("compile"))
     assert compiled["status"] in ("chosen", "slower"), compiled["why"]
+    graphed = next(c for c in tuning["candidates"] if c["settings"].get("cudagraphs"))
+    assert graphed["status"] in ("chosen", "slower"), graphed["why"]  # replayed and checked
+    assert graphed["settings"]["compiled"] == "training_step"
     assert callback.report.steps == steps
 
 
@@ -98,6 +101,8 @@ def test_the_hf_callback_tunes_a_bf16_trainer() -> None:
     assert tuning["decision"] == "tuned"
     compiled = next(c for c in tuning["candidates"] if c["settings"].get("compile"))
     assert compiled["status"] in ("chosen", "slower"), compiled["why"]
+    graphed = next(c for c in tuning["candidates"] if c["settings"].get("cudagraphs"))
+    assert graphed["status"] in ("chosen", "slower"), graphed["why"]  # replayed and checked
 
 
 def test_max_autotune_is_a_checked_candidate_of_a_long_run() -> None:

@@ -21,6 +21,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from accelkit.torch.tuning import graphs
+
 _LOGGING = ("log", "log_dict")
 
 
@@ -62,6 +64,12 @@ class CompiledStep:
         self._config = torch._dynamo.config
         self._saved = vars(module).get("training_step")
         self._compiled = torch.compile(module.training_step, **options)
+        # In a mode that captures CUDA graphs, what the step returns and logs is copied
+        # out of the graphs' memory, which the next step's replay overwrites.
+        self._copied_out: Callable[[Any], Any] = lambda value: value
+        if graphs.captures(options.get("mode")):
+            self._compiled = graphs.replayed(torch, self._compiled)
+            self._copied_out = functools.partial(graphs.copied_out, torch)
         self._calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self._checked = False  # the first call raises what compiling raises
         self._step = functools.update_wrapper(self._entry(), module.training_step)
@@ -98,7 +106,7 @@ class CompiledStep:
                     vars(module).pop(name, None)
                 else:
                     setattr(module, name, value)
-        for name, call_args, call_kwargs in calls:
+        for name, call_args, call_kwargs in self._copied_out(calls):
             getattr(module, name)(*call_args, **call_kwargs)
         return output
 

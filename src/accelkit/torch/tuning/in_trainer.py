@@ -18,9 +18,14 @@ switch candidates between steps. The candidates, limits and record are the fit's
    compiled the model. The forward-only compile runs only after the whole step failed:
    it compiles part of the same code, so where the whole step was not clearly faster it
    would not pay its compile time either, and a successful step costs no trial more;
-5. on a CUDA device, where that compile was kept and the run left pays for it
-   (`trials.autotune_unpaid`), the same code compiled with
-   ``mode="max-autotune-no-cudagraphs"`` in its place (checked against the eager step).
+5. on a CUDA device without DDP, where that compile ran (kept or not), the same code
+   compiled with ``mode="reduce-overhead"``: its CUDA graphs (`accelkit.torch.tuning.graphs`,
+   what it returns and logs copied out of the graphs' memory), in the place of the best
+   so far, checked like compile;
+6. on a CUDA device, where compile was kept and the run left pays for it
+   (`trials.autotune_unpaid`), the same code compiled with ``mode="max-autotune"`` (with
+   CUDA graphs where those were kept, else ``"max-autotune-no-cudagraphs"``) in its place
+   (checked against the eager step).
 
 A unit is one optimizer step (`batches_per_unit` batches), timed with the device
 synchronised at both ends; each candidate runs `trials.WARMUP_UNITS` untimed units, then
@@ -82,7 +87,10 @@ class Compiled:
     def __init__(self, torch: Any, modules: list[Any], mode: str | None = None) -> None:
         self._modules = modules
         self._saved = [vars(module).get("forward") for module in modules]
-        self._compiled = [torch.compile(module.forward, mode=mode) for module in modules]
+        compiled = [torch.compile(module.forward, mode=mode) for module in modules]
+        if graphs.captures(mode):  # their outputs copied out of the graphs' pool
+            compiled = [graphs.replayed(torch, forward) for forward in compiled]
+        self._compiled = compiled
 
     def on(self) -> None:
         for module, compiled in zip(self._modules, self._compiled, strict=True):
@@ -151,11 +159,11 @@ class TrainerTrials:
         ...     opt.zero_grad()
         ...     tuning.end()
         >>> tuning.result.decision, len(tuning.result.trials), tuning.result.steps
-        ('tuned', 4, 30)
+        ('tuned', 5, 30)
         >>> [trial.name for trial in tuning.result.trials]  # doctest: +SKIP
-        ['eager', 'eager+fused', 'compile+fused', 'max-autotune']
-        >>> tuning.result.trials[-1].why  # a candidate of GPU runs
-        'max-autotune tunes GPU kernels; this run is on the CPU'
+        ['eager', 'eager+fused', 'compile+fused', 'cudagraphs', 'max-autotune']
+        >>> [trial.why for trial in tuning.result.trials[-2:]]  # candidates of GPU runs
+        ['CUDA graphs need a CUDA device', 'max-autotune tunes GPU kernels; this run is on the CPU']
     """
 
     def __init__(
@@ -191,6 +199,7 @@ class TrainerTrials:
             self._sdpa,
             self._compiled_step,
             self._compiled,
+            self._graphed,
             self._autotuned,
         ]
         self._best = _Candidate("eager", {"compile": False, "optimizer": "default"}, _no, _no)
@@ -408,7 +417,7 @@ class TrainerTrials:
             settings = {"compile": True, "compiled": "training_step"}
             self._trials.append(Trial("compile step", settings, "failed", why=guards.why(error)))
             return None
-        return self._compile_candidate("compile step", switch, "training_step")
+        return self._compile_candidate("compile", switch, "training_step")
 
     def _compiled(self) -> _Candidate | None:
         if self._compile_fixed is not None:
@@ -422,10 +431,25 @@ class TrainerTrials:
         compiled = Compiled(self._torch, self._targets)
         return self._compile_candidate("compile", compiled, "forward")
 
+    def _graphed(self) -> _Candidate | None:
+        """CUDA graphs (``mode="reduce-overhead"``) of what compile compiled (the whole step
+        or the forward pass), whether or not that compile was kept, as in the fit: on a
+        launch-bound step compile alone gains nothing, its graphs most (ResNet-50 B64,
+        docs/benchmarks.md). On top of the best so far, compile's place taken."""
+        compiled = self._compile_trial()
+        why = self._compile_fixed or self._graphs_unsupported(compiled)
+        if why:
+            self._skipped("cudagraphs", why)
+            return None
+        assert compiled is not None  # else `_graphs_unsupported` said why
+        code = compiled.settings["compiled"]
+        switch = self._compiled_anew(code, graphs.REDUCE_OVERHEAD)
+        return self._compile_candidate("cudagraphs", switch, code, cudagraphs=True)
+
     def _autotuned(self) -> _Candidate | None:
         """max-autotune of what the kept compile compiled (the whole step or the forward
-        pass), where the run left pays for it; it replaces that compile while on, and its
-        `off` puts back the uncompiled code (the compile is on again if it is not kept)."""
+        pass; with its CUDA graphs where those were kept), where the run left pays for
+        it; it replaces that compile while on."""
         kept = trials.best_so_far(self._trials)
         why = (
             self._compile_fixed
@@ -437,29 +461,56 @@ class TrainerTrials:
         if why:
             self._skipped("max-autotune", why)
             return None
-        compiled, mode = self._best.settings.get("compiled"), graphs.AUTOTUNE_NO_GRAPHS
-        self._best.off()  # so that the switch keeps the uncompiled code to put back
-        try:
-            if compiled == "training_step" and self._compile_step is not None:
-                switch = self._compile_step(mode=mode)
-            else:
-                switch = Compiled(self._torch, self._targets, mode=mode)
-        finally:
-            self._best.on()
-        return _Candidate(
-            self._best.name.replace("compile", "max-autotune", 1),
-            {**self._best.settings, "compile_mode": mode},
-            on=switch.on,
-            off=switch.off,
-            checked=True,
+        graphed = bool(self._best.settings.get("cudagraphs"))
+        mode = graphs.AUTOTUNE if graphed else graphs.AUTOTUNE_NO_GRAPHS
+        code = self._best.settings["compiled"]
+        switch = self._compiled_anew(code, mode)
+        return self._compile_candidate("max-autotune", switch, code, compile_mode=mode)
+
+    def _compile_trial(self) -> Trial | None:
+        """The trial of the default compile that ran last (the whole step's, or the forward
+        pass's after it failed); None when compile was not tried."""
+        return next(
+            (
+                t
+                for t in reversed(self._trials)
+                if t.settings.get("compiled") and t.status != "skipped"
+            ),
+            None,
         )
 
-    def _compile_candidate(self, name: str, switch: Any, compiled: str) -> _Candidate:
+    def _compiled_anew(self, code: str, mode: str) -> Any:
+        """The switch of `code` (``"training_step"`` or ``"forward"``) compiled anew in
+        torch.compile's `mode`, made with the best so far off, so that its `off` puts
+        back the uncompiled code."""
+        self._best.off()
+        try:
+            if code == "training_step" and self._compile_step is not None:
+                return self._compile_step(mode=mode)
+            return Compiled(self._torch, self._targets, mode=mode)
+        finally:
+            self._best.on()
+
+    def _graphs_unsupported(self, compiled: Trial | None) -> str | None:
+        if compiled is None:
+            return "torch.compile was not tried"
+        if compiled.status == "failed":
+            return f"torch.compile failed ({compiled.why})"
+        return graphs.unsupported(self._torch, self._device, ddp=self._data_parallel())
+
+    def _data_parallel(self) -> bool:
+        dist = self._torch.distributed
+        return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+    def _compile_candidate(
+        self, name: str, switch: Any, compiled: str, **settings: Any
+    ) -> _Candidate:
         optimizer = self._best.settings.get("optimizer", "default")
         sdpa = "+sdpa" if self._best.settings.get("attention") else ""
+        step = " step" if compiled == "training_step" else ""
         return _Candidate(
-            name + ("" if optimizer == "default" else f"+{optimizer}") + sdpa,
-            {**self._best.settings, "compile": True, "compiled": compiled},
+            name + step + ("" if optimizer == "default" else f"+{optimizer}") + sdpa,
+            {**self._best.settings, "compile": True, "compiled": compiled, **settings},
             on=switch.on,
             off=switch.off,
             checked=True,

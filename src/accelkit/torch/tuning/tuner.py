@@ -169,7 +169,7 @@ class Tuner:
         why = (
             f"torch.compile failed ({trial.why})"
             if trial.status == "failed"
-            else graphs.unsupported(self._torch, eager, self._device)
+            else graphs.unsupported(self._torch, self._device, ddp=graphs.under_ddp(eager))
         )
         if why:
             self._skipped("cudagraphs", why)
