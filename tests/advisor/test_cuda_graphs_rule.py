@@ -142,8 +142,9 @@ def test_tune_not_run_on_a_launch_bound_step_says_how_to_measure() -> None:
     found = verdict(gpu_utilization=50.0, step_time_s=0.024)
     assert found.evidence["tune"] == "not run" and "tune did not run (tune=False)" in found.title
     assert found.speedup is None and "tune=True" in found.expected_gain
-    meter = verdict(gpu_utilization=50.0, facts={})  # a hand-written loop's Meter
+    meter = verdict(gpu_utilization=50.0, facts={})  # a Meter: a hand loop's or a callback's
     assert "accelkit.torch.tune(" in meter.action and "reduce-overhead" in meter.action
+    assert "AccelkitCallback(tune=True)" in meter.action  # the trainers try them too
     assert "(a hand-written loop)" in meter.title
     short = verdict(step_time_s=0.004)  # no NVML samples: the step's length tells
     assert "steps of 4.0 ms" in short.title

@@ -4,7 +4,8 @@ A step of short kernels spends its time launching them, one by one from Python, 
 the GPU waits between them (`accelkit.advisor.rules.utilisation.launch_overhead`).
 ``torch.compile(mode="reduce-overhead")`` records the compiled forward and backward
 graphs once and replays each with one launch. `tune` measures it on a CUDA device
-without DDP (`accelkit.torch.tuning.graphs`) and keeps it only when it is clearly
+without DDP (`accelkit.torch.tuning.graphs`; the fit, `accelkit.torch.tune` and the
+trainer callbacks) and keeps it only when it is clearly
 faster and its first batch agrees with the eager step. This rule names the lever when
 a run left it unused:
 
@@ -35,7 +36,7 @@ from accelkit.profiling.tuning import TuneResult
 
 WARN_MEASURED = 1.10  # a measured gain this large is a warning
 _LOOP_CODE = (
-    "in a hand-written loop: step = torch.compile(forward_and_loss, mode='reduce-overhead'), "
+    "by hand: step = torch.compile(forward_and_loss, mode='reduce-overhead'), "
     "torch.compiler.cudagraph_mark_step_begin() before each step, and loss = "
     "step(batch).clone() (the next replay overwrites the graph's outputs)"
 )
@@ -210,7 +211,7 @@ def _not_tried(ctx: Context, launch_bound: str, result: TuneResult | None) -> Ad
         elif skipped is not None:
             why = f"tune did not try them: {skipped.why}"
         else:
-            why = "tune tried no CUDA-graph candidate (a trainer's tune, or an older accelkit)"
+            why = "tune tried no CUDA-graph candidate (an accelkit before the trainers tried them)"
         evidence["tune.decision"] = result.decision
         if skipped is not None:
             evidence["tune.why"] = skipped.why
@@ -241,6 +242,8 @@ def _action(ctx: Context, *, tuned: bool) -> str:
             "faster and agree with the eager step; or " + _LOOP_CODE
         )
     return (
-        "result = accelkit.torch.tune(model, batches, optimizer, loss_fn) times them "
-        "(result.cudagraphs: keep them); " + _LOOP_CODE
+        "AccelkitCallback(tune=True) in a Lightning or Hugging Face Trainer times them and "
+        "keeps them when faster and in agreement with the eager step; in a hand-written "
+        "loop, result = accelkit.torch.tune(model, batches, optimizer, loss_fn) times them "
+        "(result.cudagraphs: keep them), then " + _LOOP_CODE
     )
