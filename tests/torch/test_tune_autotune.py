@@ -107,6 +107,37 @@ def test_a_run_too_short_to_pay_for_it_skips_max_autotune_and_says_why(
     assert "max-autotune-no-cudagraphs" not in modes
 
 
+def hand_tuned(data: list[Any], **kwargs: Any) -> Any:
+    model = SlowWhenEager()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    return accelkit.torch.tune(
+        model, iter(data), optimizer, torch.nn.CrossEntropyLoss(), plan=CPU_PLAN, **kwargs
+    )
+
+
+def test_a_hand_written_loop_that_gives_its_length_gets_max_autotune_tried(
+    modes: list[str | None],
+) -> None:
+    """Before: `accelkit.torch.tune` priced max-autotune on its own trials' steps, so a hand
+    loop of any length had it skipped as too short."""
+    data = batches(trials.trial_steps(1) + 4)
+    result = hand_tuned(data, steps=10**7)
+    autotune = next(t for t in result.trials if t.name == "max-autotune")
+    assert autotune.status in ("chosen", "slower") and autotune.check is not None
+    assert modes.count("max-autotune-no-cudagraphs") == 1
+    assert result.compile_mode == (
+        "max-autotune-no-cudagraphs" if autotune.status == "chosen" else None
+    )
+    unknown = next(t for t in hand_tuned(data).trials if t.name == "max-autotune")
+    assert unknown.status == "skipped" and unknown.why.startswith(trials.UNKNOWN_LENGTH)
+
+
+@pytest.mark.parametrize("steps", [0, -5, 2.5, True, "1000"])
+def test_tune_refuses_a_length_that_is_not_a_number_of_steps(steps: Any) -> None:
+    with pytest.raises(ValueError, match=r"steps=.* must be a whole number >= 1"):
+        hand_tuned(batches(4), steps=steps)
+
+
 @given(
     planned=st.integers(0, 10**7),
     done=st.integers(0, 10**4),

@@ -170,6 +170,46 @@ def fit(
     """
     require("torch")  # the install hint comes before any argument error
     schedule = Schedule(epochs=epochs, steps=steps, accumulation_steps=accumulation_steps)
+    return _fit(
+        model,
+        loader,
+        optimizer,
+        loss_fn,
+        schedule,
+        plan=plan,
+        device=device,
+        compile=compile,
+        channels_last=channels_last,
+        max_grad_norm=max_grad_norm,
+        eval_loader=eval_loader,
+        progress=progress,
+        distributed=distributed,
+        tune=tune,
+        ddp=ddp,
+        options=options,
+    )
+
+
+def _fit(
+    model: Any,
+    loader: Iterable[Any],
+    optimizer: Any,
+    loss_fn: Callable[..., Any] | None,
+    schedule: Schedule,
+    *,
+    plan: Plan | None,
+    device: Any,
+    compile: bool | None,
+    channels_last: bool | None,
+    max_grad_norm: float | None,
+    eval_loader: Iterable[Any] | None,
+    progress: bool,
+    distributed: bool,
+    tune: bool | str,
+    ddp: Mapping[str, Any] | None,
+    options: dict[str, Any],
+) -> RunReport:
+    """`fit` on a checked `schedule` (`tune` gives one whose run goes on past it)."""
     measuring = MeterOptions.of(options)
     arguments.positive("max_grad_norm", max_grad_norm, none="no clipping")
     check_optimizer(optimizer)
@@ -311,22 +351,28 @@ def tune(
     device: Any = None,
     accumulation_steps: int = 1,
     max_grad_norm: float | None = None,
+    steps: int | None = None,
 ) -> TuneResult:
     """Measure the fit's options on `model` and keep the fastest, for a hand-written loop.
 
     Trains the first batches of `loader` (at most `accelkit.torch.tuning.trials.trial_steps`:
     50 optimizer steps on a GPU, 30 on the CPU) through each candidate in turn, exactly as
     ``fit(tune=True)`` does: the plan's settings, the optimizer's fused (or foreach)
-    implementation, ``torch.compile`` of forward and loss, and on a GPU its CUDA graphs.
-    max-autotune, which pays only in a long run, is not tried: this call does not know
-    how long your loop runs (``fit(tune=True, steps=N)`` tries it).
+    implementation, ``torch.compile`` of forward and loss, and on a GPU its CUDA graphs,
+    then max-autotune where your loop's `steps` pay for its compilation (without them it
+    is not tried, and the result says why).
     These are real training steps: the model and optimizer come back trained on them, so
     continue from the next batch (pass an iterator, ``batches = iter(loader)``, and loop
     over the same one afterwards).
 
     What it keeps: the optimizer is switched in place when its fused implementation won
     (the object stays the same, so an LR scheduler bound to it keeps working); whether
-    to compile is ``result.compile`` - apply it in your loop (``torch.compile(model)``).
+    to compile is ``result.compile`` - apply it in your loop with ``torch.compile(model,
+    mode=...)``: ``result.compile_mode`` where set (max-autotune), else
+    ``"reduce-overhead"`` where ``result.cudagraphs``, else the default. A step that
+    replays CUDA graphs (``result.cudagraphs``) calls
+    ``torch.compiler.cudagraph_mark_step_begin()`` before each step and clones the loss
+    out of the graph (the next replay overwrites it).
 
     Args:
         model, loader, optimizer, loss_fn: as for `accelkit.torch.fit` (batches and
@@ -335,6 +381,8 @@ def tune(
         device: where to train (default: the GPU of this rank, or the CPU).
         accumulation_steps: batches per optimizer step, as in your loop.
         max_grad_norm: clip gradients to this norm, as in your loop.
+        steps: the optimizer steps your loop trains in all, these trials included
+            (None: unknown), what max-autotune's compile time is weighed against.
 
     Returns:
         The `TuneResult`: each candidate's median step time and spread, compile seconds,
@@ -357,24 +405,31 @@ def tune(
     """
     torch = require("torch")
     arguments.whole("accumulation_steps", accumulation_steps, 1)
+    arguments.whole("steps", steps, 1, none="a loop of unknown length")
     cuda = torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
-    report = fit(
+    trials = trial_steps(
+        accumulation_steps,
+        data_parallel=parallel.world() is not None,
+        cuda=cuda,
+        attention=attention.candidate(model)[0] is not None,
+    )
+    report = _fit(
         model,
         loader,
         optimizer,
         loss_fn,
-        steps=trial_steps(
-            accumulation_steps,
-            data_parallel=parallel.world() is not None,
-            cuda=cuda,
-            attention=attention.candidate(model)[0] is not None,
-        ),
+        Schedule(steps=trials, accumulation_steps=accumulation_steps, partial=True, planned=steps),
         plan=plan,
         device=device,
-        accumulation_steps=accumulation_steps,
+        compile=None,
+        channels_last=None,
         max_grad_norm=max_grad_norm,
+        eval_loader=None,
         progress=False,
+        distributed=True,
         tune=True,
+        ddp=None,
+        options={},
     )
     if report.tuning is None:  # interrupted during the trials: fit returned early
         raise KeyboardInterrupt
@@ -416,7 +471,8 @@ def _tuner(
     if not check_mode(mode):
         return None
     length = steps_per_epoch(run.loader)
-    planned = [n for n in (schedule.steps, length and length * schedule.epochs) if n]
+    known = [n for n in (schedule.steps, length and length * schedule.epochs) if n]
+    planned = schedule.planned if schedule.partial else (min(known) if known else None)
     fixed = compile if compile is not None else (True if plan.compile else None)
     decide = (
         (lambda value: parallel.broadcast(value, run.device))
@@ -430,7 +486,7 @@ def _tuner(
         device=run.device,
         mode=mode,
         compile_fixed=fixed,
-        planned_steps=min(planned) if planned else None,
+        planned_steps=planned,
         accumulation_steps=schedule.accumulation_steps,
         decide=decide,
         levers=_levers(run, plan),

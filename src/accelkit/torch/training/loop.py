@@ -54,6 +54,10 @@ class Schedule:
         epochs: passes over the loader.
         steps: stop after this many steps in all (None: every epoch to the end).
         accumulation_steps: batches per optimizer step.
+        partial: this schedule trains the start of a longer run (`accelkit.torch.tune`:
+            the trials of a hand-written loop), whose length tune prices its candidates
+            by: `planned` steps, None when unknown.
+        planned: the longer run's length in steps, where `partial`.
 
     Example:
         >>> Schedule(epochs=0)
@@ -64,11 +68,14 @@ class Schedule:
     epochs: int = 1
     steps: int | None = None
     accumulation_steps: int = 1
+    partial: bool = False
+    planned: int | None = None
 
     def __post_init__(self) -> None:
         arguments.whole("epochs", self.epochs, 1)
         arguments.whole("steps", self.steps, 1, none="whole epochs")
         arguments.whole("accumulation_steps", self.accumulation_steps, 1)
+        arguments.whole("planned", self.planned, 1, none="unknown")
 
 
 def train(

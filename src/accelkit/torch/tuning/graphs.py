@@ -65,7 +65,8 @@ def copied_out(torch: Any, value: Any) -> Any:
     """`value` with its tensors cloned: a CUDA graph's outputs live in its memory pool,
     which the next replay overwrites. Tuples, lists, dicts and what registers itself
     as a pytree (a transformers ``ModelOutput``) are followed; clones keep autograd's
-    path to the graph's backward.
+    path to the graph's backward. Other objects pass as they are (a transformers cache
+    among a model's outputs, which a trainer does not read in training).
 
     >>> import torch
     >>> loss = torch.ones(())
