@@ -381,8 +381,9 @@ def tune(
         device: where to train (default: the GPU of this rank, or the CPU).
         accumulation_steps: batches per optimizer step, as in your loop.
         max_grad_norm: clip gradients to this norm, as in your loop.
-        steps: the optimizer steps your loop trains in all, these trials included
-            (None: unknown), what max-autotune's compile time is weighed against.
+        steps: the batches your loop trains in all, these trials included, counted as
+            `fit`'s ``steps=`` (under accumulation, each batch; None: unknown): what
+            max-autotune's compile time is weighed against.
 
     Returns:
         The `TuneResult`: each candidate's median step time and spread, compile seconds,
