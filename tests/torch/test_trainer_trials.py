@@ -359,6 +359,14 @@ def test_max_autotune_takes_a_kept_compiles_place_and_undo_puts_back_the_eager_f
     assert "forward" not in vars(model)  # and off again: the model as the script made it
 
 
+def graphs_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA-graph candidate's device check told CUDA (its GPU run: test_tune_gpu.py)."""
+    from accelkit.torch.tuning import graphs
+
+    cuda, unsupported = types.SimpleNamespace(type="cuda"), graphs.unsupported
+    monkeypatch.setattr(graphs, "unsupported", lambda t, _, **kw: unsupported(t, cuda, **kw))
+
+
 def test_cuda_graphs_take_compiles_place_checked_and_undo_puts_back_the_eager_forward(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -366,10 +374,7 @@ def test_cuda_graphs_take_compiles_place_checked_and_undo_puts_back_the_eager_fo
     The device check is told CUDA (the GPU run is tests/torch/test_tune_gpu.py); on the CPU
     ``mode="reduce-overhead"`` compiles without graphs, what is checked here is the
     candidate's making, check, judgement and undo."""
-    from accelkit.torch.tuning import graphs
-
-    cuda, unsupported = types.SimpleNamespace(type="cuda"), graphs.unsupported
-    monkeypatch.setattr(graphs, "unsupported", lambda t, _, ddp: unsupported(t, cuda, ddp=ddp))
+    graphs_on_cuda(monkeypatch)
     model = SlowWhenEager()
     with compiled_as() as modes:
         tuning, _ = train(model, batches(5 * UNITS))
@@ -387,11 +392,11 @@ def test_cuda_graphs_take_compiles_place_checked_and_undo_puts_back_the_eager_fo
 
 
 def test_under_ddp_the_trainers_try_no_cuda_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
-    from accelkit.torch.tuning import graphs
+    from accelkit.torch.distributed import parallel
 
-    cuda, unsupported = types.SimpleNamespace(type="cuda"), graphs.unsupported
-    monkeypatch.setattr(graphs, "unsupported", lambda t, _, ddp: unsupported(t, cuda, ddp=ddp))
-    monkeypatch.setattr(TrainerTrials, "_data_parallel", lambda self: True)
+    graphs_on_cuda(monkeypatch)
+    world = parallel.World(rank=0, size=2, backend="nccl")
+    monkeypatch.setattr(parallel, "world", lambda: world)
     with compiled_as():
         tuning, _ = train(Net(), batches(4 * UNITS))
     graphed = next(t for t in tuning.result.trials if t.name == "cudagraphs")

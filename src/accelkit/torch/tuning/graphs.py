@@ -24,12 +24,18 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from accelkit.profiling.tuning import Trial
 from accelkit.torch.training.step import Step
 
 
-def unsupported(torch: Any, device: Any, *, ddp: bool) -> str | None:
-    """Why CUDA graphs are not tried on `device` (`ddp`: the gradients are all-reduced
-    by DDP), or None."""
+def unsupported(torch: Any, device: Any, *, ddp: bool, compiled: Trial | None) -> str | None:
+    """Why CUDA graphs are not tried on `device` after `compiled`, the trial of the
+    default compile whose code they would capture (None: compile was not tried), or
+    None; `ddp`: the gradients are all-reduced by DDP."""
+    if compiled is None:
+        return "torch.compile was not tried"
+    if compiled.status == "failed":
+        return f"torch.compile failed ({compiled.why})"
     if device.type != "cuda":
         return "CUDA graphs need a CUDA device"
     if ddp:
@@ -105,7 +111,8 @@ def step(torch: Any, eager: Step, mode: str = REDUCE_OVERHEAD) -> Step:
         ...                   max_grad_norm=None)
         >>> step(torch, eager).compiled
         True
-        >>> unsupported(torch, run.device, ddp=under_ddp(eager))
+        >>> compiled = Trial("compile", {"compile": True}, status="chosen")
+        >>> unsupported(torch, run.device, ddp=under_ddp(eager), compiled=compiled)
         'CUDA graphs need a CUDA device'
     """
     forward_loss = replayed(torch, torch.compile(eager.forward_loss, mode=mode))

@@ -52,6 +52,7 @@ from typing import Any
 
 from accelkit.profiling import torch_batches
 from accelkit.profiling.tuning import Check, Trial, TuneResult, default_compile
+from accelkit.torch.distributed import parallel
 from accelkit.torch.tuning import attention, graphs, optimizers, reference, trials
 from accelkit.torch.tuning import trial_guards as guards
 
@@ -437,11 +438,14 @@ class TrainerTrials:
         launch-bound step compile alone gains nothing, its graphs most (ResNet-50 B64,
         docs/benchmarks.md). On top of the best so far, compile's place taken."""
         compiled = self._compile_trial()
-        why = self._compile_fixed or self._graphs_unsupported(compiled)
+        ddp = parallel.world() is not None
+        why = self._compile_fixed or graphs.unsupported(
+            self._torch, self._device, ddp=ddp, compiled=compiled
+        )
         if why:
             self._skipped("cudagraphs", why)
             return None
-        assert compiled is not None  # else `_graphs_unsupported` said why
+        assert compiled is not None  # else `graphs.unsupported` said why
         code = compiled.settings["compiled"]
         switch = self._compiled_anew(code, graphs.REDUCE_OVERHEAD)
         return self._compile_candidate("cudagraphs", switch, code, cudagraphs=True)
@@ -490,17 +494,6 @@ class TrainerTrials:
             return Compiled(self._torch, self._targets, mode=mode)
         finally:
             self._best.on()
-
-    def _graphs_unsupported(self, compiled: Trial | None) -> str | None:
-        if compiled is None:
-            return "torch.compile was not tried"
-        if compiled.status == "failed":
-            return f"torch.compile failed ({compiled.why})"
-        return graphs.unsupported(self._torch, self._device, ddp=self._data_parallel())
-
-    def _data_parallel(self) -> bool:
-        dist = self._torch.distributed
-        return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
     def _compile_candidate(
         self, name: str, switch: Any, compiled: str, **settings: Any

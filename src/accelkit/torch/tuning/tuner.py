@@ -166,11 +166,8 @@ class Tuner:
         trial = self._measure(compiled, self._name(compiled, optimizer), undo=_no, check=True)
         if self._judge(trial, self._best_trial()):
             best = compiled
-        why = (
-            f"torch.compile failed ({trial.why})"
-            if trial.status == "failed"
-            else graphs.unsupported(self._torch, self._device, ddp=graphs.under_ddp(eager))
-        )
+        ddp = graphs.under_ddp(eager)
+        why = graphs.unsupported(self._torch, self._device, ddp=ddp, compiled=trial)
         if why:
             self._skipped("cudagraphs", why)
             return best
