@@ -110,13 +110,13 @@ trainers)  # trainers OUT MODEL VARIANT...: the trainers with and without accelk
         --variants "$@" --rounds "${ROUNDS:-2}" --warmup "${WARMUP:-60}" --steps "${STEPS:-20}" \
         --windows 3 --out "$out/trainers_$model.json") > "$out/trainers_$model.txt" 2>&1
     ;;
-gpubreakdown)
+breakdown)
     (cd benchmarks && timeout 240 $py step_breakdown.py --model gpt2 --batch-size 32 \
         --out "$out/breakdown_gpt2.json") > "$out/breakdown_gpt2.txt" 2>&1
     (cd benchmarks && timeout 240 $py step_breakdown.py --model hf-gpt2 --batch-size 16 \
         --out "$out/breakdown_hf-gpt2.json") > "$out/breakdown_hf-gpt2.txt" 2>&1
     ;;
-tests)
+gputests)
     timeout 560 $py -m pytest tests -m gpu -q -p no:cacheprovider -rs > "$out/pytest_gpu.txt" 2>&1
     $py -m accelkit doctor > "$out/doctor.txt" 2>&1
     ;;
