@@ -12,7 +12,8 @@ then profiled (`torch.profiler`, 3 steps) for
 - each matmul shape (``aten::mm``/``addmm``/``bmm`` as the compiled code calls them):
   its calls a step, its time in the step and the TFLOP/s that makes, beside the same
   shape timed alone on contiguous bf16 tensors (what cuBLAS reaches for it without the
-  step around it).
+  step around it), and where a dimension is not a multiple of 8 (GPT-2's vocabulary of
+  50,257), the same matmul padded to multiples of 64 (what padding would buy).
 
 The floor it prints is the step with every matmul at its isolated speed and the rest as
 measured: the MFU no choice of kernels for the other work would pass.
@@ -159,14 +160,29 @@ def _matmul_shapes(profile: Any, device: Any, steps: int) -> list[dict[str, Any]
     return sorted(rows, key=lambda row: -row["calls_per_step"] * row["us_per_call"])
 
 
-def _alone(torch: Any, device: Any, row: dict[str, Any], repeats: int) -> float | None:
-    """Microseconds of the shape's matmul alone on contiguous bf16 tensors."""
-    pair = operands(row["op"], row["shapes"])
+def padded(pair: list[list[int]], multiple: int = 64) -> list[list[int]] | None:
+    """The two matrices with their last two dimensions rounded up to `multiple` (as
+    inductor's ``shape_padding`` pads a matmul, slicing the result after), or None when
+    all are multiples of 8 already (what cuBLAS's fast kernels need).
+
+    >>> padded([[16384, 768], [768, 50257]])
+    [[16384, 768], [768, 50304]]
+    >>> padded([[16384, 768], [768, 3072]]) is None
+    True
+    """
+    if all(d % 8 == 0 for shape in pair for d in shape[-2:]):
+        return None
+    up = lambda d: -(-d // multiple) * multiple  # noqa: E731
+    return [[*shape[:-2], *(up(d) for d in shape[-2:])] for shape in pair]
+
+
+def _alone(torch: Any, device: Any, op: str, pair: list[list[int]], repeats: int) -> float | None:
+    """Microseconds of a matmul of these two matrices alone on contiguous bf16 tensors."""
     if len(pair) < 2:
         return None
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     a, b = (torch.randn(*shape, device=device, dtype=dtype) for shape in pair)
-    matmul = torch.bmm if row["op"] == "aten::bmm" else torch.mm
+    matmul = torch.bmm if op == "aten::bmm" else torch.mm
     for _ in range(3):
         matmul(a, b)
     if device.type == "cuda":
@@ -184,12 +200,15 @@ def _timed_alone(torch: Any, device: Any, shapes: list[dict[str, Any]], repeats:
     the milliseconds a step would save with every matmul at that speed."""
     saved_us = 0.0
     for row in shapes:
-        alone = _alone(torch, device, row, repeats)
+        pair = operands(row["op"], row["shapes"])
+        alone = _alone(torch, device, row["op"], pair, repeats)
         flops = row["flops_per_call"]
         row["us_alone"], row["tflops_alone"] = (
             alone,
             flops / alone / 1e6 if alone and flops else None,
         )
+        bigger = padded(pair)
+        row["us_padded"] = bigger and _alone(torch, device, row["op"], bigger, repeats)
         if alone is not None:
             saved_us += row["calls_per_step"] * max(row["us_per_call"] - alone, 0.0)
     return saved_us / 1e3
@@ -248,6 +267,7 @@ def _print(result: dict[str, Any]) -> None:
         print(f"{name:<20}{ms:>10.2f}{ms / wall:>8.1%}")
     print(
         f"\n{'op':<12}{'matrices':<30}{'calls':>6}{'us':>9}{'TF/s':>7}{'us alone':>10}{'TF/s':>7}"
+        f"{'us padded':>10}"
     )
     for row in result["matmuls"]:
         fmt = lambda v, spec: format(v, spec) if v is not None else "-"  # noqa: E731
@@ -258,6 +278,7 @@ def _print(result: dict[str, Any]) -> None:
             f"{row['op']:<12}{matrices:<30}{row['calls_per_step']:>6.0f}"
             f"{row['us_per_call']:>9.1f}{fmt(row['tflops_in_step'], '.0f'):>7}"
             f"{fmt(row['us_alone'], '.1f'):>10}{fmt(row['tflops_alone'], '.0f'):>7}"
+            f"{fmt(row['us_padded'], '.1f'):>10}"
         )
     if result["mfu"] is not None:
         print(
