@@ -71,7 +71,12 @@ class Check:
             draws (dropout) move the loss, as a share of the eager loss.
         grad_difference: ``|candidate - eager| / |eager|`` of the gradients' sample
             (None: not compared, or compared by `grad_agreement`).
-        grad_limit: the most `grad_difference` may be (``GRAD_RTOL``).
+        grad_limit: the most `grad_difference` may be: ``GRAD_RTOL``, or where cuDNN's
+            choice of algorithms alone moves the eager gradients further, up to
+            ``KERNEL_SPREAD_FACTOR`` times that (`grad_spread`).
+        grad_spread: how far the eager step with cuDNN's other choice of algorithms lies
+            from the eager one, as a share of the eager gradients' norm (None: not
+            measured, or no difference).
         grad_agreement: with random draws, the gradients' agreement with two eager draws
             instead (1 for the same step, 0 for one without gradients).
         agreement_limit: the factor of 1 `grad_agreement` must lie within
@@ -88,6 +93,7 @@ class Check:
     loss_limit: float | None = None
     grad_difference: float | None = None
     grad_limit: float | None = None
+    grad_spread: float | None = None
     grad_agreement: float | None = None
     agreement_limit: float | None = None
     failed: str | None = None
@@ -115,6 +121,8 @@ class Check:
         if self.grad_difference is not None and self.grad_limit is not None:
             over = self.failed == "gradients"
             parts.append(f"gradients {_against(self.grad_difference, self.grad_limit, over)}")
+            if self.grad_spread is not None:
+                parts[-1] += f" (cuDNN's algorithms alone {self.grad_spread * 100:.3g}%)"
         elif self.grad_agreement is not None and self.agreement_limit is not None:
             bound = self.agreement_limit
             parts.append(

@@ -15,6 +15,13 @@ a second eager pass with the next draws gives what two correct steps share and h
 they differ (`Reference.loss_noise`, `Reference.second_grads`), and the check compares
 with that (`accelkit.torch.tuning.trial_guards.check_grads`).
 
+Without random draws, two correct steps can still differ by their kernels' rounding, and
+a network of convolutions and BatchNorm early in training amplifies it: on ResNet-50 in
+bf16, cuDNN's deterministic algorithms put the eager gradients 35% from the benchmarked
+ones at step 0 (docs/benchmarks.md). On a CUDA device a second eager pass with cuDNN's
+other choice of algorithms (`other_kernels`) measures that spread
+(`Reference.kernel_grads`), which the check allows for beyond its own limit.
+
 The reference leaves no trace (`kept`): the gradients are set aside and put back, the
 random number generators forked, and every buffer restored by name, also one the
 forward reassigns (``self.n = self.n + 1``) rather than updates in place.
@@ -45,12 +52,15 @@ class Reference:
         loss_noise: how far a correct step's loss may lie from `loss` for its random draws
             (0: no random numbers drawn).
         second_grads: the second draw's gradient sample (None: no random numbers drawn).
+        kernel_grads: the gradient sample with cuDNN's other choice of algorithms, where
+            it differs from `grads` (None: the same, not measured, or random draws).
     """
 
     loss: float
     grads: Any
     loss_noise: float = 0.0
     second_grads: Any = None
+    kernel_grads: Any = None
 
 
 class GradSample:
@@ -97,16 +107,73 @@ def eager_reference(
     average: Callable[[Any], Any] = lambda grads: grads,
 ) -> Reference:
     """The `Reference` of `batch`: ``forward_backward(batch) -> loss`` run at the current
-    weights, twice when the first run drew random numbers, leaving no trace (`kept`).
-    `average` gives the gradients as the candidate will see them (averaged over the
-    ranks when its first step all-reduces them)."""
+    weights, twice when the first run drew random numbers or when cuDNN has another
+    choice of algorithms, leaving no trace (`kept`). `average` gives the gradients as the
+    candidate will see them (averaged over the ranks when its first step all-reduces
+    them)."""
     with kept(module, params, device, torch):
         before = _rng_state(torch, device)
         first = _draw(forward_backward, batch, params, sample)
-        if _rng_state(torch, device) == before:  # no random number drawn: one run tells
-            return Reference(first[0], average(first[1]))
+        if _rng_state(torch, device) == before:  # no random number drawn
+            other = _kernel_draw(forward_backward, batch, params, sample, torch, device)
+            differs = other is not None and not bool(torch.equal(other, first[1]))
+            return Reference(
+                first[0], average(first[1]), kernel_grads=average(other) if differs else None
+            )
         second = _draw(forward_backward, batch, params, sample)
     return Reference(first[0], average(first[1]), _loss_noise(first, second), average(second[1]))
+
+
+def _kernel_draw(
+    forward_backward: Callable[[Any], Any],
+    batch: Any,
+    params: list[Any],
+    sample: GradSample,
+    torch: Any,
+    device: Any,
+) -> Any:
+    """The gradient sample of `batch` with cuDNN's other choice of algorithms, or None
+    (not a CUDA device, no other choice, or that pass failed: the check goes without)."""
+    if device.type != "cuda":
+        return None
+    switch = other_kernels(torch)
+    if switch is None:
+        return None
+    try:
+        with switch:
+            return _draw(forward_backward, batch, params, sample)[1]
+    except Exception:  # noqa: BLE001 - an algorithm cuDNN lacks, memory: no spread measured
+        return None
+
+
+def other_kernels(torch: Any) -> contextlib.AbstractContextManager[None] | None:
+    """cuDNN's other choice of convolution algorithms for the duration: its deterministic
+    ones, without benchmarking; None where there is no other (cuDNN off or missing, or
+    the script asked for deterministic algorithms already, which it keeps).
+
+    Example:
+        >>> import torch
+        >>> switch = other_kernels(torch)
+        >>> with switch:
+        ...     torch.backends.cudnn.deterministic
+        True
+        >>> torch.backends.cudnn.deterministic
+        False
+    """
+    cudnn = torch.backends.cudnn
+    if not cudnn.enabled or cudnn.deterministic or torch.are_deterministic_algorithms_enabled():
+        return None
+    return _deterministic_cudnn(cudnn)
+
+
+@contextlib.contextmanager
+def _deterministic_cudnn(cudnn: Any) -> Iterator[None]:
+    saved = cudnn.benchmark, cudnn.deterministic
+    cudnn.benchmark, cudnn.deterministic = False, True
+    try:
+        yield
+    finally:
+        cudnn.benchmark, cudnn.deterministic = saved
 
 
 def _loss_noise(first: tuple[float, Any], second: tuple[float, Any]) -> float:
