@@ -90,6 +90,16 @@ def _setup(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model, batch, loss_fn, _ = models.build(args, device)
+    if args.no_mask and isinstance(batch, dict):  # all ones: the same attention without it
+        batch = {key: value for key, value in batch.items() if key != "attention_mask"}
+    if args.no_dropout:  # a diagnosis, not a lever: what the model's dropout costs
+        for module in model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
+        config = getattr(model, "config", None)
+        for name in ("attn_pdrop", "resid_pdrop", "embd_pdrop"):
+            if hasattr(config, name):
+                setattr(config, name, 0.0)
     if loss_fn is None:
         flops = count_train_step_flops(model, batch).total
     else:
@@ -121,18 +131,37 @@ def _profile(torch: Any, device: Any, step: Any, steps: int) -> Any:
     return profile
 
 
+def _kernels(profile: Any) -> list[Any]:
+    """The GPU's own events: kernels, copies and sets, without the ranges annotated on
+    its timeline (compiled graphs' "## Call CompiledFxGraph ##" spans the kernels it
+    launches, and counting it would count them twice)."""
+    return [
+        event
+        for event in profile.events()
+        if event.device_type.name == "CUDA" and not getattr(event, "is_user_annotation", False)
+    ]
+
+
 def _by_kind(profile: Any, device: Any, steps: int) -> dict[str, float]:
     """Milliseconds a step by kind: the CUDA kernels' durations on a GPU, the ops' own
     CPU time on the CPU (where there are no kernels)."""
     totals: dict[str, float] = collections.defaultdict(float)
     if device.type == "cuda":
-        for event in profile.events():
-            if event.device_type.name == "CUDA":
-                totals[kind(event.name)] += event.time_range.elapsed_us() / 1e3 / steps
+        for event in _kernels(profile):
+            totals[kind(event.name)] += event.time_range.elapsed_us() / 1e3 / steps
     else:
         for average in profile.key_averages():
             totals[kind(average.key)] += average.self_cpu_time_total / 1e3 / steps
     return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
+def _top_kernels(profile: Any, device: Any, steps: int, count: int = 15) -> list[list[Any]]:
+    """The `count` kernels (ops on the CPU) that take the most time a step: [name, ms]."""
+    totals: dict[str, float] = collections.defaultdict(float)
+    for event in _kernels(profile) if device.type == "cuda" else profile.events():
+        totals[event.name] += event.time_range.elapsed_us() / 1e3 / steps
+    ranked = sorted(totals.items(), key=lambda item: -item[1])[:count]
+    return [[name[:120], ms] for name, ms in ranked]
 
 
 def _matmul_shapes(profile: Any, device: Any, steps: int) -> list[dict[str, Any]]:
@@ -228,6 +257,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     profiled = 3
     profile = _profile(torch, device, step, profiled)
     kinds = _by_kind(profile, device, profiled)
+    top = _top_kernels(profile, device, profiled)
     shapes = _matmul_shapes(profile, device, profiled)
     saved_ms = _timed_alone(torch, device, shapes, args.matmul_repeats)
     datasheet = peak(accelkit.detect(), "bf16")
@@ -248,6 +278,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "wall_ms_repeats": [s * 1e3 for s in seconds],
         "busy_ms": sum(kinds.values()),
         "by_kind_ms": kinds,
+        "top_kernels_ms": top,
+        "no_mask": args.no_mask,
+        "no_dropout": args.no_dropout,
         "matmuls": shapes,
         "floor_ms": wall_ms - saved_ms,
         "mfu": mfu(wall_ms) if mfu else None,
@@ -265,6 +298,9 @@ def _print(result: dict[str, Any]) -> None:
     print(f"{'kind':<20}{'ms/step':>10}{'share':>8}")
     for name, ms in result["by_kind_ms"].items():
         print(f"{name:<20}{ms:>10.2f}{ms / wall:>8.1%}")
+    print(f"\n{'kernel':<90}{'ms/step':>10}")
+    for name, ms in result["top_kernels_ms"]:
+        print(f"{name[:88]:<90}{ms:>10.2f}")
     print(
         f"\n{'op':<12}{'matrices':<30}{'calls':>6}{'us':>9}{'TF/s':>7}{'us alone':>10}{'TF/s':>7}"
         f"{'us padded':>10}"
@@ -293,6 +329,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=None, help="gpt2: 32 unless given")
     parser.add_argument(
         "--mode", choices=("default", "max-autotune-no-cudagraphs"), default="default"
+    )
+    parser.add_argument(
+        "--no-mask",
+        action="store_true",
+        help="hf-gpt2: the batch without its all-ones attention_mask",
+    )
+    parser.add_argument(
+        "--no-dropout", action="store_true", help="dropout off (a diagnosis: what it costs)"
     )
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20)
