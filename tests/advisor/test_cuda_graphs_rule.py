@@ -28,6 +28,7 @@ PASSED = {
     "loss_limit": 0.02,
     "grad_difference": 0.031,
     "grad_limit": 0.1,
+    "grad_spread": None,
     "grad_agreement": None,
     "agreement_limit": None,
     "failed": None,
