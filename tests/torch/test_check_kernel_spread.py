@@ -173,3 +173,45 @@ def test_a_second_pass_with_other_algorithms_is_measured_on_cuda_only(
     assert on_cuda.kernel_grads is not None
     assert torch.allclose(on_cuda.kernel_grads, on_cuda.grads * 1.01)
     assert all(param.grad is None for param in params)  # the reference leaves no trace
+
+
+@pytest.mark.parametrize("pass_gives", ["other gradients", "the same gradients", "an error"])
+def test_every_rank_averages_as_often_whatever_its_second_pass_gave(
+    monkeypatch: pytest.MonkeyPatch, pass_gives: str
+) -> None:
+    """Under DDP `average` is an all-reduce: a rank that called it once while another
+    called it twice would hang the run. Each rank's second pass may differ (its own
+    kernels, its own memory), so the calls must not depend on it."""
+    layer = torch.nn.Linear(8, 1)
+    params = list(layer.parameters())
+
+    def forward_backward(batch: torch.Tensor) -> torch.Tensor:
+        tilt = 1.0
+        if torch.backends.cudnn.deterministic:
+            if pass_gives == "an error":
+                raise RuntimeError("CUDA out of memory")
+            tilt = 1.01 if pass_gives == "other gradients" else 1.0
+        loss = layer(batch).square().mean() * tilt
+        loss.backward()
+        return loss
+
+    averaged = []
+
+    def average(grads: torch.Tensor) -> torch.Tensor:
+        averaged.append(grads)
+        return grads
+
+    monkeypatch.setattr(reference_module, "_rng_state", lambda torch, device: [b""])
+    monkeypatch.setattr(torch.random, "fork_rng", lambda devices: contextlib.nullcontext())
+    found = eager_reference(
+        forward_backward,
+        torch.randn(4, 8, generator=torch.Generator().manual_seed(1)),
+        module=layer,
+        params=params,
+        sample=GradSample(params, torch),
+        device=torch.device("cuda"),
+        torch=torch,
+        average=average,
+    )
+    assert len(averaged) == 2
+    assert (found.kernel_grads is not None) is (pass_gives == "other gradients")

@@ -116,10 +116,12 @@ def eager_reference(
         first = _draw(forward_backward, batch, params, sample)
         if _rng_state(torch, device) == before:  # no random number drawn
             other = _kernel_draw(forward_backward, batch, params, sample, torch, device)
-            differs = other is not None and not bool(torch.equal(other, first[1]))
-            return Reference(
-                first[0], average(first[1]), kernel_grads=average(other) if differs else None
-            )
+            grads = average(first[1])
+            # Averaged on every rank alike (a collective under DDP), whatever this rank's
+            # pass gave, then compared: the same verdict on every rank.
+            kernel = average(other if other is not None else first[1])
+            same = bool(torch.equal(kernel, grads))
+            return Reference(first[0], grads, kernel_grads=None if same else kernel)
         second = _draw(forward_backward, batch, params, sample)
     return Reference(first[0], average(first[1]), _loss_noise(first, second), average(second[1]))
 
