@@ -349,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         args.batch_size = 32
     if args.smoke:
         args.warmup, args.steps, args.repeats, args.matmul_repeats = 1, 2, 1, 2
+        args.batch_size = args.batch_size or 2  # bf16 on a CPU is slow: a few samples
     result = measure(args)
     _print(result)
     gpu_compare.write_json(args.out, result)
