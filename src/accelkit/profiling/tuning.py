@@ -76,7 +76,8 @@ class Check:
             ``KERNEL_SPREAD_FACTOR`` times that (`grad_spread`).
         grad_spread: how far the eager step with cuDNN's other choice of algorithms lies
             from the eager one, as a share of the eager gradients' norm (None: not
-            measured, or no difference).
+            measured, no difference, or not consulted: `grad_difference` within
+            ``GRAD_RTOL``).
         grad_agreement: with random draws, the gradients' agreement with two eager draws
             instead (1 for the same step, 0 for one without gradients).
         agreement_limit: the factor of 1 `grad_agreement` must lie within

@@ -110,13 +110,14 @@ GRAD_RTOL = 0.1
 # dropout 0.5 at batch 2, 0.7-1.7 at batch 16, 200 batches each).
 LOSS_NOISE_FACTOR = 10.0
 GRAD_AGREEMENT = 4.0
-# Where cuDNN's choice of algorithms alone moves the eager gradients past GRAD_RTOL (a
-# second eager pass with the other choice, `accelkit.torch.tuning.reference`: a network
-# of convolutions and BatchNorm early in training, whose gradients amplify rounding), a
-# candidate may lie up to KERNEL_SPREAD_FACTOR times as far from the eager gradients,
-# its agreement with the two passes within GRAD_AGREEMENT of 1. ResNet-50 at batch 64,
-# bf16, on an H200 (benchmarks/check_noise.py): the two choices 34.9% apart at step 0
-# and 1.6% at step 20; torch.compile 117.8% and 3.7% from the eager step (3.4x and 2.3x).
+# Where cuDNN's choice of algorithms alone moves the eager gradients (a second eager
+# pass with the other choice, `accelkit.torch.tuning.reference`: a network of
+# convolutions and BatchNorm early in training amplifies its rounding), a candidate past
+# GRAD_RTOL may lie up to KERNEL_SPREAD_FACTOR times that spread from the eager
+# gradients, its agreement with the two passes within GRAD_AGREEMENT of 1. ResNet-50 at
+# batch 64, bf16, on an H200 (benchmarks/check_noise.py): the two choices 34.9% apart at
+# step 0 and 1.6% at step 20; torch.compile 117.8% and 3.7% from the eager step (3.4x
+# and 2.3x the spread).
 KERNEL_SPREAD_FACTOR = 4.0
 GRAPH_BREAK_STORM = 16
 CANDIDATES = 3  # the baseline, the optimizer's fused implementation, torch.compile
