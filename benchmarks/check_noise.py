@@ -105,7 +105,9 @@ def _print(result: dict[str, Any]) -> None:
     print(f"{'':<32}" + "".join(f"{name:>14}" for name in result["states"]))
     for key in keys:
         values = [state[key] for state in result["states"].values()]
-        print(f"{key:<32}" + "".join(f"{v:>14.4g}" if v is not None else f"{'-':>14}" for v in values))
+        print(
+            f"{key:<32}" + "".join(f"{v:>14.4g}" if v is not None else f"{'-':>14}" for v in values)
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
