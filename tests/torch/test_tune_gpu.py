@@ -42,6 +42,43 @@ def test_cuda_graphs_are_a_checked_candidate_on_a_launch_bound_step() -> None:
     assert report.losses and math.isfinite(report.losses[-1])
 
 
+def test_the_reference_measures_cudnns_other_algorithms_and_leaves_no_trace() -> None:
+    """The check's second eager pass on a GPU: cuDNN's deterministic algorithms for its
+    duration, the script's settings back after it, the gradients as they were, and
+    `kernel_grads` either None (the same gradients) or the other pass's, close to them."""
+    from accelkit.torch.tuning.reference import GradSample, eager_reference
+
+    torch.manual_seed(0)
+    model = conv_net().cuda()
+    params = list(model.parameters())
+    batch = (torch.randn(16, 3, 32, 32, device="cuda"), torch.randint(0, 10, (16,), device="cuda"))
+    seen = []
+
+    def forward_backward(data: Any) -> Any:
+        seen.append(torch.backends.cudnn.deterministic)
+        with torch.autocast("cuda", torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(data[0]), data[1])
+        loss.backward()
+        return loss
+
+    cudnn = torch.backends.cudnn
+    saved = cudnn.benchmark, cudnn.deterministic
+    cudnn.benchmark, cudnn.deterministic = True, False
+    try:
+        found = eager_reference(
+            forward_backward, batch, module=model, params=params,
+            sample=GradSample(params, torch), device=torch.device("cuda"), torch=torch,
+        )  # fmt: skip
+        assert (cudnn.benchmark, cudnn.deterministic) == (True, False)
+    finally:
+        cudnn.benchmark, cudnn.deterministic = saved
+    assert seen == [False, True]
+    assert all(param.grad is None for param in params)
+    if found.kernel_grads is not None:
+        spread = float((found.kernel_grads - found.grads).norm() / found.grads.norm())
+        assert 0 < spread < 1
+
+
 def test_the_lightning_callback_tunes_a_bf16_fit() -> None:
     pl = pytest.importorskip("lightning.pytorch")
     import accelkit.lightning
