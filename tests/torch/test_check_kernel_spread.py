@@ -11,9 +11,11 @@ import contextlib
 import math
 
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch")
 
 from accelkit.profiling.tuning import Check
 from accelkit.torch.tuning import reference as reference_module
