@@ -111,12 +111,12 @@ def torchrun(
     ]
     done = run(command, environment(**env), timeout)
     if _aborted_at_exit(done):
-        # A known teardown race of gloo on a loaded 2-core machine: every rank finished
-        # and printed its result, then one aborted as a gloo thread released a finished
-        # collective after the interpreter began to shut down ("terminate called without
-        # an active exception"). accelkit's exit handler makes it rare for the groups it
-        # starts (torch_adapter.destroy_at_exit: 6 in 48 runs before, 0 in 56 after); a
-        # worker that starts gloo itself still meets it. Run once more; a second abort
+        # gloo's teardown race: every rank finished, then one aborted as a gloo thread
+        # released a finished collective after the interpreter began to shut down
+        # ("terminate called without an active exception"). accelkit's exit handlers
+        # prevent it where accelkit started the group or gathered the fit's figures
+        # (torch_adapter.settle_at_exit, test_torch_exit.py); a worker that starts gloo
+        # and ends on its own collective still meets it. Run once more; a second abort
         # fails the test.
         done = run(command, environment(**env), timeout)
     return done

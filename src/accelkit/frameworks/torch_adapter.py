@@ -10,6 +10,7 @@ import contextlib
 import datetime
 import gc
 import os
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -170,7 +171,7 @@ def apply_process_group(setting: Setting) -> Outcome:
             if exported
             else ""
         )
-    atexit.register(destroy_at_exit, dist, id(dist.group.WORLD))
+    destroy_at_exit(dist)
     detail = f"backend={backend}, world size {dist.get_world_size()}, timeout {seconds:g} s"
     if exported:
         detail += f"; from SLURM: {', '.join(f'{k}={v}' for k, v in exported.items())}"
@@ -204,20 +205,51 @@ def restore_environ(before: Mapping[str, str]) -> None:
             os.environ[name] = value
 
 
-def destroy_at_exit(dist: Any, started: int) -> None:
+SETTLE_SECONDS = 0.2
+"""How long the exit waits, the GIL released, for communication threads to finish
+releasing the last collectives (`settle_at_exit`)."""
+
+_settling = False
+
+
+def destroy_at_exit(dist: Any) -> None:
+    """At exit, destroy the process group started just now, then let its threads settle.
+
+    Registered by whoever started the group (auto_configure, or fit for FSDP2's group
+    of one process); `settle_at_exit` is registered first, so it runs after.
+    """
+    settle_at_exit()
+    atexit.register(_destroy, dist, id(dist.group.WORLD))
+
+
+def settle_at_exit() -> None:
+    """Once per process: at exit, sleep `SETTLE_SECONDS`, the GIL released, after every
+    handler registered later.
+
+    A gloo worker thread releases each collective's tensors after the rank that waited
+    for it has moved on; a tensor that Python dropped meanwhile is released there, and
+    that takes the GIL. A thread that takes it once the interpreter has begun to shut
+    down is ended by Python inside C++ code, and the process aborts ("terminate called
+    without an active exception"; a core dump shows `~AsyncAllgatherWork` in
+    `ProcessGroupGloo::runLoop`, from the `all_gather_object` that ends a fit). The
+    main thread keeps the GIL through the atexit handlers and the shutdown's own
+    collection, so the release waited for it; the sleep hands it over. fit's figures
+    gather registers it as well, for a group the script started itself.
+    """
+    global _settling
+    if not _settling:
+        atexit.register(time.sleep, SETTLE_SECONDS)
+        _settling = True
+
+
+def _destroy(dist: Any, started: int) -> None:
     """Destroy the process group accelkit started, while the interpreter is whole.
 
-    Gloo's worker threads release each finished collective themselves, and releasing
-    its tensors needs the GIL: one that does so after the interpreter began to shut
-    down aborts the process ("terminate called without an active exception"). PyTorch
-    asks for `destroy_process_group()` before exit; then a full collection, while
-    Python is whole, frees what the script left in reference cycles (DDP wrappers and
-    their hooks) and gives a worker thread still releasing the last collective the time
-    to finish. The registration keeps the group's `id`, not the group, so as not to hold
-    it until shutdown itself. Measured with `benchmarks/scaling.py` under torchrun (two
-    gloo ranks on the 2-core machine): 6 aborts in 48 runs before, none in 56 after. A
-    group the script destroyed or replaced is left alone; the collection runs all the
-    same.
+    PyTorch asks for `destroy_process_group()` before exit; then a full collection,
+    while Python is whole, frees what the script left in reference cycles (DDP wrappers
+    and their hooks). The registration keeps the group's `id`, not the group, so as not
+    to hold it until shutdown itself. A group the script destroyed or replaced is left
+    alone; the collection runs all the same.
     """
     with contextlib.suppress(Exception):  # exiting anyway
         if dist.is_initialized() and id(dist.group.WORLD) == started:

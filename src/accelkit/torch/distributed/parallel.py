@@ -24,6 +24,7 @@ import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 
+from accelkit.frameworks.torch_adapter import settle_at_exit
 from accelkit.hardware import environment
 from accelkit.planning.keys import Key
 from accelkit.planning.types import Status
@@ -205,8 +206,10 @@ def sync_gradients(model: Any, group: World) -> None:
 
 def gather(figures: dict[str, Any], device: Any) -> list[dict[str, Any]]:
     """Every rank's `figures`, in rank order: one ``all_gather_object``, a collective
-    that every rank must reach."""
+    that every rank must reach. Often a script's last collective: the exit then waits
+    for the communication threads to release it (`settle_at_exit`)."""
     torch = require("torch")
+    settle_at_exit()
     gathered: list[Any] = [None] * torch.distributed.get_world_size()
     context = (
         torch.cuda.device(device)

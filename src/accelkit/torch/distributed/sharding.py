@@ -30,7 +30,6 @@ with the version it has.
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import functools
 import logging
@@ -323,7 +322,7 @@ def one_process_group(device: Any) -> bool:
         return False
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    atexit.register(destroy_at_exit, dist, id(dist.group.WORLD))  # as auto_configure's
+    destroy_at_exit(dist)  # as auto_configure's
     return True
 
 
