@@ -246,8 +246,9 @@ def _destroy(dist: Any, started: int) -> None:
     """Destroy the process group accelkit started, while the interpreter is whole.
 
     PyTorch asks for `destroy_process_group()` before exit; then a full collection,
-    while Python is whole, frees what the script left in reference cycles (DDP wrappers
-    and their hooks). The registration keeps the group's `id`, not the group, so as not
+    while Python is whole, frees what the script left in reference cycles. A
+    DistributedDataParallel wrapper keeps the group alive even so (through C++), and
+    with it gloo's threads: `settle_at_exit` is for them. The registration keeps the group's `id`, not the group, so as not
     to hold it until shutdown itself. A group the script destroyed or replaced is left
     alone; the collection runs all the same.
     """
