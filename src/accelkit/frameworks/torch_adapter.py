@@ -248,9 +248,9 @@ def _destroy(dist: Any, started: int) -> None:
     PyTorch asks for `destroy_process_group()` before exit; then a full collection,
     while Python is whole, frees what the script left in reference cycles. A
     DistributedDataParallel wrapper keeps the group alive even so (through C++), and
-    with it gloo's threads: `settle_at_exit` is for them. The registration keeps the group's `id`, not the group, so as not
-    to hold it until shutdown itself. A group the script destroyed or replaced is left
-    alone; the collection runs all the same.
+    with it gloo's threads: `settle_at_exit` is for them. The registration keeps the
+    group's `id`, not the group, so as not to hold it until shutdown itself. A group
+    the script destroyed or replaced is left alone; the collection runs all the same.
     """
     with contextlib.suppress(Exception):  # exiting anyway
         if dist.is_initialized() and id(dist.group.WORLD) == started:
