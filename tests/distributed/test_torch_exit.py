@@ -19,7 +19,13 @@ import pytest
 from .torch_launch import environment, run
 
 pytest.importorskip("torch")
-pytestmark = [pytest.mark.torch, pytest.mark.distributed]
+pytestmark = [
+    pytest.mark.torch,
+    pytest.mark.distributed,
+    pytest.mark.skipif(
+        not sys.platform.startswith("linux"), reason="starves threads through /proc (Linux)"
+    ),
+]
 
 WORKER = str(Path(__file__).with_name("torch_exit_worker.py"))
 
