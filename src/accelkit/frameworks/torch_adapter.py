@@ -8,6 +8,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import datetime
+import functools
 import gc
 import os
 import time
@@ -209,19 +210,18 @@ SETTLE_SECONDS = 0.2
 """How long the exit waits, the GIL released, for communication threads to finish
 releasing the last collectives (`settle_at_exit`)."""
 
-_settling = False
-
 
 def destroy_at_exit(dist: Any) -> None:
     """At exit, destroy the process group started just now, then let its threads settle.
 
-    Registered by whoever started the group (auto_configure, or fit for FSDP2's group
+    Called by whoever started the group (auto_configure, or fit for FSDP2's group
     of one process); `settle_at_exit` is registered first, so it runs after.
     """
     settle_at_exit()
     atexit.register(_destroy, dist, id(dist.group.WORLD))
 
 
+@functools.cache  # registered once per process
 def settle_at_exit() -> None:
     """Once per process: at exit, sleep `SETTLE_SECONDS`, the GIL released, after every
     handler registered later.
@@ -236,10 +236,7 @@ def settle_at_exit() -> None:
     collection, so the release waited for it; the sleep hands it over. fit's figures
     gather registers it as well, for a group the script started itself.
     """
-    global _settling
-    if not _settling:
-        atexit.register(time.sleep, SETTLE_SECONDS)
-        _settling = True
+    atexit.register(time.sleep, SETTLE_SECONDS)
 
 
 def _destroy(dist: Any, started: int) -> None:
