@@ -82,7 +82,7 @@ def _step(args: argparse.Namespace) -> tuple[Any, Any, Any]:
         model.to(torch.bfloat16)
     cuda = device.type == "cuda"
     if args.lever == "compiled-optimizer":
-        optimizer = torch.optim.AdamW(model.parameters(), lr=torch.tensor(1e-4), foreach=True)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
         update = torch.compile(optimizer.step)
     else:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
