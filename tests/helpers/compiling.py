@@ -9,9 +9,11 @@ as a compiler fails on an op it cannot lower.
 from __future__ import annotations
 
 import contextlib
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 import torch
 
 
@@ -54,3 +56,27 @@ def refusing(op: Any) -> Callable[..., Any]:
 def no_gradients(output: Any) -> Any:
     """The same values with gradients of zero: a compiled backward that lost the graph."""
     return output.detach() + 0.0 * output
+
+
+def graphs_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA-graph candidate's device check told CUDA (its GPU run: test_tune_gpu.py)."""
+    from accelkit.torch.tuning import graphs
+
+    cuda, unsupported = types.SimpleNamespace(type="cuda"), graphs.unsupported
+    monkeypatch.setattr(graphs, "unsupported", lambda t, _, **kw: unsupported(t, cuda, **kw))
+
+
+def graphs_judged(monkeypatch: pytest.MonkeyPatch, *, kept: bool) -> list[bool]:
+    """The CUDA-graph candidate judged faster (`kept`) or not, whatever its times (the
+    other candidates judged as they are); returns the list that each release of the CUDA
+    graphs' memory (`graphs.release`) appends to."""
+    from accelkit.torch.tuning import graphs, trials
+
+    faster, released = trials.clearly_faster, []
+
+    def judged(trial: Any, best: Any) -> bool:
+        return kept if trial.settings.get("cudagraphs") else faster(trial, best)
+
+    monkeypatch.setattr(trials, "clearly_faster", judged)
+    monkeypatch.setattr(graphs, "release", lambda torch, device: released.append(True))
+    return released

@@ -29,6 +29,7 @@ from accelkit.torch.tuning import trials
 from accelkit.torch.tuning.reference import Reference
 from accelkit.torch.tuning.trial_guards import LossMismatch, check_grads, check_loss
 
+from ..helpers.compiling import compiled_as, graphs_judged, graphs_on_cuda
 from ..helpers.torch_data import CPU_PLAN, batches, mlp
 
 STEPS = trials.trial_steps(1, cuda=False)  # what the trials can take
@@ -321,6 +322,24 @@ def test_tune_on_cuda_keeps_compile_of_a_transformers_gpt2_under_bf16() -> None:
         assert graphs["check"]["failed"] is None, graphs["check"]
     elif graphs["check"] is not None and graphs["check"]["failed"]:  # dropped by it: said so
         assert graphs["status"] == "failed"
+
+
+@pytest.mark.parametrize("kept", [False, True])
+def test_the_fits_cuda_graphs_not_kept_give_their_memory_back(
+    monkeypatch: pytest.MonkeyPatch, kept: bool
+) -> None:
+    """Before: a CUDA-graph candidate not kept left its graphs' memory pool reserved for the
+    rest of the run (4.0 GB beside the step's 2.5 GB for GPT-2 small B8 on the H200:
+    benchmarks/graphs_pool.py). Released when the trials end, unless the kept step replays
+    graphs. The device check is told CUDA; the GPU run is tests/torch/test_tune_gpu.py."""
+    graphs_on_cuda(monkeypatch)
+    released = graphs_judged(monkeypatch, kept=kept)
+    with compiled_as():
+        report = fit(data=batches(STEPS + 6))
+    graphed = next(c for c in report.tuning["candidates"] if c["settings"].get("cudagraphs"))
+    assert (graphed["status"] == "chosen") is kept, graphed["why"]
+    assert released == ([] if kept else [True])
+    assert report.steps == STEPS + 6 and math.isfinite(report.losses[-1])
 
 
 # -- the check's figures in the record (issue 24) ------------------------------------------

@@ -42,6 +42,35 @@ def test_cuda_graphs_are_a_checked_candidate_on_a_launch_bound_step() -> None:
     assert report.losses and math.isfinite(report.losses[-1])
 
 
+def test_cuda_graphs_not_kept_leave_no_graph_trees_and_the_fit_trains_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CUDA-graph candidate judged slower whatever its times: its trees are ended, so
+    their memory pool goes back to the GPU (benchmarks/graphs_pool.py: 4.0 GB for GPT-2
+    small B8 on the H200), and the kept step trains on."""
+    from accelkit.torch.tuning import graphs
+
+    torch._dynamo.reset()  # no trees of an earlier test: the trials record every one
+    faster = trials.clearly_faster
+    monkeypatch.setattr(
+        trials,
+        "clearly_faster",
+        lambda trial, best: not trial.settings.get("cudagraphs") and faster(trial, best),
+    )
+    plan = accelkit.auto_configure(framework="torch", verbose=False)
+    torch.manual_seed(0)
+    model = conv_net()
+    data = [(torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,)))] * (trials.trial_steps(1) + 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    report = accelkit.torch.fit(
+        model, data, optimizer, torch.nn.CrossEntropyLoss(), plan=plan, progress=False, tune=True
+    )
+    graphed = next(c for c in report.tuning["candidates"] if c["settings"].get("cudagraphs"))
+    assert graphed["status"] == "slower", graphed["why"]
+    assert not graphs.trees(torch, torch.device("cuda"))
+    assert report.steps == len(data) and math.isfinite(report.losses[-1])
+
+
 def test_the_reference_measures_cudnns_other_algorithms_and_leaves_no_trace() -> None:
     """The check's second eager pass on a GPU: cuDNN's deterministic algorithms for its
     duration, the script's settings back after it, the gradients as they were, and

@@ -16,16 +16,24 @@ What changes for the loop, and how `step` keeps it as it was:
 
 The candidate is checked against the eager step like the compiled one
 (`accelkit.torch.tuning.reference`), and a replay that fails (a dynamic shape, memory)
-drops it with its reason (`accelkit.torch.tuning.trial_guards`).
+drops it with its reason (`accelkit.torch.tuning.trial_guards`). A candidate that is not
+kept leaves its graphs' memory pool reserved, which nothing else may use (4.0 GB beside
+the step's own 2.5 GB for GPT-2 small at batch 8 on the H200: benchmarks/graphs_pool.py);
+`release` gives it back where the trials own every graph tree.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
+import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from accelkit.profiling.tuning import Trial
 from accelkit.torch.training.step import Step
+
+_log = logging.getLogger("accelkit")
 
 
 def unsupported(torch: Any, device: Any, *, ddp: bool, compiled: Trial | None) -> str | None:
@@ -117,3 +125,55 @@ def step(torch: Any, eager: Step, mode: str = REDUCE_OVERHEAD) -> Step:
     """
     forward_loss = replayed(torch, torch.compile(eager.forward_loss, mode=mode))
     return dataclasses.replace(eager, forward_loss=forward_loss, compiled=True)
+
+
+def trees(torch: Any, device: Any) -> bool:
+    """Whether inductor holds CUDA-graph trees for `device` on this thread: graphs that
+    compiled code recorded and may replay (the script's own, or a trial's).
+
+    >>> import torch
+    >>> trees(torch, torch.device("cpu"))
+    False
+    """
+    if device.type != "cuda":
+        return False
+    from torch._inductor import cudagraph_trees
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return cudagraph_trees.get_manager(index, create_if_none_exists=False) is not None
+
+
+def left_behind(tried: Sequence[Trial], kept: Mapping[str, Any]) -> bool:
+    """Whether trials of `tried` recorded CUDA graphs and the step kept (its settings)
+    replays none: their memory pool stays reserved until `release`.
+
+    >>> graphed = Trial("cudagraphs", {"compile": True, "cudagraphs": True}, "slower")
+    >>> compiled = Trial("compile", {"compile": True}, "chosen")
+    >>> left_behind([compiled, graphed], compiled.settings)
+    True
+    >>> left_behind([compiled], compiled.settings)
+    False
+    >>> left_behind([compiled, graphed], graphed.settings)
+    False
+    """
+    recorded = any(t.settings.get("cudagraphs") and t.status != "skipped" for t in tried)
+    return recorded and not kept.get("cudagraphs")
+
+
+def release(torch: Any, device: Any) -> None:
+    """Ends inductor's CUDA-graph trees on this thread and gives their memory pools back to
+    the GPU. Only for trees the trials alone recorded, none of which the run replays: a
+    compiled function whose tree was ended fails when it next replays. Never raises: the
+    memory stays reserved, and a debug line says why."""
+    try:
+        from torch._inductor import cudagraph_trees
+
+        before = torch.cuda.memory_reserved(device)
+        cudagraph_trees.reset_cudagraph_trees()
+        gc.collect()  # a graph's nodes and the tensors they cache refer to each other
+        torch.cuda.empty_cache()
+        freed = (before - torch.cuda.memory_reserved(device)) / 2**30
+    except Exception as error:  # noqa: BLE001 - memory left reserved never stops a run
+        _log.debug("tune: the CUDA-graph trials' memory stays reserved (%s)", error)
+        return
+    _log.info("tune: the CUDA-graph trials not kept gave back %.2f GiB of GPU memory", freed)

@@ -212,6 +212,7 @@ class TrainerTrials:
         self._idle = 0  # batches to train untimed after a failed check, before the next
         self._started_at = self._unit_at = time.perf_counter()
         self._breaks = self._graphs = 0
+        self._trees_owned = False  # every CUDA-graph tree is one the trials recorded
         self.result: TuneResult | None = None
         self._start()
 
@@ -447,6 +448,7 @@ class TrainerTrials:
             return None
         assert compiled is not None  # else `graphs.unsupported` said why
         code = compiled.settings["compiled"]
+        self._trees_owned = not graphs.trees(self._torch, self._device)
         switch = self._compiled_anew(code, graphs.REDUCE_OVERHEAD)
         return self._compile_candidate("cudagraphs", switch, code, cudagraphs=True)
 
@@ -575,6 +577,8 @@ class TrainerTrials:
 
     def _finish(self, decision: str) -> None:
         best = self._best
+        if self._trees_owned and graphs.left_behind(self._trials, best.settings):
+            graphs.release(self._torch, self._device)
         self.result = TuneResult(
             decision=decision,
             trials=tuple(self._trials),

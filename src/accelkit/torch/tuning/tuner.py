@@ -97,6 +97,7 @@ class Tuner:
         self._trying: attention.Attention | None = None  # under trial: off for the reference
         self._on_step: Callable[[], None] = lambda: None
         self._trials: list[Trial] = []
+        self._trees_owned = False  # every CUDA-graph tree is one the trials recorded
         self._steps = 0
         self._ended = False
         self.result: TuneResult | None = None
@@ -171,6 +172,7 @@ class Tuner:
         if why:
             self._skipped("cudagraphs", why)
             return best
+        self._trees_owned = not graphs.trees(self._torch, self._device)
         graphed = graphs.step(self._torch, eager)
         name = self._name(graphed, optimizer).replace("compile", "cudagraphs", 1)
         trial = self._measure(graphed, name, undo=_no, check=True, cudagraphs=True)
@@ -231,6 +233,9 @@ class Tuner:
         self._trials.append(Trial(name, {}, status="skipped", why=why))
 
     def _finish(self, decision: str, best: Step, optimizer_name: str, started: float) -> Step:
+        kept = trials.best_so_far(self._trials).settings if self._trees_owned else {}
+        if self._trees_owned and graphs.left_behind(self._trials, kept):
+            graphs.release(self._torch, self._device)
         self.result = TuneResult(
             decision=decision,
             trials=tuple(self._trials),
