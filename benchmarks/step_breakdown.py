@@ -323,6 +323,17 @@ def _print(result: dict[str, Any]) -> None:
         )
 
 
+def defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with GPT-2's batch of the MFU target (32) unless given, and a smoke run's
+    few steps of a few samples (bf16 on a CPU is slow)."""
+    if args.batch_size is None and args.model == "gpt2" and not args.smoke:
+        args.batch_size = 32
+    if args.smoke:
+        args.warmup, args.steps, args.repeats = 1, 2, 1
+        args.batch_size = args.batch_size or 2
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=models.MODELS, default="gpt2")
@@ -344,12 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--matmul-repeats", type=int, default=50)
     parser.add_argument("--smoke", action="store_true", help="tiny model, few steps (the CPU)")
     parser.add_argument("--out", default=None)
-    args = parser.parse_args(argv)
-    if args.batch_size is None and args.model == "gpt2" and not args.smoke:
-        args.batch_size = 32
+    args = defaults(parser.parse_args(argv))
     if args.smoke:
-        args.warmup, args.steps, args.repeats, args.matmul_repeats = 1, 2, 1, 2
-        args.batch_size = args.batch_size or 2  # bf16 on a CPU is slow: a few samples
+        args.matmul_repeats = 2
     result = measure(args)
     _print(result)
     gpu_compare.write_json(args.out, result)

@@ -207,12 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=240, help="seconds per lever")
     parser.add_argument("--smoke", action="store_true", help="tiny model, few steps (the CPU)")
     parser.add_argument("--out", default=None)
-    args = parser.parse_args(argv)
-    if args.batch_size is None and args.model == "gpt2" and not args.smoke:
-        args.batch_size = 32
-    if args.smoke:
-        args.warmup, args.steps, args.repeats = 1, 2, 1
-        args.batch_size = args.batch_size or 2
+    args = step_breakdown.defaults(parser.parse_args(argv))
     if args.lever:
         print(json.dumps(measure(args)))
         return 0

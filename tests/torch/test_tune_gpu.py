@@ -26,7 +26,8 @@ def conv_net() -> Any:
                                torch.nn.Linear(32, 10))  # fmt: skip
 
 
-def test_cuda_graphs_are_a_checked_candidate_on_a_launch_bound_step() -> None:
+def conv_fit() -> tuple[Any, list[Any]]:
+    """(the report, the data) of `conv_net`'s tuned fit on the GPU."""
     plan = accelkit.auto_configure(framework="torch", verbose=False)
     torch.manual_seed(0)
     model = conv_net()
@@ -35,6 +36,11 @@ def test_cuda_graphs_are_a_checked_candidate_on_a_launch_bound_step() -> None:
     report = accelkit.torch.fit(
         model, data, optimizer, torch.nn.CrossEntropyLoss(), plan=plan, progress=False, tune=True
     )
+    return report, data
+
+
+def test_cuda_graphs_are_a_checked_candidate_on_a_launch_bound_step() -> None:
+    report, data = conv_fit()
     graphs = next(c for c in report.tuning["candidates"] if c["settings"].get("cudagraphs"))
     assert graphs["status"] in ("chosen", "slower"), graphs["why"]
     assert graphs["steps"] == trials.WARMUP_UNITS + trials.TIMED_UNITS
@@ -57,14 +63,7 @@ def test_cuda_graphs_not_kept_leave_no_graph_trees_and_the_fit_trains_on(
         "clearly_faster",
         lambda trial, best: not trial.settings.get("cudagraphs") and faster(trial, best),
     )
-    plan = accelkit.auto_configure(framework="torch", verbose=False)
-    torch.manual_seed(0)
-    model = conv_net()
-    data = [(torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,)))] * (trials.trial_steps(1) + 8)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    report = accelkit.torch.fit(
-        model, data, optimizer, torch.nn.CrossEntropyLoss(), plan=plan, progress=False, tune=True
-    )
+    report, data = conv_fit()
     graphed = next(c for c in report.tuning["candidates"] if c["settings"].get("cudagraphs"))
     assert graphed["status"] == "slower", graphed["why"]
     assert not graphs.trees(torch, torch.device("cuda"))
