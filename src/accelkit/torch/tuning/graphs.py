@@ -168,6 +168,8 @@ def release(torch: Any, device: Any) -> None:
     try:
         from torch._inductor import cudagraph_trees
 
+        if not trees(torch, device):  # the candidate failed before it recorded any
+            return
         before = torch.cuda.memory_reserved(device)
         cudagraph_trees.reset_cudagraph_trees()
         gc.collect()  # a graph's nodes and the tensors they cache refer to each other

@@ -233,9 +233,10 @@ class Tuner:
         self._trials.append(Trial(name, {}, status="skipped", why=why))
 
     def _finish(self, decision: str, best: Step, optimizer_name: str, started: float) -> Step:
-        kept = trials.best_so_far(self._trials).settings if self._trees_owned else {}
-        if self._trees_owned and graphs.left_behind(self._trials, kept):
-            graphs.release(self._torch, self._device)
+        if self._trees_owned:  # CUDA graphs were tried, so a baseline was measured
+            kept = trials.best_so_far(self._trials).settings
+            if graphs.left_behind(self._trials, kept):
+                graphs.release(self._torch, self._device)
         self.result = TuneResult(
             decision=decision,
             trials=tuple(self._trials),
