@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from typing import Any
 
 import gpu_compare  # same folder: JSON helper
@@ -131,22 +129,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _child(args: argparse.Namespace, lever: str) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--lever", lever, "--model", args.model]
-    command += ["--warmup", str(args.warmup), "--steps", str(args.steps)]
-    command += ["--repeats", str(args.repeats)]
-    command += ["--batch-size", str(args.batch_size)] if args.batch_size else []
+    command = [__file__, *gpu_compare.variant_arguments(args, lever)]
     command += ["--smoke"] if args.smoke else []
     command += ["--profile"] if args.profile and lever == "base" else []
-    try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=args.timeout, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return {"lever": lever, "error": f"over {args.timeout} s"}
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode or not lines:
-        return {"lever": lever, "error": done.stderr.strip()[-1500:]}
-    return json.loads(lines[-1])
+    return {"lever": lever, **gpu_compare.run_child(command, args.timeout)}
 
 
 def compare(args: argparse.Namespace) -> dict[str, Any]:
@@ -199,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", choices=models.MODELS, default="gpt2")
     parser.add_argument("--batch-size", type=int, default=None, help="gpt2: 32 unless given")
     parser.add_argument("--levers", nargs="+", choices=LEVERS, default=list(LEVERS))
-    parser.add_argument("--lever", choices=LEVERS, help=argparse.SUPPRESS)  # one, internal
+    parser.add_argument(  # one lever, in its own process (gpu_compare.variant_arguments)
+        "--variant", dest="lever", choices=LEVERS, help=argparse.SUPPRESS
+    )
     parser.add_argument("--profile", action="store_true", help="profile the base step")
     parser.add_argument("--warmup", type=int, default=8)
     parser.add_argument("--steps", type=int, default=20)
