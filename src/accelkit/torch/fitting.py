@@ -21,9 +21,11 @@ from accelkit.torch.distributed import parallel, sharding, wrapping
 from accelkit.torch.measuring.facts import loader_facts, steps_per_epoch
 from accelkit.torch.measuring.meter import Meter
 from accelkit.torch.training import loop
+from accelkit.torch.training import scheduling as lr_scheduling
 from accelkit.torch.training.evaluate import evaluator
 from accelkit.torch.training.loop import Schedule
 from accelkit.torch.training.prepare import Prepared, prepare, restore
+from accelkit.torch.training.scheduling import Scheduling
 from accelkit.torch.training.step import Step, check_optimizer, make_step
 from accelkit.torch.tuning import attention, levers
 from accelkit.torch.tuning.trials import TuneResult, check_mode, trial_steps
@@ -53,6 +55,8 @@ def fit(
     distributed: bool = True,
     tune: bool | str = "auto",
     ddp: Mapping[str, Any] | None = None,
+    scheduler: Any = None,
+    scheduler_interval: str = "step",
     **options: Any,
 ) -> RunReport:
     """Train `model` on `loader` with the plan's settings and return the measured run.
@@ -127,6 +131,12 @@ def fit(
             deterministic algorithms; True always; False never. ``report.tuning`` says
             what was measured and kept. Under DDP it also tries bf16 gradients, larger
             buckets and a static graph (`accelkit.torch.tuning.levers`).
+        scheduler: the LR scheduler of `optimizer` (a ``torch.optim.lr_scheduler.LRScheduler``),
+            stepped as a loop steps it: after each optimizer step, or after each epoch with
+            ``scheduler_interval="epoch"``; tune's trial steps step it too. An optimizer with
+            a scheduler bound to it and none given trains at its current learning rate,
+            with a warning (`accelkit.torch.training.scheduling`).
+        scheduler_interval: ``"step"`` or ``"epoch"`` (Lightning's names).
         ddp: options of the `DistributedDataParallel` accelkit builds (``{"bucket_cap_mb":
             100}``; ``"compression": "bf16"``: a bf16 all-reduce), kept, not tuned. The
             wait for the all-reduce is measured (``report.communication_share``, per rank).
@@ -186,6 +196,9 @@ def fit(
         distributed=distributed,
         tune=tune,
         ddp=ddp,
+        scheduling=lr_scheduling.check(
+            scheduler, optimizer, scheduler_interval, refuse_unbound=False
+        ),
         options=options,
     )
 
@@ -207,6 +220,7 @@ def _fit(
     distributed: bool,
     tune: bool | str,
     ddp: Mapping[str, Any] | None,
+    scheduling: Scheduling,
     options: dict[str, Any],
 ) -> RunReport:
     """`fit` on a checked `schedule` (`tune` gives one whose run goes on past it)."""
@@ -238,6 +252,7 @@ def _fit(
             tune=tune,
             compile=compile,
             max_grad_norm=max_grad_norm,
+            scheduling=scheduling,
             measuring=measuring,
             evaluate=evaluator(run, eval_loader) if eval_loader is not None else None,
             progress=progress,
@@ -296,6 +311,7 @@ def _train(
     tune: bool | str,
     compile: bool | None,
     max_grad_norm: float | None,
+    scheduling: Scheduling,
     measuring: MeterOptions,
     evaluate: Callable[[Step], float | None] | None,
     progress: bool,
@@ -303,7 +319,15 @@ def _train(
     """Build the step, the tuner and the meter for `run` and train it."""
     group = run.group
     epochs = schedule.epochs
-    step = make_step(run, plan, loss_fn, optimizer, compile=compile, max_grad_norm=max_grad_norm)
+    step = make_step(
+        run,
+        plan,
+        loss_fn,
+        optimizer,
+        compile=compile,
+        max_grad_norm=max_grad_norm,
+        scheduling=scheduling,
+    )
     tuner = _tuner(tune, step, run, optimizer, plan, compile, schedule)
     warmup = max(measuring.warmup, 1) if tuner is not None else measuring.warmup
     meter = Meter(
@@ -352,6 +376,8 @@ def tune(
     accumulation_steps: int = 1,
     max_grad_norm: float | None = None,
     steps: int | None = None,
+    scheduler: Any = None,
+    scheduler_interval: str = "step",
 ) -> TuneResult:
     """Measure the fit's options on `model` and keep the fastest, for a hand-written loop.
 
@@ -363,7 +389,9 @@ def tune(
     is not tried, and the result says why).
     These are real training steps: the model and optimizer come back trained on them, so
     continue from the next batch (pass an iterator, ``batches = iter(loader)``, and loop
-    over the same one afterwards).
+    over the same one afterwards). Your loop's LR scheduler steps with them: pass it as
+    `scheduler` (an optimizer with a scheduler bound to it and none given is refused,
+    since its trials would all train at the schedule's first learning rate).
 
     What it keeps: the optimizer is switched in place when its fused implementation won
     (the object stays the same, so an LR scheduler bound to it keeps working); whether
@@ -384,6 +412,10 @@ def tune(
         steps: the batches your loop trains in all, these trials included, counted as
             `fit`'s ``steps=`` (under accumulation, each batch; None: unknown): what
             max-autotune's compile time is weighed against.
+        scheduler: your loop's LR scheduler of `optimizer`, stepped after each trial's
+            optimizer step as your loop steps it (``scheduler_interval="epoch"``: your
+            loop steps it after each epoch, and the trials, inside the first, do not).
+        scheduler_interval: ``"step"`` or ``"epoch"``.
 
     Returns:
         The `TuneResult`: each candidate's median step time and spread, compile seconds,
@@ -407,6 +439,7 @@ def tune(
     torch = require("torch")
     arguments.whole("accumulation_steps", accumulation_steps, 1)
     arguments.whole("steps", steps, 1, none="a loop of unknown length")
+    scheduling = lr_scheduling.check(scheduler, optimizer, scheduler_interval, refuse_unbound=True)
     cuda = torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
     trials = trial_steps(
         accumulation_steps,
@@ -430,6 +463,7 @@ def tune(
         distributed=True,
         tune=True,
         ddp=None,
+        scheduling=scheduling,
         options={},
     )
     if report.tuning is None:  # interrupted during the trials: fit returned early

@@ -234,6 +234,8 @@ def _epoch(
                 counter.dry = True
                 return step
             meter.facts.setdefault("steps_per_epoch", counter.epoch_steps)
+            if not counter.schedule.partial:  # tune's trials are not an epoch of the loop
+                step.scheduling.after_epoch()
     if counter.epoch_steps:
         mean = counter.running / counter.epoch_steps
         _end_epoch(meter, mean, counter.done, evaluate, step)

@@ -21,6 +21,7 @@ from accelkit.profiling.flop_count import FlopCount
 from accelkit.profiling.flops_torch import count_train_step_flops
 from accelkit.torch.distributed import sharding
 from accelkit.torch.training.prepare import Prepared
+from accelkit.torch.training.scheduling import Scheduling
 from accelkit.utils.imports import require
 
 
@@ -49,6 +50,8 @@ class Step:
             options; `forward_loss` is built (and compiled) again for it.
         notes: how the loss was read where that is not plain (``"loss"``: a sum of the
             model's losses), filled by `forward_loss` as it trains, for the report.
+        scheduling: the loop's LR scheduler: `optimizer_step` steps it where it steps
+            after each optimizer step, the loop after each epoch where it steps then.
     """
 
     forward_loss: Callable[[Any], Any]
@@ -60,6 +63,7 @@ class Step:
     ddp: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     through: Callable[[Any, bool], Step] | None = None
     notes: dict[str, str] = dataclasses.field(default_factory=dict)
+    scheduling: Scheduling = dataclasses.field(default_factory=Scheduling)
 
 
 # train_one(batch, step) -> the step's loss tensor: what the loop does with one batch,
@@ -77,6 +81,7 @@ def make_step(
     *,
     compile: bool | None,
     max_grad_norm: float | None,
+    scheduling: Scheduling | None = None,
 ) -> Step:
     """The step for `run` in `plan`'s precision.
 
@@ -92,6 +97,8 @@ def make_step(
         optimizer: the optimizer the step drives.
         compile: ``torch.compile`` forward and loss together; None: the plan's choice.
         max_grad_norm: clip gradients to this norm before each optimizer step.
+        scheduling: the LR scheduler to step (`accelkit.torch.training.scheduling`; None:
+            none).
 
     Example:
         >>> import accelkit
@@ -121,7 +128,10 @@ def make_step(
     compiled = plan.compile if compile is None else compile
     autocast = functools.partial(torch_precision.autocast, plan, device_type)
     dtype = torch_precision.autocast_dtype(plan)
-    optimizer_step = _optimizer_step(torch, run.model, optimizer, scaler, max_grad_norm)
+    scheduling = scheduling or Scheduling()
+    optimizer_step = _optimizer_step(
+        torch, run.model, optimizer, scaler, max_grad_norm, scheduling.after_optimizer_step
+    )
     count_flops = functools.partial(_count, run.module, loss_fn, autocast)
     notes: dict[str, str] = {}
 
@@ -136,6 +146,7 @@ def make_step(
             model=model,
             through=through,
             notes=notes,
+            scheduling=scheduling,
         )
 
     step = through(run.model, compiled)
@@ -195,7 +206,12 @@ def check_optimizer(optimizer: Any) -> Any:
 
 
 def _optimizer_step(
-    torch: Any, model: Any, optimizer: Any, scaler: Any, max_grad_norm: float | None
+    torch: Any,
+    model: Any,
+    optimizer: Any,
+    scaler: Any,
+    max_grad_norm: float | None,
+    after: Callable[[], None],
 ) -> Callable[[], None]:
     clip = torch.nn.utils.clip_grad_norm_
 
@@ -206,6 +222,7 @@ def _optimizer_step(
         scaler.step(optimizer)
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
+        after()  # the LR scheduler, where the loop steps it after each optimizer step
 
     return optimizer_step
 
