@@ -384,3 +384,23 @@ def test_meter_steps_without_a_batch_give_no_throughput_rather_than_zero() -> No
     assert report.samples_per_second is None and report.batch_size is None
     assert "no batch sizes seen" in report.notes["samples_per_second"]
     assert report.step_time_s is not None and report.steady_steps == 3
+
+
+def test_the_fit_counts_flops_on_its_first_step_without_running_the_model_again() -> None:
+    calls = {"forward": 0, "loss": 0}
+    model = mlp()
+    model.register_forward_pre_hook(lambda *_: calls.__setitem__("forward", calls["forward"] + 1))
+
+    def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        calls["loss"] += 1
+        return torch.nn.functional.cross_entropy(output, target)
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    report = accelkit.torch.fit(
+        model, separable(n=160), optimizer, loss_fn, plan=CPU_PLAN, progress=False, tune=False
+    )
+    assert report.steps == 5 and calls == {"forward": 5, "loss": 5}
+    # forward 2*B*(16*64 + 64*4); backward both weight gradients and the second layer's
+    # input gradient, as in the first test of this file
+    forward = 2 * 32 * (16 * 64 + 64 * 4)
+    assert report.flops_per_step == 2 * forward + 2 * 32 * 64 * 4

@@ -48,7 +48,7 @@ def test_gpt2_trains_on_dict_batches_with_labels_and_loss_fn_none():
     )
     # The count is the model's own loss path (labels in the batch), on the first batch.
     assert report.flops_per_step == count_train_step_flops(model, batches[0]).total > 0
-    assert "scalar loss the model returned" in report.notes["flops_per_step"]
+    assert report.flops_method == "torch FlopCounterMode on the first step"
     # No attention_mask in these batches: no real-token figure, and the reason.
     assert report.real_tokens_per_second is None
     assert "attention_mask" in report.notes["real_tokens_per_second"]
@@ -97,8 +97,8 @@ def test_bert_classifier_with_a_loss_fn_gets_the_model_output_and_the_labels():
 
     report = fit(model, batches, loss_fn, warmup=1)
 
-    # FLOP counting's step, then the five training steps.
-    assert seen == [("SequenceClassifierOutput", None, (4,))] * 6
+    # once per trained batch: the FLOPs are counted on the first step as it trains
+    assert seen == [("SequenceClassifierOutput", None, (4,))] * 5
     assert report.steps == 5 and report.flops_per_step > 0 and report.losses
 
 

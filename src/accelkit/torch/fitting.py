@@ -330,10 +330,14 @@ def _train(
     )
     tuner = _tuner(tune, step, run, optimizer, plan, compile, schedule)
     warmup = max(measuring.warmup, 1) if tuner is not None else measuring.warmup
+    # FLOPs are counted on the first real step as it trains, so the model and loss run no
+    # extra pass; FlopCounterMode cannot see inside a compiled graph, so a step compiled
+    # from the start is counted in a pass of its own through the uncompiled module.
+    count = measuring.flops_per_step is None
     meter = Meter(
         run.module,
         epochs=epochs,
-        count_flops=False,
+        count_flops=count and not step.compiled,
         optimizer=optimizer,
         grad_scaler=step.scaler,
         gather=group is not None,
@@ -346,7 +350,7 @@ def _train(
             step,
             meter,
             schedule,
-            count_flops=measuring.flops_per_step is None,
+            count_flops=count and step.compiled,
             progress=progress,
             tuner=tuner,
             evaluate=evaluate,
