@@ -17,8 +17,15 @@
 #                                                    # GPT-2 B16 compiled steps, by kernel kind
 #   bash benchmarks/h200_session.sh trainers "$OUT" MODEL VARIANT...  # trainers_tuned.py
 #                                         # (ROUNDS, WARMUP, STEPS, LIMIT from the environment)
+#   bash benchmarks/h200_session.sh issue35 "$OUT"   # HF Trainer GPT-2: bf16, compile + fused
+#                                         # by hand, accelkit; Llama-1B fit and fit(tune=True)
+#   bash benchmarks/h200_session.sh issue35b "$OUT"  # Lightning GPT-2s: bf16, compile by
+#                                         # hand, accelkit
+# issue35 and issue35b each fit one call of at most 9 minutes: every run has its own
+# `timeout` (their sum 540 s with the kill grace), and the scripts rewrite their JSON
+# after every variant, so a run cut short keeps what it measured.
 set -uo pipefail
-usage="usage: h200_session.sh core|gpt2|resnet50|models|tests|lightning|examples|doors|tune|autotune|trainers|gputests|breakdown OUT_DIR [MODEL...]"
+usage="usage: h200_session.sh core|gpt2|resnet50|models|tests|lightning|examples|doors|tune|autotune|trainers|issue35|issue35b|gputests|breakdown OUT_DIR [MODEL...]"
 phase=${1:?$usage}
 out=${2:?$usage}
 shift 2
@@ -109,6 +116,40 @@ trainers)  # trainers OUT MODEL VARIANT...: the trainers with and without accelk
     (cd benchmarks && timeout "${LIMIT:-540}" $py trainers_tuned.py --model "$model" "${batch[@]}" \
         --variants "$@" --rounds "${ROUNDS:-2}" --warmup "${WARMUP:-60}" --steps "${STEPS:-20}" \
         --windows 3 --out "$out/trainers_$model.json") > "$out/trainers_$model.txt" 2>&1
+    ;;
+issue35)  # HF Trainer against itself tuned by hand and with accelkit; a 1B Llama's tune
+    # Estimates from docs/benchmarks.md (H200, cold compile caches). HF GPT-2 B16 x 1024,
+    # one round, each variant its own process of 60 + 3 x 20 steps: hf_bf16 ~35 s (start
+    # ~20 s, 120 steps at 116 ms); hf_compile_fused ~60-90 s (compile 30-60 s, steps at
+    # ~50 ms); hf_accelkit ~70-90 s (trials 48 s in issue 24, more with CUDA graphs'
+    # candidate): ~3-3.5 min, cut at 240 s.
+    (cd benchmarks && timeout -k 5 240 $py trainers_tuned.py --model hf-gpt2 \
+        --variants hf_bf16 hf_compile_fused hf_accelkit --rounds 1 --warmup 60 --steps 20 \
+        --windows 3 --timeout 170 --out "$out/issue35_hf-gpt2.json") \
+        > "$out/issue35_hf-gpt2.txt" 2>&1
+    # Llama-3.2-1B shape, B8 x 2048: the parent's build and FLOP count ~20-30 s; fit ~35 s
+    # (start ~15 s, 5 + 2 x 10 steps at ~350 ms); fit_tune ~150-200 s (46 trial steps
+    # ~15 s, compile ~53 s, CUDA graphs' compile ~30-50 s, the checks, then 25 steps);
+    # max-autotune not tried (no --planned-steps: the fit knows its run is short):
+    # ~3.5-4 min, cut at 290 s.
+    (cd benchmarks && timeout -k 5 290 $py models_people_train.py --model llama-1b \
+        --variants fit fit_tune --warmup 5 --steps 10 --repeats 2 --timeout 230 \
+        --out "$out/issue35_llama-1b.json") > "$out/issue35_llama-1b.txt" 2>&1
+    ;;
+issue35b)  # Lightning against itself compiled by hand and with accelkit
+    # Built-in GPT-2 B32 x 1024, two paired rounds: round 1 lightning_bf16 ~30 s (120 steps
+    # at 84 ms + start), lightning_compile ~50-60 s (compile ~32 s, steps at ~70 ms),
+    # lightning_accelkit ~55-60 s (trials ~35 s); round 2 ~30-40 s each (inductor's
+    # cache warm): ~4-4.5 min, cut at 300 s.
+    (cd benchmarks && timeout -k 5 300 $py trainers_tuned.py --model gpt2 --batch-size 32 \
+        --variants lightning_bf16 lightning_compile lightning_accelkit --rounds 2 \
+        --warmup 60 --steps 20 --windows 3 --timeout 150 \
+        --out "$out/issue35b_lightning_gpt2.json") > "$out/issue35b_lightning_gpt2.txt" 2>&1
+    # HF GPT-2 B16 under Lightning, one round: ~35 + 70 + 75 s: ~3 min, cut at 230 s.
+    (cd benchmarks && timeout -k 5 230 $py trainers_tuned.py --model hf-gpt2 \
+        --variants lightning_bf16 lightning_compile lightning_accelkit --rounds 1 \
+        --warmup 60 --steps 20 --windows 3 --timeout 150 \
+        --out "$out/issue35b_lightning_hf-gpt2.json") > "$out/issue35b_lightning_hf-gpt2.txt" 2>&1
     ;;
 breakdown)
     (cd benchmarks && timeout 240 $py step_breakdown.py --model gpt2 --batch-size 32 \

@@ -8,8 +8,12 @@ attention, transformers 5's default), `hf-gpt2-eager` (the same with
 (accelkit's built-in GPT-2 small), `fasterrcnn` (torchvision
 ``fasterrcnn_resnet50_fpn``, no weights, as torchvision writes detection: a batch of a
 list of images and a list of target dicts, the model returning a dict of losses that
-the loops sum; needs torchvision). Optimizers as users write them: ``AdamW(lr)``
-(``SGD(lr, momentum)`` for ResNet-50 and Faster R-CNN), no ``fused=`` or ``foreach=`` set.
+the loops sum; needs torchvision), `llama-1b` (a Llama-3.2-1B-shaped transformers
+``LlamaForCausalLM`` from its config, 1.24B parameters, SDPA attention, batch 8 x 2048
+random token ids with labels, the model computing its loss; `--seq-len` sets the
+length; off CUDA a 2-layer model of the same kind, which checks the script, not speed).
+Optimizers as users write them: ``AdamW(lr)`` (``SGD(lr, momentum)`` for ResNet-50 and
+Faster R-CNN), no ``fused=`` or ``foreach=`` set.
 
 Variants (each in its own process, all on the same synthetic batch):
 
@@ -25,7 +29,11 @@ Variants (each in its own process, all on the same synthetic batch):
   in a run as short as a benchmark's);
 - `fit_tune`: ``accelkit.torch.fit(tune=True)``; its steady steps are those after the
   trials; the trials' time is reported apart (``tune_seconds``), with what they cost
-  beyond the same steps at the kept speed (``tune_overhead_s``).
+  beyond the same steps at the kept speed (``tune_overhead_s``), what was kept and how
+  much faster than the baseline in tune's paired rounds (speedup and its spread), and
+  each trial below the table. max-autotune is tried only with `--planned-steps` long
+  enough to pay for its compile (minutes on these models): without it the fit knows
+  its data's length, the benchmark's few steps, and tune skips it.
 
 The two fits train their repeats in one call each (the repeats are its windows of
 `--steps` steps, ``report.series``), so a tuned fit's repeats run what tune kept, CUDA
@@ -37,6 +45,8 @@ synchronised at both ends of each repeat. Ratios compare variants of one run.
 
     PYTHONPATH=src python3 benchmarks/models_people_train.py --model hf-gpt2 --out r.json
     PYTHONPATH=src python3 benchmarks/models_people_train.py --model gpt2 --smoke   # CPU check
+    cd benchmarks && PYTHONPATH=../src python3 models_people_train.py --model llama-1b \
+        --variants fit fit_tune --steps 10 --repeats 2 --warmup 5 --out r.json
 """
 
 from __future__ import annotations
@@ -61,7 +71,18 @@ VARIANTS = (
     "fit",
     "fit_tune",
 )
-MODELS = ("hf-gpt2", "hf-gpt2-eager", "timm-vit", "resnet50", "gpt2", "fasterrcnn")
+MODELS = ("hf-gpt2", "hf-gpt2-eager", "timm-vit", "resnet50", "gpt2", "fasterrcnn", "llama-1b")
+
+# Llama 3.2 1B's shape (meta-llama/Llama-3.2-1B's config.json; rope scaling left out: it
+# changes no FLOP or byte of a step), and a 2-layer model of the same kind for the CPU.
+LLAMA_1B = {
+    "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+}  # fmt: skip
+LLAMA_TINY = {
+    "hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
+}  # fmt: skip
 
 
 # -- the model, its batch and its loss, as the model's library has them --------------------
@@ -95,6 +116,8 @@ def build(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, dict[st
         )
     if args.model == "fasterrcnn":
         return detection(args, device)
+    if args.model == "llama-1b":
+        return llama(args, device)
     if args.model == "timm-vit":
         import timm
 
@@ -107,6 +130,36 @@ def build(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, dict[st
     name = "gpt" if smoke and args.model == "gpt2" else args.model
     model, batch, loss_fn, facts = torch_models.build(name, args.batch_size, device)
     return model.to(device), batch, loss_fn, facts
+
+
+def llama(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """A Llama-3.2-1B-shaped ``LlamaForCausalLM`` (`LLAMA_1B`, embeddings tied to the head,
+    SDPA attention) built on `device`, and a batch of random token ids with labels,
+    ``--batch-size`` x ``--seq-len`` (8 x 2048), without an attention mask, as packed
+    pre-training batches come. Off CUDA, or with --smoke, `LLAMA_TINY` at 2 x 64: a 1.24B
+    model's step would take minutes there.
+
+    Memory on one GPU at 8 x 2048: fp32 weights, gradients and AdamW's moments 19.8 GB;
+    the bf16 logits (8 x 2048 x 128,256), their float32 copy for the loss and its
+    gradient about 25 GB; the layers' activations about 30 GB.
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tiny = getattr(args, "smoke", False) or device.type != "cuda"
+    length = getattr(args, "seq_len", None) or (64 if tiny else 2048)
+    config = LlamaConfig(
+        **(LLAMA_TINY if tiny else LLAMA_1B),
+        max_position_embeddings=max(length, 2048),
+        tie_word_embeddings=True,
+        attn_implementation="sdpa",
+    )
+    with torch.device(device):  # initialised where it trains: seconds, not a minute on the CPU
+        model = LlamaForCausalLM(config)
+    batch_size = args.batch_size or (2 if tiny else 8)
+    ids = torch.randint(0, config.vocab_size, (batch_size, length), device=device)
+    facts = {"tokens_per_sample": length, "config": "tiny (2 layers)" if tiny else "Llama-3.2-1B"}
+    return model, {"input_ids": ids, "labels": ids}, None, facts
 
 
 def detection(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, dict[str, Any]]:
@@ -316,10 +369,29 @@ def _child(args: argparse.Namespace, variant: str) -> dict[str, Any]:
     command = [__file__, *gpu_compare.variant_arguments(args, variant)]
     command += ["--smoke"] if args.smoke else []
     command += ["--planned-steps", str(args.planned_steps)] if args.planned_steps else []
+    command += ["--seq-len", str(args.seq_len)] if args.seq_len else []
     return gpu_compare.run_child(command, args.timeout)
 
 
 def compare(args: argparse.Namespace) -> dict[str, Any]:
+    """Every variant in its own process, one after another; the table so far is written
+    to `--out` after each, so a run cut short keeps what it measured."""
+    setting = measure_setting(args)
+    results: dict[str, Any] = {}
+    for variant in args.variants:
+        results[variant] = _child(args, variant)
+        print(
+            f"  {variant}: {'error' if 'error' in results[variant] else 'done'}",
+            file=sys.stderr,
+            flush=True,
+        )
+        gpu_compare.write_json(args.out, tabulate(args, setting, results))
+    return tabulate(args, setting, results)
+
+
+def measure_setting(args: argparse.Namespace) -> dict[str, Any]:
+    """What every variant shares, measured once here: the step's FLOPs (accelkit's
+    counter), samples per step, the model's facts, the datasheet's bf16 peak."""
     import torch
 
     import accelkit
@@ -337,16 +409,25 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         if isinstance(batch, dict)
         else len(batch[0])  # a tensor's first dimension, or a detection batch's images
     )
-    datasheet = peak(accelkit.detect(), "bf16")
-    del model
-    results = {}
-    for variant in args.variants:
-        results[variant] = _child(args, variant)
-        print(
-            f"  {variant}: {'error' if 'error' in results[variant] else 'done'}",
-            file=sys.stderr,
-            flush=True,
-        )
+    del model, batch
+    if device.type == "cuda":  # give the children the memory the count held
+        torch.cuda.empty_cache()
+    return {
+        "flops": flops,
+        "samples": samples,
+        "facts": facts,
+        "datasheet": peak(accelkit.detect(), "bf16"),
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+    }
+
+
+def tabulate(
+    args: argparse.Namespace, setting: dict[str, Any], results: dict[str, Any]
+) -> dict[str, Any]:
+    """The result: one row per variant measured so far, the children's raw output."""
+    flops, samples, facts = setting["flops"], setting["samples"], setting["facts"]
+    datasheet = setting["datasheet"]
     medians = {k: statistics.median(v["step_s"]) for k, v in results.items() if v.get("step_s")}
     rows = []
     for variant, result in results.items():
@@ -381,18 +462,23 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
             if key in result:
                 row[key] = result[key]
         if "tuning" in result:
-            row["tune_chosen"] = result["tuning"]["chosen"]
+            tuning = result["tuning"]
+            row["tune_chosen"] = tuning["chosen"]
+            row["tune_speedup"] = tuning.get("speedup")  # over tune's baseline, paired
+            row["tune_speedup_spread"] = tuning.get("speedup_spread")
         rows.append(row)
     return {
         "benchmark": "models_people_train",
         "model": args.model,
+        "model_config": facts.get("config"),
         "samples_per_step": samples,
         "steps": args.steps,
         "warmup": args.warmup,
         "repeats": args.repeats,
+        "planned_steps": args.planned_steps,
         "flops_per_step": flops,
-        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-        "torch": torch.__version__,
+        "device": setting["device"],
+        "torch": setting["torch"],
         "datasheet_peak": {"tflops": datasheet.tflops, "source": datasheet.source},
         "rows": rows,
         "raw": results,
@@ -400,9 +486,10 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def show(result: dict[str, Any]) -> None:
+    config = f" ({result['model_config']})" if result.get("model_config") else ""
     print(
-        f"{result['model']} on {result['device']}, {result['samples_per_step']} samples/step, "
-        f"{result['repeats']} repeats x {result['steps']} steps; FLOPs/step "
+        f"{result['model']}{config} on {result['device']}, {result['samples_per_step']} "
+        f"samples/step, {result['repeats']} repeats x {result['steps']} steps; FLOPs/step "
         f"{result['flops_per_step'] or 0:.4e}"
     )
     print(
@@ -419,7 +506,7 @@ def show(result: dict[str, Any]) -> None:
             continue
         spread = f"{row['step_ms_spread'][0]:.2f}-{row['step_ms_spread'][1]:.2f}"
         tuning = (
-            f"kept {row['tune_chosen']}, trials {row['tune_seconds']:.1f} s "
+            f"kept {row['tune_chosen']}{_speedup(row)}, trials {row['tune_seconds']:.1f} s "
             f"(+{row['tune_overhead_s']:.1f} s)"
             if "tune_chosen" in row
             else ""
@@ -433,15 +520,33 @@ def show(result: dict[str, Any]) -> None:
         )
 
 
+def _speedup(row: dict[str, Any]) -> str:
+    """`` (2.31x baseline, 2.28-2.35)``: what tune's paired rounds measured for the kept
+    candidate; empty for a record without them."""
+    if not row.get("tune_speedup"):
+        return ""
+    spread = row.get("tune_speedup_spread")
+    within = f", {spread[0]:.2f}-{spread[1]:.2f}" if spread else ""
+    return f" ({row['tune_speedup']:.2f}x baseline{within})"
+
+
 def show_trials(result: dict[str, Any]) -> None:
-    """Each tuned variant's candidates as tune measured them, in the same run."""
+    """Each tuned variant's candidates as tune measured them, in the same run: the step,
+    how many times faster than the candidate it was paired with (its pairs' spread)."""
     for variant, raw in result["raw"].items():
         for trial in (raw.get("tuning") or {}).get("candidates", []):
             step = trial.get("step_seconds")
             compiled = trial.get("compile_seconds")
+            paired, spread = trial.get("paired_speedup"), trial.get("paired_spread")
+            against = (
+                f"  {paired:.3f}x {trial.get('against')}"
+                + (f" ({spread[0]:.3f}-{spread[1]:.3f})" if spread else "")
+                if paired
+                else ""
+            )
             print(
                 f"  {variant} trial {trial['name']:<28}{trial['status']:>9}"
-                f"{'-' if step is None else f'{step * 1e3:.2f} ms':>12}"
+                f"{'-' if step is None else f'{step * 1e3:.2f} ms':>12}{against}"
                 f"{'' if compiled is None else f'  compile {compiled:.1f} s'}"
                 f"  {trial.get('why') or ''}"
             )
@@ -470,7 +575,10 @@ def main(argv: list[str] | None = None) -> int:
         "tune tries what pays only in long runs (max-autotune); the data still ends "
         "after the benchmark's steps",
     )
-    parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument(
+        "--seq-len", type=int, default=None, help="tokens per sample of llama-1b (2048)"
+    )
+    parser.add_argument("--out", help="write the results as JSON here (after each variant)")
     args = parser.parse_args(argv)
     if args.model == "fasterrcnn" and importlib.util.find_spec("torchvision") is None:
         print(f"--model {args.model} needs torchvision: pip install torchvision", file=sys.stderr)

@@ -6,16 +6,26 @@ Variants (each in its own process, in paired rounds whose order alternates, ABBA
 - `hf_accelkit`: the documented integration: ``TrainingArguments(**accelkit.hf.
   training_arguments(plan))`` and ``callbacks=[accelkit.hf.AccelkitCallback(tune=True)]``;
 - `hf_compile`: ``TrainingArguments(bf16=True, torch_compile=True)``, compile by hand;
+- `hf_compile_fused`: ``TrainingArguments(bf16=True, torch_compile=True,
+  optim="adamw_torch_fused")``: what a user who knows the levers sets by hand (the fused
+  AdamW is transformers 5's default already; set here so that the row means the same on
+  any version);
 - `lightning_bf16`: Lightning ``Trainer(precision="bf16-mixed")``;
+- `lightning_compile`: the same Trainer, the network compiled by hand
+  (``torch.compile(model)`` inside the LightningModule; the loss and optimizer as
+  written), no accelkit;
 - `lightning_accelkit`: ``Trainer(**accelkit.lightning.trainer_kwargs(plan),
   callbacks=[accelkit.lightning.AccelkitCallback(tune=True)])``.
 
 ``tune=True`` because a benchmark run is too short for ``"auto"`` (which tunes GPU runs
 estimated at 10 minutes or more); the trials are inside the untimed warm-up (`--warmup`
-steps, more than the 40 the trials take), and ``tune_s`` is what they took. Each
-variant times `--windows` windows of `--steps` optimizer steps after the warm-up, the
-device synchronised at both ends, the trainer's own data loading and loop included.
-Ratios are per round (a variant against the first variant of the same round).
+steps, more than the trials take: `accelkit.torch.tuning.trials.trial_steps`), and
+``tune_s`` is what they took. Each variant times `--windows` windows of `--steps`
+optimizer steps after the warm-up, the device synchronised at both ends, the trainer's
+own data loading and loop included. Ratios are per round (a variant against another
+of the same round): ``ratio`` against the first variant, and each accelkit variant
+against every other one below the table. `--out` is rewritten after every variant, so
+a run cut short keeps what it measured.
 
     PYTHONPATH=src python3 benchmarks/trainers_tuned.py --model hf-gpt2 \\
         --variants hf_bf16 hf_accelkit --rounds 2 --out r.json
@@ -35,7 +45,15 @@ from typing import Any
 import gpu_compare  # same folder: child processes, JSON
 import models_people_train as models  # same folder: the models, batches and optimizers
 
-VARIANTS = ("hf_bf16", "hf_accelkit", "hf_compile", "lightning_bf16", "lightning_accelkit")
+VARIANTS = (
+    "hf_bf16",
+    "hf_accelkit",
+    "hf_compile",
+    "hf_compile_fused",
+    "lightning_bf16",
+    "lightning_compile",
+    "lightning_accelkit",
+)
 
 
 def _device_and_model(args: argparse.Namespace) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
@@ -98,10 +116,12 @@ def run_hf(args: argparse.Namespace) -> dict[str, Any]:
         arguments = TrainingArguments(**accelkit.hf.training_arguments(plan), **common)
         callbacks.append(accelkit.hf.AccelkitCallback(tune=True))
     else:
-        gpu = device.type == "cuda"
-        arguments = TrainingArguments(
-            bf16=gpu, torch_compile=args.variant == "hf_compile", **common
-        )
+        by_hand: dict[str, Any] = {
+            "hf_bf16": {},
+            "hf_compile": {"torch_compile": True},
+            "hf_compile_fused": {"torch_compile": True, "optim": "adamw_torch_fused"},
+        }[args.variant]
+        arguments = TrainingArguments(bf16=device.type == "cuda", **by_hand, **common)
     trainer = Trainer(model, arguments, train_dataset=rows, callbacks=callbacks)
     trainer.train()
     return _result(torch, device, windows(), callbacks[1:], size, arguments.optim)
@@ -122,7 +142,7 @@ def run_lightning(args: argparse.Namespace) -> dict[str, Any]:
     class Module(L.LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            self.net = model
+            self.net = torch.compile(model) if args.variant == "lightning_compile" else model
 
         def training_step(self, data: Any, index: int) -> Any:
             return models.forward_loss(self.net, data, loss_fn)
@@ -181,6 +201,8 @@ def _arguments(args: argparse.Namespace, variant: str) -> list[str]:
     found += ["--windows", str(args.windows)]
     if args.batch_size:
         found += ["--batch-size", str(args.batch_size)]
+    if args.seq_len:
+        found += ["--seq-len", str(args.seq_len)]
     return found + (["--smoke"] if args.smoke else [])
 
 
@@ -188,40 +210,58 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
     rounds: list[dict[str, Any]] = []
     for number in range(args.rounds):
         order = args.variants if number % 2 == 0 else list(reversed(args.variants))
-        runs = {v: gpu_compare.run_child(_arguments(args, v), args.timeout) for v in order}
-        print(f"  round {number + 1}: done", file=sys.stderr, flush=True)
-        rounds.append(runs)
+        rounds.append({})
+        for variant in order:
+            rounds[-1][variant] = gpu_compare.run_child(_arguments(args, variant), args.timeout)
+            failed = "error" in rounds[-1][variant]
+            print(
+                f"  round {number + 1} {variant}: {'error' if failed else 'done'}",
+                file=sys.stderr,
+                flush=True,
+            )
+            gpu_compare.write_json(args.out, summarise(args, rounds))
     return summarise(args, rounds)
+
+
+def _ratios(rounds: list[dict[str, Any]], variant: str, other: str) -> list[float]:
+    """`other`'s median step over `variant`'s, in each round that timed both."""
+    return [
+        statistics.median(r[other]["step_s"]) / statistics.median(r[variant]["step_s"])
+        for r in rounds
+        if r.get(variant, {}).get("step_s") and r.get(other, {}).get("step_s")
+    ]
 
 
 def summarise(args: argparse.Namespace, rounds: list[dict[str, Any]]) -> dict[str, Any]:
     first = args.variants[0]
     rows = []
     for variant in args.variants:
-        medians = [
-            statistics.median(r[variant]["step_s"]) for r in rounds if r[variant].get("step_s")
-        ]
-        ratios = [
-            statistics.median(r[first]["step_s"]) / statistics.median(r[variant]["step_s"])
-            for r in rounds
-            if r[variant].get("step_s") and r[first].get("step_s")
-        ]
-        errors = [r[variant]["error"] for r in rounds if "error" in r[variant]]
+        runs = [r[variant] for r in rounds if variant in r]
+        medians = [statistics.median(run["step_s"]) for run in runs if run.get("step_s")]
+        ratios = _ratios(rounds, variant, first)
+        errors = [run["error"] for run in runs if "error" in run]
         row: dict[str, Any] = {"variant": variant, "errors": errors}
         if medians:
-            size = rounds[0][variant].get("samples_per_step") or 0
+            size = next(run.get("samples_per_step") or 0 for run in runs if run.get("step_s"))
             step = statistics.median(medians)
             row.update(
                 step_ms=step * 1e3, step_ms_rounds=[m * 1e3 for m in medians],
-                samples_per_s=size / step, vs_first=statistics.median(ratios),
-                vs_first_rounds=ratios,
+                samples_per_s=size / step,
+                vs_first=statistics.median(ratios) if ratios else None, vs_first_rounds=ratios,
             )  # fmt: skip
-            tuned = [r[variant].get("tuning") for r in rounds if r[variant].get("tuning")]
+            tuned = [run["tuning"] for run in runs if run.get("tuning")]
             if tuned:
                 row["tune_chosen"] = [t["chosen"] for t in tuned]
                 row["tune_s"] = [t["seconds"] for t in tuned]
-            reported = [r[variant].get("mfu_reported") for r in rounds]
+                row["tune_speedup"] = [t.get("speedup") for t in tuned]  # over its baseline
+                row["tune_speedup_spread"] = [t.get("speedup_spread") for t in tuned]
+            reported = [run.get("mfu_reported") for run in runs]
             row["mfu_reported"] = [m for m in reported if m is not None] or None
+            row["vs_each"] = {
+                other: found
+                for other in args.variants
+                if other != variant and (found := _ratios(rounds, variant, other))
+            }
         rows.append(row)
     return {
         "benchmark": "trainers_tuned",
@@ -236,6 +276,8 @@ def summarise(args: argparse.Namespace, rounds: list[dict[str, Any]]) -> dict[st
 
 
 def show(result: dict[str, Any]) -> None:
+    """The table (ratio: against the first variant, median and range over the rounds),
+    then each accelkit variant against every other one."""
     print(
         f"{result['model']}: {result['rounds']} paired rounds, {result['windows']} x "
         f"{result['steps']} steps after {result['warmup']} (ratio: x the first variant)"
@@ -247,15 +289,36 @@ def show(result: dict[str, Any]) -> None:
                 f"{row['variant']:<20} error: {row['errors'][-1][-300:] if row['errors'] else '?'}"
             )
             continue
-        spread = "-".join(
-            f"{r:.3f}" for r in (min(row["vs_first_rounds"]), max(row["vs_first_rounds"]))
-        )
-        tune = ", ".join(
-            f"{c} ({s:.0f} s)"
-            for c, s in zip(row.get("tune_chosen", []), row.get("tune_s", []), strict=True)
-        )
+        ratios = row["vs_first_rounds"]
+        ratio = "-" if row["vs_first"] is None else f"{row['vs_first']:.3f}"
+        spread = f"{min(ratios):.3f}-{max(ratios):.3f}" if ratios else "-"
         print(f"{row['variant']:<20}{row['step_ms']:>9.2f}{row['samples_per_s']:>11,.1f}"
-              f"{row['vs_first']:>8.3f}{spread:>16}  {tune}")  # fmt: skip
+              f"{ratio:>8}{spread:>16}  {_tuning(row)}")  # fmt: skip
+    for row in result["rows"]:
+        if "accelkit" in row["variant"] and row.get("vs_each"):
+            against = ", ".join(
+                f"{statistics.median(found):.3f}x {other} ({min(found):.3f}-{max(found):.3f})"
+                for other, found in row["vs_each"].items()
+            )
+            print(f"{row['variant']} against: {against}")
+
+
+def _tuning(row: dict[str, Any]) -> str:
+    """Per round: what tune kept, how much faster than its baseline in its paired
+    rounds (their spread), the trials' seconds; then the MFU accelkit reported."""
+    keys = ("tune_chosen", "tune_speedup", "tune_speedup_spread", "tune_s")
+    rounds = zip(*(row.get(key, []) for key in keys), strict=True)
+    kept = []
+    for chosen, speedup, spread, seconds in rounds:
+        figure = f"{speedup:.2f}x" if speedup else "?"
+        within = f" {spread[0]:.2f}-{spread[1]:.2f}" if spread else ""
+        kept.append(f"{chosen} ({figure}{within}, {seconds:.0f} s)")
+    mfu = (
+        "; MFU " + ", ".join(f"{m:.1%}" for m in row["mfu_reported"])
+        if row.get("mfu_reported")
+        else ""
+    )
+    return ", ".join(kept) + mfu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,7 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # one, internal
     parser.add_argument("--timeout", type=int, default=400, help="seconds per variant")
     parser.add_argument("--smoke", action="store_true", help="tiny model, CPU: checks the script")
-    parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument(
+        "--seq-len", type=int, default=None, help="tokens per sample of llama-1b (2048)"
+    )
+    parser.add_argument("--out", help="write the results as JSON here (after each variant)")
     args = parser.parse_args(argv)
     if args.smoke:
         args.steps, args.warmup, args.windows, args.rounds = 2, 42, 2, 1
