@@ -58,9 +58,7 @@ def test_a_compiled_forward_without_gradients_is_dropped_before_it_trains() -> N
         callback, model = train()
     compiled = next(c for c in callback.report.tuning["candidates"] if c["settings"].get("compile"))
     assert compiled["status"] == "failed" and "gradients" in compiled["why"], compiled["why"]
-    assert "forward" not in vars(model) or not hasattr(
-        vars(model)["forward"], "_torchdynamo_orig_callable"
-    )
+    assert "forward" not in vars(model)  # the compiled forward is off: the model's own runs
 
 
 def test_the_trainers_own_compile_is_kept_not_tried() -> None:

@@ -19,6 +19,9 @@ from accelkit.torch.tuning import trials
 from ..helpers.compiling import compiled_as, refusing
 
 STEPS = trials.trial_steps(1, cuda=False) + 6
+BASELINE = len(trials.turns(baseline=True))  # the baseline's units: warm-up, then timed
+UNITS = len(trials.turns(baseline=False))  # a later candidate's: warm-up, paired rounds
+OWN = trials.turns(baseline=False).count(trials.CANDIDATE)  # of them, the candidate's own
 
 
 class Net(torch.nn.Module):
@@ -160,7 +163,7 @@ def test_self_log_of_the_compiled_step_reaches_the_trainer_as_without_tune() -> 
         _, tuned = fit_with_steps(Classifier(), tune=True)
     _, control = fit_with_steps(Classifier(), tune=False)
     compiled = [i for i, on in enumerate(tuned.compiled) if on]
-    assert len(compiled) >= trials.WARMUP_UNITS + trials.TIMED_UNITS - 1, tuned.compiled
+    assert len(compiled) >= OWN - 1, tuned.compiled
     for index in compiled:
         got, want = tuned.logged[index], control.logged[index]
         assert got.keys() == want.keys() == {"train_loss", "index", "x_mean", "half"}
@@ -176,12 +179,15 @@ def test_the_compiled_step_does_not_recompile_per_step() -> None:
     on = [i for i, compiled in enumerate(steps.compiled) if compiled]
     # Its first batches compile (the check's, then the batch index seen changing once);
     # the steps after them run what was compiled, logging a tensor and a float each step.
+    # Switched off for the best's units of its paired rounds and on again: no recompile.
     after = [steps.graphs[i] for i in on[2:]]
-    assert len(after) > trials.TIMED_UNITS // 2 and len(set(after)) == 1, steps.graphs
+    assert len(after) >= OWN - trials.WARMUP_UNITS and len(set(after)) == 1, steps.graphs
 
 
 def test_a_compile_error_after_the_check_falls_back_to_eager_and_the_fit_goes_on() -> None:
-    late = 2 * (trials.WARMUP_UNITS + trials.TIMED_UNITS) + 4  # the compiled step's 5th batch
+    # the compiled step's second timed unit of its own (the first candidate is the optimizer's)
+    own = [i for i, who in enumerate(trials.ROUNDS) if who == trials.CANDIDATE]
+    late = BASELINE + UNITS + trials.WARMUP_UNITS + own[1]
     module = Classifier(late_log=late)
     with compiled_as(backend=refusing(torch.sin)):
         callback, steps = fit_with_steps(module, tune=True)
@@ -203,8 +209,7 @@ def test_a_training_step_that_fails_to_compile_is_dropped_at_its_check() -> None
 def test_a_training_step_that_recompiles_every_step_is_dropped() -> None:
     module = Classifier(step_log=True)
     with compiled_as():  # a trial more: the forward-only compile after it
-        callback, _ = fit_with_steps(module, STEPS + trials.WARMUP_UNITS + trials.TIMED_UNITS,
-                                     tune=True)  # fmt: skip
+        callback, _ = fit_with_steps(module, STEPS + UNITS, tune=True)
     step = by_name(callback)["compile step"]
     assert step["status"] == "failed" and "recompiles as it trains" in step["why"], step["why"]
     assert by_name(callback)["compile"]["status"] in ("chosen", "slower")

@@ -17,7 +17,8 @@ from accelkit.torch.tuning.in_trainer import TrainerTrials
 
 from ..helpers.compiling import compiled_as, graphs_judged, graphs_on_cuda, no_gradients
 
-UNITS = trials.WARMUP_UNITS + trials.TIMED_UNITS
+UNITS = len(trials.turns(baseline=False))  # a candidate's: warm-up, then paired rounds
+BASELINE = len(trials.turns(baseline=True))  # the baseline's: warm-up, then timed
 
 
 class Net(torch.nn.Module):
@@ -88,9 +89,14 @@ def test_the_trials_take_the_first_steps_and_record_each_candidate() -> None:
     names = [t.name.split("+")[0] for t in result.trials]
     assert names == ["eager", "eager", "compile", "cudagraphs", "max-autotune"]
     *timed, graphed, autotune = result.trials
-    assert [t.steps for t in timed] == [UNITS] * 3
-    assert result.steps == len(held) == 3 * UNITS  # the steps after them are not trials
+    assert [t.steps for t in timed] == [BASELINE, UNITS, UNITS]
+    assert result.steps == len(held) == BASELINE + 2 * UNITS  # the steps after: not trials
     assert all(t.step_seconds and t.spread for t in timed)
+    # Each candidate timed in pairs against the best before it, named.
+    for index, trial in enumerate(timed[1:], 1):
+        assert trial.against in {t.name for t in timed[:index]}, trial
+        low, high = trial.paired_spread
+        assert low <= trial.paired_speedup <= high
     assert result.trials[2].compile_seconds is not None
     assert graphed.status == "skipped" and "CUDA device" in graphed.why  # the CPU
     assert autotune.status == "skipped" and "GPU kernels" in autotune.why
@@ -138,11 +144,11 @@ def test_a_unit_is_an_optimizer_step_also_after_a_failed_check(unit: int) -> Non
     with compiled_as():
         tuning, _ = train(Net(constant=True), batches(3 * UNITS * unit + 4), unit=unit)
     result = tuning.result
-    assert [t.steps for t in result.trials[:2]] == [UNITS * unit] * 2
+    assert [t.steps for t in result.trials[:2]] == [BASELINE * unit, UNITS * unit]
     assert result.trials[2].status == "failed" and result.trials[2].steps == 1
     # The failed candidate's optimizer step trained through (untimed): the steps the trials
     # took are whole optimizer steps, so the accumulation stays in phase after them.
-    assert result.steps == 2 * UNITS * unit + unit
+    assert result.steps == (BASELINE + UNITS) * unit + unit
     assert result.steps % unit == 0
 
 
@@ -154,7 +160,7 @@ def test_auto_leaves_a_cpu_run_untouched_and_says_why() -> None:
 
 
 def test_a_training_that_ends_during_the_baseline_is_not_tuned() -> None:
-    tuning, _ = train(Net(), batches(UNITS - 1))
+    tuning, _ = train(Net(), batches(BASELINE - 1))
     assert tuning.result.decision == "not tuned: the training ended during the baseline's steps"
 
 
@@ -178,7 +184,7 @@ def test_without_a_torch_optimizer_only_compile_is_tried() -> None:
 def test_a_training_that_ends_during_a_candidate_keeps_the_best_and_says_so() -> None:
     model = Net()
     with compiled_as():
-        tuning, _ = train(model, batches(2 * UNITS + 3))
+        tuning, _ = train(model, batches(BASELINE + UNITS + 3))
     under_way = tuning.result.trials[-1]
     assert under_way.name.startswith("compile") and under_way.steps == 3
     assert under_way.why == "the training ended during this candidate's steps"
@@ -301,8 +307,10 @@ def test_sdpa_that_computes_something_else_is_dropped_before_the_trainer_trains_
     sdpa = modeling.ALL_ATTENTION_FUNCTIONS["sdpa"]
 
     def other_sdpa(*args: Any, **kwargs: Any) -> Any:
+        # 1.5x left this GPT-2's gradients 9.6-10.1% off the eager ones, at the 10% limit
+        # (which batch was checked decided); 2x is 18.5% off.
         output, weights = sdpa(*args, **kwargs)
-        return output * 1.5, weights
+        return output * 2.0, weights
 
     monkeypatch.setitem(modeling.ALL_ATTENTION_FUNCTIONS, "sdpa", other_sdpa)
     tuning = _train_lm(model, 2 * UNITS + 2)
@@ -317,13 +325,88 @@ def test_a_chosen_candidate_overtaken_keeps_its_figure_and_names_what_beat_it() 
 
     eager = Trial("eager", {}, status="baseline", step_seconds=0.4)
     sdpa = Trial("eager+sdpa", {}, status="measured", step_seconds=0.2)
+    trials.pair(sdpa, "eager", [0.2] * 4, [0.4, 0.38, 0.42, 0.4])
     trials.overtake(sdpa, eager)
-    assert (eager.status, sdpa.status, sdpa.why) == ("baseline", "chosen", "2.00x eager")
+    assert (eager.status, sdpa.status) == ("baseline", "chosen")
+    assert sdpa.why == "2.00x eager (pairs 1.90-2.10x)"
     compiled = Trial("compile+sdpa", {}, status="measured", step_seconds=0.1)
+    trials.pair(compiled, "eager+sdpa", [0.1] * 4, [0.2] * 4)
     trials.overtake(compiled, sdpa)
-    assert (compiled.status, compiled.why) == ("chosen", "2.00x eager+sdpa")
+    assert (compiled.status, compiled.why) == ("chosen", "2.00x eager+sdpa (pairs 2.00-2.00x)")
     assert sdpa.status == "slower"
-    assert sdpa.why == "2.00x eager; overtaken by compile+sdpa (2.00x it)"
+    assert sdpa.why == "2.00x eager (pairs 1.90-2.10x); overtaken by compile+sdpa (2.00x it)"
+    # The record's speedup: the pairs' medians along the chain, not the ratio of medians.
+    result = trials.TuneResult("tuned", (eager, sdpa, compiled), True, "default", 1.0, 26)
+    assert result.speedup == 4.0 and result.speedup_spread == [3.8, 4.2]
+
+
+# -- paired rounds: a busy machine cannot fool the timing (issue 35, E15) ------------------
+
+# Each step sleeps longer with SGD's default implementation than with the candidate's
+# (2x by construction), and longer still at the units another job "loads". Load on the
+# machine only adds to both sides of a pair: towards 1x, never above 2x.
+BEST_S, CANDIDATE_S, LOAD_S = 0.06, 0.03, 0.2
+
+
+def sleepy_trainer(turn: str, index: int) -> tuple[TrainerTrials, Any]:
+    """A trainer's loop (compile left out: the optimizer's implementation is the only
+    candidate) loaded during the baseline and the candidate's warm-up, and at the
+    `index`-th unit of its rounds that `turn` trains."""
+    rounds_at = BASELINE + trials.WARMUP_UNITS
+    loaded = set(range(rounds_at))
+    loaded.add(rounds_at + [i for i, who in enumerate(trials.ROUNDS) if who == turn][index])
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    tuning = TrainerTrials(
+        model, optimizer, torch.device("cpu"), mode=True, compile_targets=[],
+        compile_fixed=None, planned_steps=None, batches_per_unit=1,
+        forward_backward=lambda batch: None,
+    )  # fmt: skip
+    for index_, (x, y) in enumerate(batches(BASELINE + UNITS + 2)):
+        tuning.begin()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        group = optimizer.param_groups[0]
+        switched = bool(group.get("fused") or group.get("foreach"))
+        time.sleep((CANDIDATE_S if switched else BEST_S) + (LOAD_S if index_ in loaded else 0))
+        optimizer.step()
+        optimizer.zero_grad()
+        tuning.end()
+    tuning.stop()
+    return tuning, optimizer
+
+
+def test_load_during_the_baseline_and_a_best_unit_does_not_inflate_its_speedup() -> None:
+    """Before: the baseline's median, under load, over the candidate's: about 8x."""
+    tuning, optimizer = sleepy_trainer(trials.BEST, 0)
+    result = tuning.result
+    switched = result.trials[1]
+    expected = BEST_S / CANDIDATE_S
+    assert result.speedup is not None and result.speedup <= expected * 1.5, switched
+    assert switched.against == "eager" and switched.paired_spread is not None
+    assert switched.paired_spread[1] > expected  # the loaded pair: seen, outvoted
+    group = optimizer.param_groups[0]
+    if switched.status == "chosen":  # as on a quiet machine (load can take it towards 1x)
+        assert result.speedup == pytest.approx(switched.paired_speedup, rel=1e-3)
+        assert group.get("fused") or group.get("foreach")  # kept on
+    else:
+        assert switched.why.startswith(("undecided: within noise", "not clearly faster"))
+        assert result.speedup == 1.0 and not (group.get("fused") or group.get("foreach"))
+
+
+def test_load_during_a_candidates_unit_leaves_the_trainers_best_on() -> None:
+    """Before: kept at about 8x. Now the loaded pair says slower: the best stays."""
+    tuning, optimizer = sleepy_trainer(trials.CANDIDATE, 1)
+    result = tuning.result
+    switched = result.trials[1]
+    assert switched.status == "slower" and switched.paired_spread is not None
+    assert switched.paired_spread[0] < 1, switched
+    assert switched.paired_speedup is not None
+    if switched.paired_speedup > 1 + trials.MARGIN:  # the median alone says faster
+        assert switched.why.startswith("undecided: within noise (median "), switched.why
+    assert result.chosen.name == "eager" and result.speedup == 1.0
+    group = optimizer.param_groups[0]
+    assert not group.get("fused") and not group.get("foreach")  # the best is on
+    assert switched.steps == UNITS and result.steps == BASELINE + UNITS
 
 
 class SlowWhenEager(Net):
@@ -332,7 +415,7 @@ class SlowWhenEager(Net):
 
     def forward(self, x: Any) -> Any:
         if not torch.compiler.is_compiling():
-            time.sleep(0.02)
+            time.sleep(0.1)  # beyond a load burst on a busy CI machine: every pair says so
         return super().forward(x)
 
 

@@ -41,7 +41,7 @@ class SlowWhenEager(torch.nn.Module):
 
     def forward(self, x: Any) -> Any:
         if not torch.compiler.is_compiling():
-            time.sleep(0.02)
+            time.sleep(0.1)  # beyond a load burst on a busy CI machine: every pair says so
         return self.net(x)
 
 
@@ -85,7 +85,7 @@ def test_max_autotune_is_tried_checked_and_recorded_when_the_run_pays_for_it(
     compiled = by_name["compile"]
     autotune = by_name["max-autotune"]
     # compile was kept over eager (whose forward sleeps), max-autotune tried on top of it
-    assert compiled["why"].endswith("x eager") or "overtaken by max-autotune" in compiled["why"]
+    assert compiled["why"].split(" (pairs ")[0].endswith("x eager"), compiled["why"]
     assert (compiled["status"] == "chosen") != (autotune["status"] == "chosen")
     assert autotune["settings"]["compile_mode"] == "max-autotune-no-cudagraphs"
     assert autotune["steps"] == trials.WARMUP_UNITS + trials.TIMED_UNITS

@@ -5,7 +5,11 @@ micro-batches reach only ``model(**inputs)``. `TrainerSteps` registers a forward
 pre-hook on the model that keeps the keyword arguments of each training-mode call made
 while a step is open (the Trainer's batch dicts: ``input_ids``, ``attention_mask``,
 ``labels``), and closes the step on the meter's public clock with their samples and
-tokens. Nothing here changes what the Trainer computes.
+tokens. Nothing here changes what the Trainer computes, nor runs the model more often
+than the Trainer does: the first step's FLOPs are counted as that step trains (a
+`flop_counter` from ``on_step_begin`` to ``on_step_end``: every micro-batch's forward,
+loss and backward, under the Trainer's own autocast and ``compute_loss``), not in a
+pass of their own.
 
 A step that a break follows (the Trainer logs, evaluates, saves, or the epoch or the
 training ends) is closed after a device synchronisation: the Trainer waits for that
@@ -15,11 +19,10 @@ to the step, not to the break the hooks time after it.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from accelkit.profiling import torch_batches
-from accelkit.profiling.flops_torch import count_train_step_flops
+from accelkit.profiling.flops_torch import counted, flop_counter
 
 
 class TrainerSteps:
@@ -30,7 +33,9 @@ class TrainerSteps:
         fallback_samples: samples of a step whose batches were not seen (a model whose
             hooks do not run, e.g. under some compilers): per-device batch size x
             gradient accumulation.
-        count_flops: count the first step's FLOPs on its first micro-batch.
+        count_flops: count the first step's FLOPs as it trains. A first step that
+            raises leaves the counter on until `detach` (the callback's ``with`` block
+            ends, or the next ``train()`` begins).
 
     Attributes:
         samples, tokens: totals over all closed steps.
@@ -46,7 +51,7 @@ class TrainerSteps:
         ...     for _ in range(3):   # the Trainer's optimizer steps: model(**inputs), backward
         ...         steps.begin()
         ...         model(input=torch.zeros(8, 4)).sum().backward()
-        ...         steps.end(model)
+        ...         steps.end()
         >>> steps.samples, meter.report().steps
         (24, 3)
     """
@@ -57,6 +62,7 @@ class TrainerSteps:
         self.samples = self.tokens = 0
         self.flops: int | None = None  # counted FLOPs of one step
         self._count = count_flops
+        self._counter: Any = None  # counting the first step while it runs
         self._batches: list[dict[str, Any]] | None = None
         self._hook: Any = None
 
@@ -67,6 +73,7 @@ class TrainerSteps:
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
+        self._stop_counting()
 
     def _seen(self, module: Any, args: Any, kwargs: dict[str, Any]) -> None:
         if self._batches is not None and module.training and not args:
@@ -75,8 +82,11 @@ class TrainerSteps:
     def begin(self) -> None:
         self.meter.step_begin()
         self._batches = []
+        if self._count and self.meter.clock.steps == 0:
+            self._count = False
+            self._start_counting()
 
-    def end(self, model: Any, *, synchronize: bool = False) -> None:
+    def end(self, *, synchronize: bool = False) -> None:
         """Close the open step (no-op when none is open); with `synchronize`, once the
         device has finished the step's queued work."""
         batches, self._batches = self._batches, None
@@ -100,33 +110,41 @@ class TrainerSteps:
                     "(no forward hook ran): samples from the batch size arguments",
                 )
         if self.meter.clock.steps == 0:
-            self.meter.step_work_done()  # the FLOP count's pass below is not the step
-            self._first(model, batches, samples)
+            self._first(batches, samples)
         self.samples += samples
         self.tokens += tokens
         self.meter.last_batch_size = samples
         self.meter.step_done(samples=samples, tokens=tokens, real_tokens=real if tokens else None)
 
-    def _first(self, model: Any, batches: list[dict[str, Any]], samples: int) -> None:
+    def _first(self, batches: list[dict[str, Any]], samples: int) -> None:
         from accelkit.torch.measuring.facts import half_integer_inputs
 
         self.meter.facts.setdefault("batch_size", samples)
         found = half_integer_inputs(batches[0]) if batches else None
         if found:
             self.meter.facts.setdefault("half_integer_inputs", found)
-        if not self._count:
+        counter = self._stop_counting()
+        if counter is None:
             return
-        if not batches:
-            self.meter.note("flops_per_step", "no batch seen to count on")
-            return
-        count = count_train_step_flops(model, batches[0])
-        if count.total is not None and len(batches) > 1:
-            count = dataclasses.replace(
-                count,
-                total=count.total * len(batches),
-                forward=None,
-                recomputed=None if count.recomputed is None else count.recomputed * len(batches),
-                notes=(*count.notes, f"first micro-batch x {len(batches)} (gradient accumulation)"),
-            )
+        count = counted(counter, method=_METHOD)
         self.flops = count.total
         self.meter.set_flops(count)
+
+    def _start_counting(self) -> None:
+        try:
+            counter = flop_counter()
+            counter.__enter__()
+        except Exception as error:  # noqa: BLE001 - counting is optional
+            self.meter.note("flops_per_step", f"FLOP counting unavailable: {error}")
+            return
+        self._counter = counter
+
+    def _stop_counting(self) -> Any:
+        """The counter, stopped (None when none ran)."""
+        counter, self._counter = self._counter, None
+        if counter is not None:
+            counter.__exit__(None, None, None)
+        return counter
+
+
+_METHOD = "torch FlopCounterMode on the first step (its micro-batches as the Trainer ran them)"

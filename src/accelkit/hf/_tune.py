@@ -5,7 +5,12 @@ step begins and ends (``on_step_begin``, ``on_step_end``) and shows it the batch
 Trainer passes to ``model(**inputs)`` (a forward pre-hook). The compiled candidate
 compiles the model's ``forward`` in place, around whatever the Trainer set there
 (Accelerate's autocast); the check's forward and backward pass is that forward on the
-batch, its loss read as the fit reads a model's (`in_trainer.scalar_of`).
+batch, its loss read as the fit reads a model's (`in_trainer.scalar_of`). Each pass runs
+on a copy of the model (`accelkit.torch.tuning.reference.copy_of`: its parameters and
+buffers shared, the rest of its Python state copied for the length of the pass), so the
+model's ``forward`` and the Trainer's ``compute_loss`` run only when the Trainer runs
+them; the copy's forward is called directly, so the callbacks' batch readers (forward
+hooks on the model) do not see it.
 
 The Trainer's own settings come first: ``TrainingArguments(torch_compile=True)`` keeps
 its compiled model (compile is not a candidate), and a sharded run (FSDP, DeepSpeed) is
@@ -17,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from accelkit.profiling.tuning import TuneResult
+from accelkit.torch.tuning import reference
 from accelkit.torch.tuning.in_trainer import TrainerTrials, not_tuned, safely, scalar_of
 
 
@@ -71,7 +77,7 @@ def _compiled_already(args: Any, model: Any) -> str | None:
 
 def _forward_backward(model: Any) -> Any:
     def forward_backward(batch: Any) -> Any:
-        loss = scalar_of(model.forward(**batch))
+        loss = scalar_of(reference.copy_of(model).forward(**batch))
         loss.backward()
         return loss
 

@@ -12,7 +12,7 @@ adapter of the Trainer's hooks over `accelkit.torch.Meter` (one measurement core
 **Steps.** One measured step is one optimizer step (``state.global_step``) with all its
 micro-batches, from ``on_step_begin`` to ``on_step_end``; a forward pre-hook reads the
 batch dicts the Trainer passes to ``model(**inputs)`` (samples, tokens, real tokens;
-FLOPs counted on the first step's first micro-batch: `accelkit.hf._steps`). The gap
+FLOPs counted as the first step trains: `accelkit.hf._steps`). The gap
 between two steps is input wait: the Trainer fetches a step's batches before
 ``on_step_begin``.
 
@@ -243,7 +243,7 @@ class AccelkitCallback(transformers.TrainerCallback):
             self._trials.begin()
 
     @override
-    def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any) -> None:
+    def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
         if not self._measuring:
             return
         assert self._steps is not None
@@ -256,7 +256,7 @@ class AccelkitCallback(transformers.TrainerCallback):
             or control.should_epoch_stop
             or (epoch is not None and float(epoch).is_integer())  # the epoch's last step
         )
-        self._steps.end(model, synchronize=bool(break_follows))
+        self._steps.end(synchronize=bool(break_follows))
         if self._trials is not None:
             self._trials.end()
             self._keep_trials()

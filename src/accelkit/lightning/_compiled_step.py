@@ -13,6 +13,11 @@ So while the compiled step runs, ``self.log`` and ``self.log_dict`` record their
 arguments (a list append: dynamo returns the logged tensors as outputs of the graph), and
 the real calls are made in order once the compiled code returns, still inside the
 Trainer's step, where Lightning expects them.
+
+The compiled function is ``training_step``'s own, with the module as its first argument
+(`accelkit.torch.tuning.in_trainer.compiled_method`): tune's check runs it on a copy of
+the module (`accelkit.torch.tuning.reference.copy_of`), which leaves the module's own
+Python state to the Trainer's steps, and those steps reuse what the check compiled.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from accelkit.torch.tuning import graphs
+from accelkit.torch.tuning.in_trainer import bound, compiled_method
 
 _LOGGING = ("log", "log_dict")
 
@@ -63,16 +69,23 @@ class CompiledStep:
         self._module = module
         self._config = torch._dynamo.config
         self._saved = vars(module).get("training_step")
-        self._compiled = torch.compile(module.training_step, **options)
+        self._compiled, function = compiled_method(torch, module, "training_step", **options)
         # In a mode that captures CUDA graphs, what the step returns and logs is copied
         # out of the graphs' memory, which the next step's replay overwrites.
         self._copied_out: Callable[[Any], Any] = lambda value: value
         if graphs.captures(options.get("mode")):
-            self._compiled = graphs.replayed(torch, self._compiled)
             self._copied_out = functools.partial(graphs.copied_out, torch)
         self._calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self._checked = False  # the first call raises what compiling raises
-        self._step = functools.update_wrapper(self._entry(), module.training_step)
+        # A method of the module (a copy binds it to itself), signed as the user's: its
+        # ``__wrapped__`` is what Lightning's signature checks read (batch_idx,
+        # dataloader_iter).
+        self._step = (
+            bound(self._run, function, module)
+            if function is not None
+            else functools.update_wrapper(self._entry(), module.training_step)
+        )
+        self._takes_module = function is not None
 
     def on(self) -> None:
         self._module.training_step = self._step
@@ -84,17 +97,19 @@ class CompiledStep:
             self._module.training_step = self._saved
 
     def _entry(self) -> Callable[..., Any]:
-        # A plain function: update_wrapper gives it the user's name and ``__wrapped__``,
-        # which Lightning's signature checks follow (batch_idx, dataloader_iter).
+        # A training_step that is no method of the module (a wrapper's function): called
+        # as it is, on the module.
         def training_step(*args: Any, **kwargs: Any) -> Any:
-            return self._run(*args, **kwargs)
+            return self._run(self._module, *args, **kwargs)
 
         return training_step
 
-    def _run(self, *args: Any, **kwargs: Any) -> Any:
-        module = self._module
+    def _run(self, module: Any, *args: Any, **kwargs: Any) -> Any:
+        """The compiled step on `module` (the trained one, or the check's copy)."""
         saved = {name: vars(module).get(name) for name in _LOGGING}
         module.log, module.log_dict = self._record_log, self._record_log_dict
+        if self._takes_module:
+            args = (module, *args)
         try:
             with self._config.patch(suppress_errors=self._checked):
                 self._checked = True

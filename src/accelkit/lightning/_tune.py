@@ -8,8 +8,13 @@ LightningModule's children that hold parameters (a ``training_step`` that calls
 ``self(x)`` or ``self.model(x)`` reaches them either way; the loss stays eager). A
 ``training_step(dataloader_iter)`` draws its own batches: only its children are
 compiled. The check's forward and backward pass is the module's ``training_step`` (the
-compiled one while that candidate is on) under the Trainer's precision, its ``self.log``
-calls silenced.
+compiled one while that candidate is on) under the Trainer's precision, on the batch and
+batch index the Trainer is about to train, its ``self.log`` calls silenced. Each pass runs
+on a copy of the module (`accelkit.torch.tuning.reference.copy_of`; the Trainer it refers
+to is the fit's own): a step that advances the module's Python state (a counter that
+anneals a loss weight, a list of the losses seen) advances it once per trained batch, as
+without tune. The copy shares the module's parameters and buffers; it costs the rest of
+its Python state, for the length of a pass.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ from typing import Any
 import torch
 
 from accelkit.lightning._compiled_step import CompiledStep
-from accelkit.lightning._flops import logging_off
 from accelkit.profiling.tuning import TuneResult
+from accelkit.torch.tuning import reference
 from accelkit.torch.tuning.in_trainer import TrainerTrials, not_tuned, safely
 
 # The strategies whose module trains whole on each device, as tune measures it.
@@ -104,14 +109,50 @@ def _planned_batches(trainer: Any, accumulate: int) -> int | None:
 
 
 def _forward_backward(trainer: Any, pl_module: Any) -> Any:
+    """``forward_backward((batch, batch_idx)) -> loss`` on a copy of `pl_module` made for
+    the pass (`TrainerTrials`' check)."""
     plugin = getattr(trainer, "precision_plugin", None)
     context = getattr(plugin, "train_step_context", contextlib.nullcontext)
 
-    def forward_backward(batch: Any) -> Any:
-        with logging_off(pl_module), context():
-            output = pl_module.training_step(batch, 0)
+    def forward_backward(batch_and_index: tuple[Any, int]) -> Any:
+        batch, index = batch_and_index
+        module = step_copy(pl_module)
+        with context():
+            output = module.training_step(batch, index)
         loss = output["loss"] if isinstance(output, Mapping) else output
         loss.backward()
         return loss
 
     return forward_backward
+
+
+def step_copy(pl_module: Any) -> Any:
+    """`pl_module` copied for one pass of the check (`reference.copy_of`): attached to
+    the fit's Trainer (a LightningModule leaves it out of its copies), its ``self.log``
+    calls doing nothing (the pass is not a step of the fit).
+
+    Example:
+        >>> import torch
+        >>> class Module(torch.nn.Linear):   # a LightningModule's training_step and log
+        ...     seen = ()
+        ...     def log(self, name, value):
+        ...         raise AssertionError("logged")
+        ...     def training_step(self, batch, batch_idx):
+        ...         loss = self(batch).square().mean()
+        ...         self.seen += (float(loss.detach()),)
+        ...         self.log("loss", loss)
+        ...         return loss
+        >>> module = Module(4, 2)
+        >>> _ = step_copy(module).training_step(torch.ones(3, 4), 0)
+        >>> module.seen
+        ()
+    """
+    module = reference.copy_of(pl_module)
+    if "_trainer" in vars(pl_module):
+        module._trainer = pl_module._trainer
+    module.log = module.log_dict = _ignore
+    return module
+
+
+def _ignore(*args: Any, **kwargs: Any) -> None:
+    return None

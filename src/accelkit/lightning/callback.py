@@ -12,8 +12,9 @@ reported beside the training figures (`RunReport.evaluation_seconds`,
 `other_seconds`) and counts in none of them: step time, samples/s, MFU and input wait
 come from the training steps alone.
 
-The first batch's FLOPs are counted through the module's own `training_step`
-(forward + loss + backward, no optimizer step), under the Trainer's precision. At
+The first batch's FLOPs are counted as the Trainer trains it (`Meter`'s count on its
+first step: forward, loss and backward under the Trainer's precision), so the module's
+`training_step` runs only when the Trainer runs it, also with `tune` on. At
 every window boundary, where the meter synchronises the device anyway, rank 0 logs the
 windows' figures to the Trainer's loggers, named as every accelkit logger integration
 names them (`accelkit.profiling.metrics`: ``accelkit/step_time_s``...). Under DDP every
@@ -31,7 +32,6 @@ from typing import Any
 
 from typing_extensions import override
 
-from accelkit.lightning._flops import count_training_step
 from accelkit.lightning._framework import lightning_pytorch
 from accelkit.lightning._meter_steps import OpenStep
 from accelkit.lightning._tune import trials_for
@@ -67,6 +67,10 @@ class AccelkitCallback(_Callback):
             the first batch otherwise), ``tokens_per_sample``, ``warmup``, ``window``
             (steps between device synchronisations, and between logged rows),
             ``sample_gpu``, ``calibrate``, ``single_device``.
+
+    The callback runs the module's ``training_step`` only when the Trainer does: the FLOPs
+    are counted on the first batch as it trains, and tune's check against the eager step
+    runs on copies of the module (`accelkit.lightning._tune`).
 
     Raises:
         ValueError, TypeError: an option out of range, of the wrong type or unknown.
@@ -108,7 +112,6 @@ class AccelkitCallback(_Callback):
         self.meter: Meter | None = None
         self._steps: OpenStep | None = None
         self._trainer: Any = None
-        self._count = False  # count the first batch's FLOPs through training_step
         self._epochs = 0
         self._loss_sum: Any = None  # this epoch's losses, summed on the device
         self._loss_steps = 0
@@ -118,17 +121,10 @@ class AccelkitCallback(_Callback):
     @override
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
         """The strategy has set up (the module on its device and wrapped, the optimizers
-        made) and the sanity check is still to come: the meter starts here."""
-        inline = self._counted_inline(trainer, pl_module)
-        self._count = self.options.flops_per_step is None and not inline
+        made) and the sanity check is still to come: the meter starts here. It counts
+        the first batch's FLOPs as that batch trains (no pass of its own)."""
         optimizers = getattr(trainer, "optimizers", None) or [None]
-        self.meter = Meter(
-            pl_module,
-            optimizer=optimizers[0],
-            count_flops=inline,
-            # the counted step runs slower: it is warm-up
-            **self.options.to_kwargs(warmup=max(self.options.warmup, int(self._count))),
-        )
+        self.meter = Meter(pl_module, optimizer=optimizers[0], **self.options.to_kwargs())
         self.meter.on_window = self._log_window
         self._steps = OpenStep(self.meter)
         self._trainer, self._epochs, self.report = trainer, 0, None
@@ -152,13 +148,10 @@ class AccelkitCallback(_Callback):
     ) -> None:
         if self._steps is None or self.report is not None:
             return
-        if self._count:
-            self._count = False
-            self._count_flops(trainer, pl_module, batch)
         self._steps.begin(batch)
         if self._trials is not None:
             self._trials.begin()
-            self._trials.batch(batch)
+            self._trials.batch((batch, batch_idx))  # what `_tune`'s check runs on
 
     @override
     def on_train_batch_end(
@@ -308,25 +301,6 @@ class AccelkitCallback(_Callback):
             recorder.resume()
 
     # -- figures ---------------------------------------------------------------------
-
-    @staticmethod
-    def _counted_inline(trainer: Any, pl_module: Any) -> bool:
-        """Whether the first step's FLOPs are counted as it runs rather than in a pass of
-        their own through `training_step`: a manual-optimization step steps its
-        optimizers, and under a root FSDP1 unit (FSDPStrategy) a pass outside the root
-        breaks the fit (`sharding.is_fsdp1_root`)."""
-        from accelkit.torch.distributed import sharding
-
-        manual = not getattr(pl_module, "automatic_optimization", True)
-        return manual or sharding.is_fsdp1_root(getattr(trainer.strategy, "model", None))
-
-    def _count_flops(self, trainer: Any, pl_module: Any, batch: Any) -> None:
-        assert self.meter is not None  # made in on_fit_start
-        count = count_training_step(trainer, pl_module, batch)
-        if count.total is None:
-            self.meter.note("flops_per_step", "; ".join(count.notes))
-            return
-        self.meter.set_flops(count)
 
     def _loss_mean(self) -> float:
         return float(self._loss_sum) / self._loss_steps

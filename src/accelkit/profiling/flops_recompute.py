@@ -29,6 +29,7 @@ ops are served from its cache, never run again, and so are not counted at all.
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -123,8 +124,14 @@ class StepFlopCounter(FlopCounterMode):
         super().__init__(display=False, custom_mapping=dict(custom_mapping or {}))
         self._recomputation: _Recomputation | None = None
         self._recomputed: dict[str, int] = {}
+        self._eager: Any = None
 
     def __enter__(self) -> Self:
+        # Compiled code counted as it runs (a door counts the run's own first step, which
+        # a script may have compiled) runs eager while counted: dynamo (torch 2.13) skips
+        # a compiled function called under a dispatch mode, and never runs its compiled
+        # code again. Same ops, same FLOPs; it compiles at its next call instead.
+        self._eager = _force_eager()
         super().__enter__()
         self._recomputation = _Recomputation(self)
         self._recomputation.__enter__()
@@ -138,6 +145,9 @@ class StepFlopCounter(FlopCounterMode):
                 self._recomputed = dict(recomputation.by_op)
         finally:
             result = super().__exit__(*exc)
+            eager, self._eager = self._eager, None
+            if eager is not None:
+                eager.__exit__(*exc)
         return result
 
     def recomputed_by_op(self) -> dict[str, int]:
@@ -148,3 +158,10 @@ class StepFlopCounter(FlopCounterMode):
     def recomputed_flops(self) -> int:
         """FLOPs of the forward that checkpointing recomputed in backward (0 without it)."""
         return sum(self.recomputed_by_op().values())
+
+
+def _force_eager() -> Any:
+    """``torch.compiler.set_stance("force_eager")``, applied now and undone by its
+    ``__exit__``; a no-op where torch (before 2.6) has no stances."""
+    set_stance = getattr(torch.compiler, "set_stance", None)
+    return set_stance("force_eager") if set_stance is not None else contextlib.nullcontext()

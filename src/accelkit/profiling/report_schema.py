@@ -40,6 +40,7 @@ _TUNING_DERIVED: dict[str, Any] = {
     "baseline": str,
     "chosen": str,
     "speedup": float | None,
+    "speedup_spread": list[float] | None,
     "cudagraphs": bool,
     "compile_mode": str | None,
     "candidates": list[dict[str, Any]],

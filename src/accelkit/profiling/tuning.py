@@ -8,6 +8,7 @@ read by the advisor's rules (`accelkit.advisor.tuning`): one definition for both
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -161,13 +162,21 @@ class Trial:
             where SDPA attention was on (its trial and those after it kept), and under DDP
             ``"compression"``, ``"bucket_cap_mb"``, ``"static_graph"``, ``"broadcast_buffers"``.
         status: ``"baseline"``, ``"chosen"``, ``"slower"``, ``"failed"`` or ``"skipped"``.
-        step_seconds: median of the timed optimizer steps (None: not timed).
-        spread: ``[min, max]`` of the timed steps.
-        steps: training steps (batches) the candidate trained on.
+        step_seconds: median of its own timed optimizer steps (None: not timed).
+        spread: ``[min, max]`` of its own timed steps.
+        steps: training steps (batches) its trial took: its own, and the best's steps
+            of its paired rounds.
         compile_seconds: the first compiled step less the steady step time.
-        why: the reason for the status, in words.
+        why: the reason for the status, in words (``"undecided: within noise (...)"``
+            where its median pair said faster and one of its pairs did not).
         check: how its first batch compared with the eager step (a compiled or
             CUDA-graph candidate; None: not checked, or it failed before the check).
+        paired_speedup: how many times faster than the best so far (`against`) it ran:
+            the median, over its paired rounds, of the best's step over its own step
+            next to it, run under the same load (None: not timed in pairs, as the
+            baseline, or one cut short).
+        paired_spread: ``[min, max]`` of those ratios: the noise the median stands in.
+        against: the name of the trial it was paired with.
     """
 
     name: str
@@ -179,6 +188,9 @@ class Trial:
     compile_seconds: float | None = None
     why: str = ""
     check: Check | None = None
+    paired_speedup: float | None = None
+    paired_spread: list[float] | None = None
+    against: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -241,9 +253,65 @@ class TuneResult:
 
     @property
     def speedup(self) -> float | None:
-        """The kept candidate's median step against the baseline's (1.0: baseline kept)."""
-        base, best = self.baseline.step_seconds, self.chosen.step_seconds
-        return round(base / best, 3) if base and best else None
+        """How many times faster than the baseline the kept candidate runs: the product
+        of the paired speedups along the candidates kept one over another (baseline ->
+        the first kept -> the one that overtook it ...); 1.0: the baseline kept; None:
+        no baseline timed. A record saved before paired rounds gives the ratio of
+        medians it was judged by.
+
+        Example:
+            >>> result = TuneResult("tuned", (
+            ...     Trial("eager", {}, "baseline", step_seconds=0.4),
+            ...     Trial("eager+fused", {}, "slower", paired_speedup=1.25,
+            ...           paired_spread=[1.2, 1.3], against="eager"),
+            ...     Trial("compile+fused", {}, "chosen", paired_speedup=2.0,
+            ...           paired_spread=[1.9, 2.1], against="eager+fused"),
+            ... ), True, "fused", 1.0, 26)
+            >>> result.speedup, result.speedup_spread
+            (2.5, [2.28, 2.73])
+        """
+        base = self.baseline.step_seconds
+        if not base:
+            return None
+        chain = self._kept_chain()
+        if chain is None:
+            best = self.chosen.step_seconds
+            return round(base / best, 3) if best else None
+        return round(math.prod(t.paired_speedup or 1.0 for t in chain), 3)
+
+    @property
+    def speedup_spread(self) -> list[float] | None:
+        """``[min, max]`` of `speedup`: the products of the kept chain's pair spreads
+        (None: the baseline kept, or a record without paired rounds)."""
+        chain = self._kept_chain() if self.baseline.step_seconds else None
+        if not chain or any(t.paired_spread is None for t in chain):
+            return None
+        low = math.prod(t.paired_spread[0] for t in chain if t.paired_spread)
+        high = math.prod(t.paired_spread[1] for t in chain if t.paired_spread)
+        return [round(low, 3), round(high, 3)]
+
+    def _kept_chain(self) -> list[Trial] | None:
+        """The trials kept one over another, the first kept over the baseline first and
+        the kept one last ([] for the baseline kept); None where a link has no paired
+        figure (a record saved before paired rounds)."""
+        link = self.chosen
+        if link.status != "chosen":
+            return []
+        earlier = list(self.trials[: next(i for i, t in enumerate(self.trials) if t is link)])
+        chain: list[Trial] = []
+        while link.status != "baseline":
+            if link.paired_speedup is None or link.against is None:
+                return None
+            chain.append(link)
+            found = [
+                i
+                for i, t in enumerate(earlier)
+                if t.name == link.against and (t.status == "baseline" or t.paired_speedup)
+            ]
+            if not found:
+                return None
+            link, earlier = earlier[found[-1]], earlier[: found[-1]]
+        return chain[::-1]
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TuneResult:
@@ -267,6 +335,7 @@ class TuneResult:
             "baseline": self.baseline.name,
             "chosen": self.chosen.name,
             "speedup": self.speedup,
+            "speedup_spread": self.speedup_spread,
             "seconds": round(self.seconds, 3),
             "steps": self.steps,
             "compile": self.compile,
@@ -280,11 +349,23 @@ class TuneResult:
 
 
 def summary(result: TuneResult) -> str:
-    """One line: what was kept, how much faster, what the trials cost."""
+    """One line: what was kept, how much faster (and within what spread of its paired
+    rounds), what the trials cost.
+
+    Example:
+        >>> summary(TuneResult("tuned", (
+        ...     Trial("eager", {}, "baseline", step_seconds=0.4),
+        ...     Trial("eager+fused", {}, "chosen", paired_speedup=1.21,
+        ...           paired_spread=[1.15, 1.3], against="eager"),
+        ... ), False, "fused", 3.14, 16))
+        'kept eager+fused (1.21x eager, spread 1.15-1.30x) after 16 steps, 3.1 s'
+    """
     if result.decision != "tuned":
         return result.decision
     speedup = f"{result.speedup:.2f}x" if result.speedup else "?"
+    spread = result.speedup_spread
+    within = f", spread {spread[0]:.2f}-{spread[1]:.2f}x" if spread else ""
     return (
-        f"kept {result.chosen.name} ({speedup} {result.baseline.name}) after "
+        f"kept {result.chosen.name} ({speedup} {result.baseline.name}{within}) after "
         f"{result.steps} steps, {result.seconds:.1f} s"
     )

@@ -28,13 +28,23 @@ switch candidates between steps. The candidates, limits and record are the fit's
    (checked against the eager step).
 
 A unit is one optimizer step (`batches_per_unit` batches), timed with the device
-synchronised at both ends; each candidate runs `trials.WARMUP_UNITS` untimed units, then
-`trials.TIMED_UNITS` timed ones. Every trial step is a real training step of the run.
+synchronised at both ends. The baseline runs `trials.WARMUP_UNITS` untimed units, then
+`trials.BASELINE_UNITS` timed ones; each later candidate its `trials.WARMUP_UNITS`, then
+`trials.TIMED_UNITS` in paired rounds with the best so far (`trials.turns`): between two
+units the candidate is switched off and the best on (``candidate.off(); best.on()``), or
+the candidate on again, so that each of its units has one of the best's next to it, run
+under the same load (`trials.pair`, judged by `trials.clearly_faster`). Every trial step
+is a real training step of the run.
 
 The compiled candidate is checked before the trainer trains on it: on its first batch,
 the eager and the compiled forward and backward pass each run at the same weights
 (`check`), compared as the fit compares them (`trial_guards.check_loss`, ``check_grads``),
-the gradients, buffers and random number generators put back (`reference.kept`). One
+the gradients, buffers and random number generators put back (`reference.kept`). The
+doors run each of those passes on a copy of the module (`reference.copy_of`: its Python
+state copied, its parameters and buffers shared), so that the user's step runs on the
+module the trainer trains exactly as often as the trainer runs it; the compiled code is
+bound to whichever module calls it (`compiled_method`), the copy's included, and the
+trainer's step then runs what the check compiled. One
 that fails the check, or raises while compiling, is dropped before the trainer's step
 runs: nothing trains on it, and that step trains with the best candidate so far. One that
 compiles again during its timed steps (more than `RECOMPILES_ALLOWED` graphs: a guard on
@@ -44,9 +54,11 @@ a value that changes every step, such as ``self.global_step``) is dropped too.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import statistics
 import time
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -88,10 +100,7 @@ class Compiled:
     def __init__(self, torch: Any, modules: list[Any], mode: str | None = None) -> None:
         self._modules = modules
         self._saved = [vars(module).get("forward") for module in modules]
-        compiled = [torch.compile(module.forward, mode=mode) for module in modules]
-        if graphs.captures(mode):  # their outputs copied out of the graphs' pool
-            compiled = [graphs.replayed(torch, forward) for forward in compiled]
-        self._compiled = compiled
+        self._compiled = [_compiled_forward(torch, module, mode) for module in modules]
 
     def on(self) -> None:
         for module, compiled in zip(self._modules, self._compiled, strict=True):
@@ -103,6 +112,55 @@ class Compiled:
                 vars(module).pop("forward", None)
             else:
                 module.forward = saved
+
+
+def compiled_method(torch: Any, module: Any, name: str, **options: Any) -> tuple[Any, Any]:
+    """``torch.compile`` of `module`'s method `name`: ``(compiled, function)``. `function`
+    is the function under the bound method, and `compiled` takes the module as its first
+    argument, so that a copy of `module` (the check's, `reference.copy_of`) runs the same
+    compiled code on itself and the trainer's step reuses what the check compiled; or
+    None where `name` is no method of `module` (a wrapper's plain function, compiled as
+    it is). In a mode that captures CUDA graphs the outputs are copied out of the graphs'
+    pool (`graphs.replayed`).
+
+    Example:
+        >>> import torch
+        >>> layer = torch.nn.Linear(4, 2)
+        >>> compiled, function = compiled_method(torch, layer, "forward")
+        >>> function is torch.nn.Linear.forward
+        True
+    """
+    method = getattr(module, name)
+    function = getattr(method, "__func__", None)
+    if getattr(method, "__self__", None) is not module:
+        function = None
+    compiled = torch.compile(method if function is None else function, **options)
+    if graphs.captures(options.get("mode")):
+        compiled = graphs.replayed(torch, compiled)
+    return compiled, function
+
+
+def bound(call: Callable[..., Any], function: Any, module: Any) -> Any:
+    """``call(module, ...)`` as a method of `module`, named and signed as `function`; a
+    copy of `module` (`copy.deepcopy`) binds it to itself.
+
+    Example:
+        >>> import torch
+        >>> layer = torch.nn.Linear(4, 2)
+        >>> method = bound(torch.nn.Linear.forward, torch.nn.Linear.forward, layer)
+        >>> method.__self__ is layer, method.__name__
+        (True, 'forward')
+    """
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return call(self, *args, **kwargs)
+
+    return types.MethodType(functools.update_wrapper(method, function), module)
+
+
+def _compiled_forward(torch: Any, module: Any, mode: str | None) -> Any:
+    compiled, function = compiled_method(torch, module, "forward", mode=mode)
+    return compiled if function is None else bound(compiled, function, module)
 
 
 @dataclasses.dataclass
@@ -136,7 +194,10 @@ class TrainerTrials:
         batches_per_unit: batches per optimizer step (gradient accumulation).
         forward_backward: ``forward_backward(batch) -> loss``: one batch's forward and
             backward pass as the trainer runs it, through the module's current forward,
-            without the optimizer step (the check runs it eager and compiled).
+            without the optimizer step (the check runs it eager and compiled). A door
+            whose step is the user's code runs it on a copy of `module`
+            (`reference.copy_of`, made anew for each pass), leaving `module`'s Python
+            state to the trainer's own steps.
         decide: rank 0's value on every rank (identity when training alone).
         on_step: called before each trial batch (the meter keeps its warm-up open).
 
@@ -160,7 +221,7 @@ class TrainerTrials:
         ...     opt.zero_grad()
         ...     tuning.end()
         >>> tuning.result.decision, len(tuning.result.trials), tuning.result.steps
-        ('tuned', 5, 30)
+        ('tuned', 5, 26)
         >>> [trial.name for trial in tuning.result.trials]  # doctest: +SKIP
         ['eager', 'eager+fused', 'compile+fused', 'cudagraphs', 'max-autotune']
         >>> [trial.why for trial in tuning.result.trials[-2:]]  # candidates of GPU runs
@@ -206,7 +267,10 @@ class TrainerTrials:
         self._best = _Candidate("eager", {"compile": False, "optimizer": "default"}, _no, _no)
         self._current: _Candidate | None = None
         self._trial: Trial | None = None
-        self._times: list[float] = []
+        self._times: list[float] = []  # the current candidate's timed units
+        self._rivals: list[float] = []  # the best's units in its paired rounds
+        self._turns: tuple[str, ...] = ()  # who trains each of its units (trials.turns)
+        self._side = trials.CANDIDATE  # who is on now
         self._first: float | None = None
         self._batches = self._units = self._steps = 0
         self._idle = 0  # batches to train untimed after a failed check, before the next
@@ -257,16 +321,21 @@ class TrainerTrials:
             return
         self._sync()
         seconds = time.perf_counter() - self._unit_at
+        trial, turn = self._trial, self._turns[self._units]  # who trained this unit
         self._units += 1
         if self._units == 1:
             self._first = seconds
             self._storm()
+            if self._trial is not trial:  # dropped: the next candidate is on
+                return
         elif self._units > trials.WARMUP_UNITS:
-            self._times.append(seconds)
+            (self._times if turn == trials.CANDIDATE else self._rivals).append(seconds)
         if self._units == trials.WARMUP_UNITS:
             self._graphs = _graphs_compiled()
-        if self._units == trials.WARMUP_UNITS + trials.TIMED_UNITS:
+        if self._units == len(self._turns):
             self._close()
+        else:
+            self._take_turn(self._turns[self._units])
 
     def stop(self) -> None:
         """The training ended during the trials: the best so far stays on, and the
@@ -309,8 +378,27 @@ class TrainerTrials:
         self._current = candidate
         self._trial = Trial(candidate.name, dict(candidate.settings))
         self._trials.append(self._trial)
-        self._times, self._first, self._units = [], None, 0
+        self._times, self._rivals, self._first, self._units = [], [], None, 0
+        self._turns = trials.turns(baseline=candidate is self._best)
+        self._side = trials.CANDIDATE
         self._batches = 0
+
+    def _take_turn(self, turn: str) -> None:
+        """Before the next unit of the paired rounds: the current candidate off and the
+        best so far on for the best's unit, or the candidate on again for its own."""
+        current = self._current
+        if turn == self._side or current is None:
+            return
+        try:
+            if turn == trials.BEST:
+                current.off()
+                self._best.on()
+            else:
+                current.on()
+        except Exception as error:  # noqa: BLE001 - a switch that fails drops its candidate
+            self._drop(guards.why(error))
+            return
+        self._side = turn
 
     def _close(self) -> None:
         """The current candidate's units are done: judge it, go on to the next."""
@@ -328,6 +416,8 @@ class TrainerTrials:
                 self._finish(decision)
                 return
         else:
+            best = trials.best_so_far(self._trials).name
+            trials.pair(trial, best, self._times, self._rivals)
             if candidate.settings.get("compile") and self._first:
                 trial.compile_seconds = round(max(self._first - trial.step_seconds, 0.0), 3)
             if (why := self._recompiled(candidate)) is not None:
@@ -344,10 +434,7 @@ class TrainerTrials:
             self._best = candidate
             return
         trial.status = "slower"
-        trial.why = (
-            f"not clearly faster than {best.name} (by {trials.MARGIN:.0%} and beyond its "
-            "fastest step)"
-        )
+        trial.why = trials.why_not(trial, best)
         candidate.off()
         self._best.on()
 
@@ -518,7 +605,9 @@ class TrainerTrials:
 
     def _check(self, candidate: _Candidate, batch: Any) -> str | None:
         """Why `candidate` computes something else than the eager step on `batch`, or
-        None. Leaves the module as it found it, with `candidate` on."""
+        None. Leaves the module as it found it, with `candidate` on; where the door's
+        `forward_backward` runs on copies of the module (`reference.copy_of`), the
+        module's own step is not run here at all."""
         torch = self._torch
         params = [p for p in self._module.parameters() if p.requires_grad]
         sample = reference.GradSample(params, torch)
@@ -535,6 +624,8 @@ class TrainerTrials:
                 device=self._device,
                 torch=torch,
             )
+        except reference.NotCopied as error:  # no copy to run the check on: not checked
+            return str(error)
         finally:
             candidate.on()
         record = Check()

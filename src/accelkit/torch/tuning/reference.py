@@ -24,12 +24,18 @@ other choice of algorithms (`other_kernels`) measures that spread
 
 The reference leaves no trace (`kept`): the gradients are set aside and put back, the
 random number generators forked, and every buffer restored by name, also one the
-forward reassigns (``self.n = self.n + 1``) rather than updates in place.
+forward reassigns (``self.n = self.n + 1``) rather than updates in place. A trainer's
+step is the user's code (a LightningModule's ``training_step``, a model's ``forward``)
+and may change the module's Python state as it runs (a counter that anneals a loss
+weight, a list of the losses seen): the trainers' checks run each pass on a copy of the
+module (`copy_of`), so that the module the trainer trains runs its step only when the
+trainer does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import math
 from collections.abc import Callable, Iterator
@@ -244,3 +250,43 @@ def buffers_kept(module: Any) -> Iterator[None]:
         for owner, name, buffer, value in saved:
             buffer.data.copy_(value)
             owner._buffers[name] = buffer
+
+
+class NotCopied(RuntimeError):
+    """The module holds something `copy_of` cannot copy (a lock, an open file)."""
+
+
+def copy_of(module: Any) -> Any:
+    """`module` anew for one pass of a check, which runs the step on the copy: what the
+    step changes in Python (a counter, a list it appends to, an attribute of a
+    submodule) changes in the copy only. The parameters and buffers are the module's own
+    tensors, not copies (the pass's gradients and buffer updates are put back by
+    `kept`), and so are the module's own hooks (a door's batch readers: the pass calls
+    the copy's step, not the copy). Costs a copy of the rest, for the length of a pass:
+    the module's Python state and any tensor it holds outside its parameters and
+    buffers. A bound method set on a module (a compiled candidate's entry, Accelerate's
+    autocast ``forward``) is bound to the copy's module in the copy.
+
+    Raises:
+        NotCopied: something in the module cannot be copied (its error says what).
+
+    Example:
+        >>> import torch
+        >>> class Counting(torch.nn.Linear):
+        ...     calls = 0
+        ...     def forward(self, x):
+        ...         self.calls += 1
+        ...         return super().forward(x)
+        >>> layer = Counting(4, 2)
+        >>> twin = copy_of(layer)
+        >>> _ = twin(torch.ones(1, 4))
+        >>> layer.calls, twin.calls, twin.weight is layer.weight
+        (0, 1, True)
+    """
+    shared: list[Any] = [*module.parameters(), *module.buffers()]
+    shared += [value for name, value in vars(module).items() if name.endswith("hooks")]
+    memo = {id(value): value for value in shared}
+    try:
+        return copy.deepcopy(module, memo)
+    except Exception as error:  # a lock, a file, a generator: no copy, no check
+        raise NotCopied(f"the module could not be copied for the check ({error})") from error

@@ -1,8 +1,12 @@
 """`Tuner` and `tune`: measure the fit's options on the user's own model and keep the fastest.
 
 `Tuner.run` trains the first batches of a run through each candidate in turn and
-returns the step the run keeps; `accelkit.torch.tuning.trials` describes the protocol and
-holds its limits and its result.
+returns the step the run keeps: the baseline's units, then for each later candidate its
+warm-up units and its paired rounds, where its step and the best so far's alternate unit
+by unit (`trials.turns`) and the candidate's in-place switches (the optimizer's
+implementation, SDPA, bf16 gradients) are turned off for the best's units and on again
+for its own; a compiled or re-wrapped step is just another `Step` to train with.
+`accelkit.torch.tuning.trials` describes the protocol and holds its limits and its result.
 """
 
 from __future__ import annotations
@@ -141,7 +145,9 @@ class Tuner:
                 trial = self._measure(
                     best,
                     self._name(best, variant.name),
+                    best=best,
                     undo=lambda: optimizers.use(self._optimizer, variant, False),
+                    redo=lambda: optimizers.use(self._optimizer, variant, True),
                 )
                 if self._judge(trial, self._best_trial()):
                     optimizer_name = variant.name
@@ -164,7 +170,9 @@ class Tuner:
         compiled = dataclasses.replace(
             best, forward_loss=self._torch.compile(best.forward_loss), compiled=True
         )
-        trial = self._measure(compiled, self._name(compiled, optimizer), undo=_no, check=True)
+        trial = self._measure(
+            compiled, self._name(compiled, optimizer), best=best, undo=_no, check=True
+        )
         if self._judge(trial, self._best_trial()):
             best = compiled
         ddp = graphs.under_ddp(eager)
@@ -175,7 +183,7 @@ class Tuner:
         self._trees_owned = not graphs.trees(self._torch, self._device)
         graphed = graphs.step(self._torch, eager)
         name = self._name(graphed, optimizer).replace("compile", "cudagraphs", 1)
-        trial = self._measure(graphed, name, undo=_no, check=True, cudagraphs=True)
+        trial = self._measure(graphed, name, best=best, undo=_no, check=True, cudagraphs=True)
         return graphed if self._judge(trial, self._best_trial()) else best
 
     def _autotuned(self, eager: Step, best: Step, optimizer: str) -> Step:
@@ -200,7 +208,9 @@ class Tuner:
             forward_loss = self._torch.compile(eager.forward_loss, mode=mode)
             tuned = dataclasses.replace(eager, forward_loss=forward_loss, compiled=True)
         name = self._name(tuned, optimizer).replace("compile", "max-autotune", 1)
-        trial = self._measure(tuned, name, undo=_no, check=True, cudagraphs=graphed, mode=mode)
+        trial = self._measure(
+            tuned, name, best=best, undo=_no, check=True, cudagraphs=graphed, mode=mode
+        )
         return tuned if self._judge(trial, self._best_trial()) else best
 
     def _attention(self, best: Step, optimizer: str) -> None:
@@ -222,7 +232,14 @@ class Tuner:
             return
         self._sdpa = self._trying = switch
         try:
-            trial = self._measure(best, self._name(best, optimizer), undo=switch.off, check=True)
+            trial = self._measure(
+                best,
+                self._name(best, optimizer),
+                best=best,
+                undo=switch.off,
+                redo=switch.on,
+                check=True,
+            )
         finally:
             self._trying = None
         if not self._judge(trial, self._best_trial()):
@@ -267,7 +284,17 @@ class Tuner:
         except Exception as error:  # noqa: BLE001 - a wrapper DDP refuses is a finding
             self._trials.append(Trial(lever.name, {}, status="failed", why=guards.why(error)))
             return best
-        trial = self._measure(step, self._name(step, optimizer), undo=lever.undo)
+        # A lever on the same wrapper (bf16 gradients: its hook's compression) is switched
+        # on again for the candidate's units by applying it again; one that re-wrapped the
+        # module is a step of its own, on only while that step trains.
+        in_place = step.model is best.model
+        trial = self._measure(
+            step,
+            self._name(step, optimizer),
+            best=best,
+            undo=lever.undo,
+            redo=(lambda: _ignore(lever.apply(best))) if in_place else _no,
+        )
         if trial.status == "measured" and (why := lever.verify()):
             trial.status, trial.why = "failed", why
         if self._judge(trial, self._best_trial()):
@@ -304,10 +331,7 @@ class Tuner:
             return True
         if trial.status == "measured":
             trial.status = "slower" if verdict == "slower" else verdict
-            trial.why = trial.why or (
-                f"not clearly faster than {best.name} (by "
-                f"{trials.MARGIN:.0%} and beyond its fastest step)"
-            )
+            trial.why = trial.why or trials.why_not(trial, best)
         return False
 
     # -- one candidate ---------------------------------------------------------------
@@ -317,14 +341,18 @@ class Tuner:
         step: Step,
         name: str,
         *,
+        best: Step | None = None,
         undo: Callable[[], None] | None = None,
+        redo: Callable[[], None] = lambda: None,
         check: bool = False,
         cudagraphs: bool = False,
         mode: str | None = None,
     ) -> Trial:
-        """Train `step` for a candidate's units. `undo` puts the baseline's settings back
-        after a failure (None: this is the baseline, whose errors are the user's); `mode`
-        is torch.compile's where not its default."""
+        """Train `step` for a candidate's units (`trials.turns`), and time them. `best`:
+        the best so far's step, trained in turn with `step` in the candidate's paired
+        rounds (None: this is the baseline, whose errors are the user's); `undo` turns the
+        candidate's in-place switches off, for the best's units and after a failure,
+        `redo` on again; `mode` is torch.compile's where not its default."""
         optimizer = next((o for o in ("fused", "foreach") if f"+{o}" in name), "default")
         ddp = levers.trial_settings(step.ddp)
         settings = {"compile": step.compiled, "optimizer": optimizer, **ddp}
@@ -340,45 +368,58 @@ class Tuner:
             trial.why = "the data ended before this candidate's turn"
             return trial
         before = self._steps
+        rival = None if best is None else _Rival(best, undo or _no, redo)
         try:
-            times, first = self._units(step, trial, undo, check)
+            own, bests, first = self._units(step, trial, rival, check)
         finally:
             trial.steps = self._steps - before
             if trial.check is not None and not trial.check.compared:
                 trial.check = None  # it failed before its first comparison
         if trial.status == "failed":
             return trial
-        if times:
-            trial.step_seconds = statistics.median(times)
-            trial.spread = [min(times), max(times)]
-        if len(times) < 3:
+        if own:
+            trial.step_seconds = statistics.median(own)
+            trial.spread = [min(own), max(own)]
+        if len(own) < 3 or (rival is not None and len(bests) < trials.PAIRS):
             trial.why = f"the data ended after {trial.steps} of its steps"
             return trial
+        if rival is not None:
+            trials.pair(trial, self._best_trial().name, own, bests)
         trial.status = "measured"
         if step.compiled and first is not None:
-            trial.compile_seconds = round(max(first - statistics.median(times), 0.0), 3)
+            trial.compile_seconds = round(max(first - statistics.median(own), 0.0), 3)
         return trial
 
     def _units(
-        self, step: Step, trial: Trial, undo: Callable[[], None] | None, check: bool
-    ) -> tuple[list[float], float | None]:
-        """The timed units' seconds and the first unit's; marks `trial` failed on a failure."""
-        times: list[float] = []
+        self, step: Step, trial: Trial, rival: _Rival | None, check: bool
+    ) -> tuple[list[float], list[float], float | None]:
+        """The seconds of the candidate's timed units, of the best's units paired with
+        them, and of its first unit; marks `trial` failed on a failure (in the best's
+        units too: the switching is the candidate's), the best's settings back on. Leaves
+        the candidate on."""
+        own: list[float] = []
+        bests: list[float] = []
         first: float | None = None
         breaks = guards.graph_breaks(self._torch)
-        for unit in range(trials.WARMUP_UNITS + trials.TIMED_UNITS):
+        side = trials.CANDIDATE
+        for unit, turn in enumerate(trials.turns(baseline=rival is None)):
             if self._ended:
                 break
+            if rival is not None and turn != side:
+                (rival.undo if turn == trials.BEST else rival.redo)()
+                side = turn
             try:
                 seconds = self._timed_unit(
-                    step, catch=undo is not None, check=trial if check and unit == 0 else None
+                    rival.step if rival is not None and turn == trials.BEST else step,
+                    catch=rival is not None,
+                    check=trial if check and unit == 0 else None,
                 )
             except guards.Failed as failed:
                 trial.status, trial.why = "failed", failed.why
-                assert undo is not None  # only candidates catch
-                undo()
+                assert rival is not None  # only candidates catch
+                rival.undo()
                 self._retrain(failed.batches, failed.error)
-                return times, first
+                return own, bests, first
             if seconds is None:
                 break
             if unit == 0:
@@ -386,10 +427,12 @@ class Tuner:
                 storm = guards.graph_breaks(self._torch) - breaks
                 if check and storm > trials.GRAPH_BREAK_STORM:
                     trial.status, trial.why = "failed", f"graph break storm: {storm} breaks"
-                    return times, first
+                    return own, bests, first
             elif unit >= trials.WARMUP_UNITS:
-                times.append(seconds)
-        return times, first
+                (own if turn == trials.CANDIDATE else bests).append(seconds)
+        if rival is not None and side != trials.CANDIDATE:
+            rival.redo()  # cut short in a best's unit: on, as its callers expect
+        return own, bests, first
 
     def _timed_unit(self, step: Step, *, catch: bool, check: Trial | None) -> float | None:
         """One optimizer step (`accumulation_steps` batches), device-synchronised at both
@@ -499,5 +542,19 @@ class Tuner:
             self._torch.cuda.synchronize(self._device)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Rival:
+    """The best so far in a candidate's paired rounds: its `step`, and the candidate's
+    in-place switches, turned off for its units (`undo`) and on again after (`redo`)."""
+
+    step: Step
+    undo: Callable[[], None]
+    redo: Callable[[], None]
+
+
 def _no() -> None:
+    return None
+
+
+def _ignore(_: Any) -> None:
     return None
