@@ -797,3 +797,24 @@ def test_a_record_without_paired_figures_still_loads_and_gives_its_ratio_of_medi
     assert result.speedup == 3.0 and result.speedup_spread is None
     assert trials.TuneResult.from_dict(result.to_dict()) == result
     assert trials.summary(result).startswith("kept compile (3.00x eager) after")
+
+
+class _Annealed(torch.nn.Module):
+    """A model whose forward keeps Python state: it counts its calls (a curriculum)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net, self.calls = mlp(256, 128, 8), 0
+
+    def forward(self, x: Any) -> Any:
+        self.calls += 1
+        return self.net(x) * (0.99**self.calls)
+
+
+def test_the_fits_check_runs_the_eager_reference_on_a_copy_not_the_model() -> None:
+    model = _Annealed()
+    with compiled_as():  # its forward recompiles each step: dynamo is reset after
+        report = fit(model, batches(STEPS + 4))
+    compiled = candidates(report)["compile+fused"]
+    assert compiled["check"] is not None  # the check ran, on a copy
+    assert model.calls == report.steps == STEPS + 4

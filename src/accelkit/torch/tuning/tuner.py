@@ -450,7 +450,10 @@ class Tuner:
                 return None
             taken.append(batch)
             if check is not None and len(taken) == 1:  # the whole unit: grads checked later
-                this = self._checked(step, batch, check)
+                try:
+                    this = self._checked(step, batch, check)
+                except reference.NotCopied as error:  # no copy to check on: not tried
+                    raise guards.Failed(error, taken) from error
             self._on_step()
             if not catch:
                 self._train_one(batch, this)
@@ -513,15 +516,17 @@ class Tuner:
         return guards.checked(step, eager, sample, trial.check)
 
     def _eager_step(self) -> Callable[[Any], Any]:
-        """The baseline's forward and backward pass as the loop runs one micro-step, on
-        the module itself: under DDP no collective runs (every rank computes alike)."""
+        """The baseline's forward and backward pass as the loop runs one micro-step, eager,
+        on a copy of the module made for each pass (`reference.copy_of`: its parameters
+        and buffers shared, its Python state copied), so that a model that keeps state in
+        its forward (a counter, a curriculum) runs it on the module only in the run's own
+        steps; under DDP no collective runs (every rank computes alike). The loss
+        function is called as it is: the check needs its value."""
         base = self._base
-        forward_loss = base.forward_loss
-        if base.through is not None and base.model is not self._module:
-            forward_loss = base.through(self._module, False).forward_loss
+        assert base.through is not None  # `make_step` builds every step with one
 
         def forward_backward(batch: Any) -> Any:
-            loss = forward_loss(batch)
+            loss = base.through(reference.copy_of(self._module), False).forward_loss(batch)
             base.scaler.scale(loss / self._unit).backward()
             return loss
 
