@@ -34,7 +34,7 @@ def ranks(tmp_path_factory):
 
 def test_fsdp2_trains_to_the_losses_of_one_process(ranks) -> None:
     sharded, single = ranks[0]["fp32"]["losses"], ranks[0]["single_fp32"]
-    assert len(sharded) == len(single) == 17  # the FLOP count's forward, then 16 steps
+    assert len(sharded) == len(single) == 16  # 16 steps: FLOPs are counted inside the first
     assert sharded == pytest.approx(single, rel=1e-5)
     assert single[-1] < 0.6 * single[0]  # it learned: equal losses are not equal stalls
     assert ranks[0]["fp32"]["dtensor"] == "DTensor"  # the parameters were sharded
@@ -64,10 +64,10 @@ def test_checkpointed_blocks_recompute_and_train_to_the_same_losses(ranks) -> No
     plain, checkpointed = ranks[0]["fp32"], ranks[0]["checkpointed"]
     assert checkpointed["losses"] == plain["losses"]
     assert checkpointed["report"]["facts"]["sharding"]["checkpointing"] is True
-    # 4 blocks, 17 forward and backward passes (16 steps and the FLOP count's): each
+    # 4 blocks, 16 forward and backward passes (the FLOP count runs inside the first): each
     # backward pass runs the blocks' forward once more.
-    assert plain["block_calls"] == 4 * 17
-    assert checkpointed["block_calls"] == 2 * 4 * 17
+    assert plain["block_calls"] == 4 * 16
+    assert checkpointed["block_calls"] == 2 * 4 * 16
 
 
 def test_bf16_policy_gathers_bf16_reduces_fp32_and_tracks_autocast(ranks) -> None:
