@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelkit.torch.measuring.facts import sdpa_refusal, transformers_models
+from accelkit.torch.tuning.candidate import Candidate, Skipped
+
+if TYPE_CHECKING:
+    from accelkit.torch.tuning.engine import Engine
 
 EAGER, SDPA = "eager", "sdpa"
 
@@ -125,3 +129,16 @@ def _configs(models: list[Any]) -> list[Any]:
         subs = (getattr(config, key, None) for key in getattr(config, "sub_configs", None) or ())
         stack.extend(sub for sub in subs if sub is not None)
     return list(found.values())
+
+
+def lever(engine: Engine) -> Iterator[Candidate | Skipped]:
+    """tune's SDPA lever: the run's eager-attention transformers models switched to SDPA
+    in place, checked against the eager attention, and left on after the training when
+    kept (as ``report.tuning`` says)."""
+    switch, why = candidate(engine.door.module)
+    if switch is None:
+        if why:
+            yield Skipped("sdpa", why)
+        return
+    settings = engine.best.settings.with_(attention=SDPA)
+    yield Candidate(settings, on=switch.on, off=switch.off, checked=True, stays=True)

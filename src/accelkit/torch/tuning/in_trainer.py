@@ -53,27 +53,24 @@ a value that changes every step, such as ``self.global_step``) is dropped too.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
-import statistics
-import time
 import types
 from collections.abc import Callable
 from typing import Any
 
 from accelkit.profiling import torch_batches
-from accelkit.profiling.tuning import Check, Trial, TuneResult, default_compile
+from accelkit.profiling.levers import Settings
+from accelkit.profiling.tuning import Check, Trial, TuneResult
 from accelkit.torch.distributed import parallel
-from accelkit.torch.tuning import attention, graphs, optimizers, reference, trials
+from accelkit.torch.tuning import graphs, reference, registry
 from accelkit.torch.tuning import trial_guards as guards
+from accelkit.torch.tuning.candidate import Candidate
+from accelkit.torch.tuning.engine import RECOMPILES_ALLOWED, Engine
 
 _log = logging.getLogger("accelkit")
 
-# Graphs a compiled candidate may compile during its timed steps: one automatic-dynamic
-# recompile (a batch index or a shape seen changing once) is normal; more means the step
-# recompiles as it goes.
-RECOMPILES_ALLOWED = 1
+__all__ = ["RECOMPILES_ALLOWED", "Compiled", "TrainerTrials", "not_tuned", "safely", "scalar_of"]
 
 
 class Compiled:
@@ -163,16 +160,6 @@ def _compiled_forward(torch: Any, module: Any, mode: str | None) -> Any:
     return compiled if function is None else bound(compiled, function, module)
 
 
-@dataclasses.dataclass
-class _Candidate:
-    name: str
-    settings: dict[str, Any]
-    on: Callable[[], None]
-    off: Callable[[], None]
-    checked: bool = False  # its first batch is checked against the eager step
-    stays: bool = False  # stays on when the training ends (`TrainerTrials.undo`)
-
-
 class TrainerTrials:
     """The trials of a trainer's first steps; `result` holds the record once they end.
 
@@ -246,445 +233,121 @@ class TrainerTrials:
     ) -> None:
         import torch
 
-        self._torch, self._module, self._device = torch, module, device
-        self._optimizer = optimizer
-        self._mode = trials.check_mode(mode)
-        self._targets, self._compile_fixed = compile_targets, compile_fixed
-        self._compile_step = compile_step
-        self._planned = planned_steps
-        self._unit = batches_per_unit
+        self.module, self.optimizer, self.device = module, optimizer, device
+        self.unit, self.planned = batches_per_unit, planned_steps
+        self.compile_fixed = compile_fixed
+        self.under_ddp = parallel.world() is not None
+        self.ended = "training"
+        self._torch = torch
+        self._targets, self._compile_step = compile_targets, compile_step
         self._forward_backward = forward_backward
         self._decide, self._on_step = decide, on_step
-        self._trials: list[Trial] = []
-        self._queue: list[Callable[[], _Candidate | None]] = [
-            self._fused,
-            self._sdpa,
-            self._compiled_step,
-            self._compiled,
-            self._graphed,
-            self._autotuned,
-        ]
-        self._best = _Candidate("eager", {"compile": False, "optimizer": "default"}, _no, _no)
-        self._current: _Candidate | None = None
-        self._trial: Trial | None = None
-        self._times: list[float] = []  # the current candidate's timed units
-        self._rivals: list[float] = []  # the best's units in its paired rounds
-        self._turns: tuple[str, ...] = ()  # who trains each of its units (trials.turns)
-        self._side = trials.CANDIDATE  # who is on now
-        self._first: float | None = None
-        self._batches = self._units = self._steps = 0
-        self._idle = 0  # batches to train untimed after a failed check, before the next
-        self._started_at = self._unit_at = time.perf_counter()
-        self._breaks = self._graphs = 0
-        self._trees_owned = False  # every CUDA-graph tree is one the trials recorded
-        self.result: TuneResult | None = None
-        self._start()
+        self._engine = Engine(self, mode=mode, levers=registry.candidates)
+        self._engine.start(Settings())
 
     @property
     def active(self) -> bool:
         """True while trials run (the callback tells it about each batch)."""
-        return self.result is None
+        return self._engine.active
 
-    # -- the trainer's loop ----------------------------------------------------------
+    @property
+    def result(self) -> TuneResult | None:
+        """The record, once the trials ended."""
+        return self._engine.result
 
     def begin(self) -> None:
         """A training batch begins (before its forward pass)."""
-        if not self.active:
-            return
-        self._on_step()
-        if not self._idle and self._batches % self._unit == 0:
-            self._sync()
-            self._unit_at = time.perf_counter()
-            if self._units == 0:
-                self._breaks = guards.graph_breaks(self._torch)
+        self._engine.begin()
 
     def batch(self, batch: Any) -> None:
         """The batch the trainer is about to train on (checks a candidate's first)."""
-        current = self._current
-        if current is not None and current.checked and self.active and not self._idle:
-            current.checked = False  # one check per candidate
-            if (why := self._check(current, batch)) is not None:
-                self._drop(why, idle=self._unit)  # this batch trains with the best so far
+        self._engine.batch(batch)
 
     def end(self) -> None:
         """The batch's backward pass and optimizer step (if any) are done."""
-        if not self.active:
-            return
-        self._steps += 1
-        if self._idle:
-            self._idle -= 1
-            if not self._idle:
-                self._next()
-            return
-        self._batches += 1
-        if self._batches % self._unit:
-            return
-        self._sync()
-        seconds = time.perf_counter() - self._unit_at
-        trial, turn = self._trial, self._turns[self._units]  # who trained this unit
-        self._units += 1
-        if self._units == 1:
-            self._first = seconds
-            self._storm()
-            if self._trial is not trial:  # dropped: the next candidate is on
-                return
-        elif self._units > trials.WARMUP_UNITS:
-            (self._times if turn == trials.CANDIDATE else self._rivals).append(seconds)
-        if self._units == trials.WARMUP_UNITS:
-            self._graphs = _graphs_compiled()
-        if self._units == len(self._turns):
-            self._close()
-        else:
-            self._take_turn(self._turns[self._units])
+        self._engine.end()
 
     def stop(self) -> None:
         """The training ended during the trials: the best so far stays on, and the
         record says where they stopped."""
-        if not self.active:
-            return
-        trial, current = self._trial, self._current
-        if trial is not None and trial.status == "skipped":  # under way: not judged
-            trial.why = "the training ended during this candidate's steps"
-            trial.steps = self._units * self._unit + self._batches % self._unit
-        if current is not None and current is not self._best:
-            current.off()
-            self._best.on()
-        baseline = self._trials[0]
-        if baseline.status != "baseline":
-            self._finish("not tuned: the training ended during the baseline's steps")
-            return
-        self._finish("tuned")
+        self._engine.stop()
 
     def undo(self) -> None:
         """The training is over (or failed): the trials stop if under way, and the kept
         candidate goes off, the modules and optimizer as the script made them (the SDPA
         attention of a model stays, as ``report.tuning`` says)."""
-        self.stop()
-        if not self._best.stays:
-            self._best.off()
+        self._engine.undo()
 
-    # -- candidates ------------------------------------------------------------------
+    # -- the door (`accelkit.torch.tuning.engine.Door`) -------------------------------
 
-    def _start(self) -> None:
-        before = trials.decide_before(self._mode, self._torch, self._device, self._planned)
-        decision = self._decide(before)
-        if decision != "tuned":
-            self._trials.append(Trial("eager", dict(self._best.settings), status="baseline"))
-            self._finish(decision)
-            return
-        self._begin_trial(self._best)
+    def decide(self, value: Any) -> Any:
+        return self._decide(value)
 
-    def _begin_trial(self, candidate: _Candidate) -> None:
-        self._current = candidate
-        self._trial = Trial(candidate.name, dict(candidate.settings))
-        self._trials.append(self._trial)
-        self._times, self._rivals, self._first, self._units = [], [], None, 0
-        self._turns = trials.turns(baseline=candidate is self._best)
-        self._side = trials.CANDIDATE
-        self._batches = 0
+    def on_step(self) -> None:
+        self._on_step()
 
-    def _take_turn(self, turn: str) -> None:
-        """Before the next unit of the paired rounds: the current candidate off and the
-        best so far on for the best's unit, or the candidate on again for its own."""
-        current = self._current
-        if turn == self._side or current is None:
-            return
-        try:
-            if turn == trials.BEST:
-                current.off()
-                self._best.on()
-            else:
-                current.on()
-        except Exception as error:  # noqa: BLE001 - a switch that fails drops its candidate
-            self._drop(guards.why(error))
-            return
-        self._side = turn
-
-    def _close(self) -> None:
-        """The current candidate's units are done: judge it, go on to the next."""
-        trial, candidate = self._trial, self._current
-        assert trial is not None and candidate is not None
-        trial.step_seconds = statistics.median(self._times)
-        trial.spread = [min(self._times), max(self._times)]
-        trial.steps = self._units * self._unit
-        if candidate is self._best:  # the baseline
-            trial.status = "baseline"
-            decision = self._decide(
-                trials.decide_after(self._mode, trial.step_seconds / self._unit, self._planned)
+    def compilers(self) -> tuple[list[tuple[str | None, Callable[[str | None], Any]]], str | None]:
+        """The whole training step where the door can compile it, then the forward passes
+        of the modules with parameters."""
+        codes: list[tuple[str | None, Callable[[str | None], Any]]] = []
+        if self._compile_step is not None:
+            make_step = self._compile_step
+            codes.append(
+                (
+                    "training_step",
+                    lambda mode: make_step() if mode is None else make_step(mode=mode),
+                )
             )
-            if decision != "tuned":
-                self._finish(decision)
-                return
-        else:
-            best = trials.best_so_far(self._trials).name
-            trials.pair(trial, best, self._times, self._rivals)
-            if candidate.settings.get("compile") and self._first:
-                trial.compile_seconds = round(max(self._first - trial.step_seconds, 0.0), 3)
-            if (why := self._recompiled(candidate)) is not None:
-                self._drop(why)  # and on to the next
-                return
-            self._judge(trial, candidate)
-        self._next()
+        if self._targets:
+            codes.append(("forward", lambda mode: Compiled(self._torch, self._targets, mode)))
+        return codes, None if codes else "no module with parameters to compile"
 
-    def _judge(self, trial: Trial, candidate: _Candidate) -> None:
-        best = trials.best_so_far(self._trials)
-        faster = trials.clearly_faster(trial, best)
-        if self._decide("chosen" if faster else "slower") == "chosen":
-            trials.overtake(trial, best)
-            self._best = candidate
-            return
-        trial.status = "slower"
-        trial.why = trials.why_not(trial, best)
-        candidate.off()
-        self._best.on()
+    def ddp_levers(self) -> list[Any]:
+        return []  # the trainer wraps the model itself: its DDP options are the trainer's
 
-    def _drop(self, why: str, *, idle: int = 0) -> None:
-        """The current candidate failed: off, and the best back on. The next one starts
-        after `idle` more batches (the rest of the unit under way), or now."""
-        assert self._trial is not None and self._current is not None
-        self._trial.status, self._trial.why = "failed", why
-        self._trial.steps = self._units * self._unit + (1 if idle else 0)
-        self._current.off()
-        self._best.on()
-        self._idle = idle
-        if not idle:
-            self._next()
+    def step_switch(self, lever: Any) -> Any:
+        raise NotImplementedError("the trainers have no DDP levers")
 
-    def _next(self) -> None:
-        while self._queue:
-            candidate = self._queue.pop(0)()
-            if candidate is None:
-                continue
-            try:
-                candidate.on()
-            except Exception as error:  # noqa: BLE001 - a candidate that cannot start is a finding
-                failed = Trial(candidate.name, candidate.settings, "failed", why=guards.why(error))
-                self._trials.append(failed)
-                continue
-            self._begin_trial(candidate)
-            return
-        self._finish("tuned")
-
-    def _fused(self) -> _Candidate | None:
-        if self._optimizer is None:
-            self._skipped("optimizer", "not one torch optimizer to switch")
-            return None
-        variant, why = optimizers.faster_variant(self._optimizer)
-        if variant is None:
-            self._skipped("optimizer", why)
-            return None
-        settings = {**self._best.settings, "optimizer": variant.name}
-        return _Candidate(
-            f"{self._best.name}+{variant.name}",
-            settings,
-            on=lambda: optimizers.use(self._optimizer, variant, True),
-            off=lambda: optimizers.use(self._optimizer, variant, False),
-        )
-
-    def _sdpa(self) -> _Candidate | None:
-        switch, why = attention.candidate(self._module)
-        if switch is None:
-            if why:
-                self._skipped("sdpa", why)
-            return None
-        optimizer = self._best.settings.get("optimizer", "default")
-        return _Candidate(
-            "eager" + ("" if optimizer == "default" else f"+{optimizer}") + "+sdpa",
-            {**self._best.settings, "attention": attention.SDPA},
-            on=switch.on,
-            off=switch.off,
-            checked=True,
-            stays=True,
-        )
-
-    def _compiled_step(self) -> _Candidate | None:
-        if self._compile_step is None or self._compile_fixed is not None:
-            return None  # `_compiled` records why compile is not a candidate
-        try:
-            switch = self._compile_step()
-        except Exception as error:  # noqa: BLE001 - the forward-only compile comes next
-            settings = {"compile": True, "compiled": "training_step"}
-            self._trials.append(Trial("compile step", settings, "failed", why=guards.why(error)))
-            return None
-        return self._compile_candidate("compile", switch, "training_step")
-
-    def _compiled(self) -> _Candidate | None:
-        if self._compile_fixed is not None:
-            self._skipped("compile", self._compile_fixed)
-            return None
-        if any(t.settings.get("compiled") and t.status != "failed" for t in self._trials):
-            return None  # the whole step was measured: its forward alone would not pay
-        if not self._targets:
-            self._skipped("compile", "no module with parameters to compile")
-            return None
-        compiled = Compiled(self._torch, self._targets)
-        return self._compile_candidate("compile", compiled, "forward")
-
-    def _graphed(self) -> _Candidate | None:
-        """CUDA graphs (``mode="reduce-overhead"``) of what compile compiled (the whole step
-        or the forward pass), whether or not that compile was kept, as in the fit: on a
-        launch-bound step compile alone gains nothing, its graphs most (ResNet-50 B64,
-        docs/benchmarks.md). On top of the best so far, compile's place taken."""
-        compiled = self._compile_trial()
-        ddp = parallel.world() is not None
-        why = self._compile_fixed or graphs.unsupported(
-            self._torch, self._device, ddp=ddp, compiled=compiled
-        )
-        if why:
-            self._skipped("cudagraphs", why)
-            return None
-        assert compiled is not None  # else `graphs.unsupported` said why
-        code = compiled.settings["compiled"]
-        self._trees_owned = not graphs.trees(self._torch, self._device)
-        switch = self._compiled_anew(code, graphs.REDUCE_OVERHEAD)
-        return self._compile_candidate("cudagraphs", switch, code, cudagraphs=True)
-
-    def _autotuned(self) -> _Candidate | None:
-        """max-autotune of what the kept compile compiled (the whole step or the forward
-        pass; with its CUDA graphs where those were kept), where the run left pays for
-        it; it replaces that compile while on."""
-        kept = trials.best_so_far(self._trials)
-        why = (
-            self._compile_fixed
-            or trials.autotune_unsupported(self._device, kept)
-            or trials.autotune_unpaid(
-                self._planned, self._steps, kept, self._unit, default_compile(self._trials)
-            )
-        )
-        if why:
-            self._skipped("max-autotune", why)
-            return None
-        graphed = bool(self._best.settings.get("cudagraphs"))
-        mode = graphs.AUTOTUNE if graphed else graphs.AUTOTUNE_NO_GRAPHS
-        code = self._best.settings["compiled"]
-        switch = self._compiled_anew(code, mode)
-        return self._compile_candidate("max-autotune", switch, code, compile_mode=mode)
-
-    def _compile_trial(self) -> Trial | None:
-        """The trial of the default compile that ran last (the whole step's, or the forward
-        pass's after it failed); None when compile was not tried."""
-        return next(
-            (
-                t
-                for t in reversed(self._trials)
-                if t.settings.get("compiled") and t.status != "skipped"
-            ),
-            None,
-        )
-
-    def _compiled_anew(self, code: str, mode: str) -> Any:
-        """The switch of `code` (``"training_step"`` or ``"forward"``) compiled anew in
-        torch.compile's `mode`, made with the best so far off, so that its `off` puts
-        back the uncompiled code."""
-        self._best.off()
-        try:
-            if code == "training_step" and self._compile_step is not None:
-                return self._compile_step(mode=mode)
-            return Compiled(self._torch, self._targets, mode=mode)
-        finally:
-            self._best.on()
-
-    def _compile_candidate(
-        self, name: str, switch: Any, compiled: str, **settings: Any
-    ) -> _Candidate:
-        optimizer = self._best.settings.get("optimizer", "default")
-        sdpa = "+sdpa" if self._best.settings.get("attention") else ""
-        step = " step" if compiled == "training_step" else ""
-        return _Candidate(
-            name + step + ("" if optimizer == "default" else f"+{optimizer}") + sdpa,
-            {**self._best.settings, "compile": True, "compiled": compiled, **settings},
-            on=switch.on,
-            off=switch.off,
-            checked=True,
-        )
-
-    def _skipped(self, name: str, why: str) -> None:
-        self._trials.append(Trial(name, {}, status="skipped", why=why))
-
-    # -- the check -------------------------------------------------------------------
-
-    def _check(self, candidate: _Candidate, batch: Any) -> str | None:
+    def check(self, candidate: Candidate, best: Candidate, batch: Any, trial: Trial) -> str | None:
         """Why `candidate` computes something else than the eager step on `batch`, or
         None. Leaves the module as it found it, with `candidate` on; where the door's
         `forward_backward` runs on copies of the module (`reference.copy_of`), the
         module's own step is not run here at all."""
         torch = self._torch
-        params = [p for p in self._module.parameters() if p.requires_grad]
+        params = [p for p in self.module.parameters() if p.requires_grad]
         sample = reference.GradSample(params, torch)
         candidate.off()
-        if not self._best.settings.get("compile"):  # a compiled best: off is eager already
-            self._best.on()
+        if not best.settings.compile:  # a compiled best: off is eager already
+            best.on()
         try:
             eager = reference.eager_reference(
                 self._forward_backward,
                 batch,
-                module=self._module,
+                module=self.module,
                 params=params,
                 sample=sample,
-                device=self._device,
+                device=self.device,
                 torch=torch,
             )
         except reference.NotCopied as error:  # no copy to run the check on: not checked
             return str(error)
         finally:
             candidate.on()
-        record = Check()
-        if self._trial is not None:
-            self._trial.check = record  # the figures, passed or failed (report.tuning)
+        record = trial.check = Check()  # the figures, passed or failed (report.tuning)
         try:
-            with reference.kept(self._module, params, self._device, torch):
+            with reference.kept(self.module, params, self.device, torch):
                 for param in params:
                     param.grad = None
                 loss = self._forward_backward(batch)
                 guards.check_loss(float(loss.detach().float()), eager, record)
                 guards.check_grads(sample(), eager, record)
         except Exception as error:  # noqa: BLE001 - a compile error, an OOM, a mismatch
-            if self._device.type == "cuda":
+            if self.device.type == "cuda":
                 torch.cuda.empty_cache()
-            if self._trial is not None and not record.compared:
-                self._trial.check = None  # it failed before anything was compared
+            if not record.compared:
+                trial.check = None  # it failed before anything was compared
             return guards.why(error)
         return None
-
-    def _recompiled(self, candidate: _Candidate) -> str | None:
-        if not candidate.settings.get("compile"):
-            return None
-        graphs = _graphs_compiled() - self._graphs
-        if graphs <= RECOMPILES_ALLOWED:
-            return None
-        return (
-            f"recompiles as it trains: {graphs} graphs compiled in its "
-            f"{trials.TIMED_UNITS} timed steps (a guard on a value that changes every step)"
-        )
-
-    def _storm(self) -> None:
-        if self._current is None or not self._current.settings.get("compile"):
-            return
-        storm = guards.graph_breaks(self._torch) - self._breaks
-        if storm > trials.GRAPH_BREAK_STORM:
-            self._drop(f"graph break storm: {storm} breaks")
-
-    # -- the end ---------------------------------------------------------------------
-
-    def _finish(self, decision: str) -> None:
-        best = self._best
-        if self._trees_owned and graphs.left_behind(self._trials, best.settings):
-            graphs.release(self._torch, self._device)
-        self.result = TuneResult(
-            decision=decision,
-            trials=tuple(self._trials),
-            compile=bool(best.settings.get("compile")),
-            optimizer=str(best.settings.get("optimizer", "default")),
-            seconds=time.perf_counter() - self._started_at,
-            steps=self._steps,
-            attention=best.settings.get("attention"),
-        )
-        level = logging.INFO if self._steps else logging.DEBUG
-        _log.log(level, "tune: %s", trials.summary(self.result))
-
-    def _sync(self) -> None:
-        if self._device.type == "cuda":
-            self._torch.cuda.synchronize(self._device)
 
 
 def safely(build: Callable[[], TrainerTrials | TuneResult]) -> TrainerTrials | TuneResult:
@@ -730,17 +393,3 @@ def scalar_of(output: Any) -> Any:
         if found is None:
             raise
         return found.float().square().mean()
-
-
-def _no() -> None:
-    return None
-
-
-def _graphs_compiled() -> int:
-    """Graphs dynamo has compiled in this process (0 where its counter is not there)."""
-    try:
-        from torch._dynamo.utils import counters
-
-        return int(counters["stats"]["unique_graphs"])
-    except Exception:  # noqa: BLE001 - a private counter: no count, no recompiles seen
-        return 0

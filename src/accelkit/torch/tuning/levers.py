@@ -38,13 +38,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelkit.frameworks import torch_precision
 from accelkit.planning import Plan
 from accelkit.torch.distributed.communication import BF16, NONE
 from accelkit.torch.distributed.wrapping import COMPRESSION, Wrapping
+from accelkit.torch.tuning.candidate import Candidate, Skipped
 from accelkit.utils.imports import require
+
+if TYPE_CHECKING:
+    from accelkit.torch.tuning.engine import Engine
 
 _log = logging.getLogger("accelkit")
 
@@ -75,11 +79,11 @@ class Lever:
     verify: Callable[[], str | None] = lambda: None
 
 
-class Skipped:
+class NoWrapper:
     """No DDP wrapper to tune (FSDP2 shards the model): one candidate, skipped, saying why.
 
     Example:
-        >>> [lever.skip for lever in Skipped("sharded with FSDP2").candidates()]
+        >>> [lever.skip for lever in NoWrapper("sharded with FSDP2").candidates()]
         ['sharded with FSDP2']
     """
 
@@ -277,3 +281,13 @@ def label(ddp: Mapping[str, Any]) -> str:
         '+bf16-grads'
     """
     return "".join(f"+{name}" for (key, value), name in _LABELS.items() if ddp.get(key) == value)
+
+
+def lever(engine: Engine) -> Iterator[Candidate | Skipped]:
+    """tune's DDP levers, each on top of the best so far, as the door switches them
+    (`accelkit.torch.tuning.engine.Door.step_switch`); none without DDP."""
+    for one in engine.door.ddp_levers():
+        if one.skip:
+            yield Skipped(one.name, one.skip)
+        else:
+            yield engine.door.step_switch(one)

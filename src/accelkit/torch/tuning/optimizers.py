@@ -16,9 +16,14 @@ moves it the same way when a state dict is loaded). `use` moves it along.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from accelkit.torch.measuring.facts import optimizer_facts
+from accelkit.torch.tuning.candidate import Candidate, Skipped
+
+if TYPE_CHECKING:
+    from accelkit.torch.tuning.engine import Engine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,3 +95,21 @@ def use(optimizer: Any, variant: Variant, on: bool) -> None:
         if isinstance(step, torch.Tensor):
             device = param.device if on else torch.device("cpu")
             state["step"] = step.to(device=device, dtype=torch.float32)
+
+
+def lever(engine: Engine) -> Iterator[Candidate | Skipped]:
+    """tune's fused-optimizer lever: the optimizer's faster implementation, switched in
+    place on top of the best so far, where the script left that choice to PyTorch."""
+    optimizer = engine.door.optimizer
+    if optimizer is None:
+        yield Skipped("optimizer", "not one torch optimizer to switch")
+        return
+    variant, why = faster_variant(optimizer)
+    if variant is None:
+        yield Skipped("optimizer", why)
+        return
+    yield Candidate(
+        engine.best.settings.with_(optimizer=variant.name),
+        on=lambda: use(optimizer, variant, True),
+        off=lambda: use(optimizer, variant, False),
+    )

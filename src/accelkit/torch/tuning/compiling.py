@@ -1,0 +1,126 @@
+"""tune's compile levers: ``torch.compile`` of the door's code, its CUDA graphs, and
+max-autotune, each a candidate on top of the best so far.
+
+A door compiles what it can (`accelkit.torch.tuning.engine.Door.compilers`): the fit its
+forward pass and loss, a LightningModule its whole ``training_step`` and else its
+children's forward passes, a Hugging Face model its forward pass. The code tried first
+that compiles is measured, and the next kind (part of the same code) only where it
+failed: where the whole step was not clearly faster, its forward alone would not pay its
+compile time either. CUDA graphs (``mode="reduce-overhead"``, `accelkit.torch.tuning.graphs`)
+and max-autotune compile the same code again in their mode, in the place of the best so
+far, each checked against the eager step like compile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from accelkit.profiling.tuning import Trial, default_compile
+from accelkit.torch.tuning import graphs, trials
+from accelkit.torch.tuning import trial_guards as guards
+from accelkit.torch.tuning.candidate import Candidate, Skipped
+
+if TYPE_CHECKING:
+    from accelkit.torch.tuning.engine import Engine
+
+
+def compiled(engine: Engine) -> Iterator[Candidate | Skipped]:
+    """``torch.compile`` (its default mode) of the door's code, the first kind that
+    compiles, where neither the script nor the plan fixed compile."""
+    door = engine.door
+    if door.compile_fixed is not None:
+        yield Skipped("compile", door.compile_fixed)
+        return
+    codes, none = door.compilers()
+    if not codes:
+        yield Skipped("compile", none or "nothing to compile")
+        return
+    for code, make in codes:
+        settings = engine.best.settings.with_(compile=True, compiled=code)
+        try:
+            switch = made(engine, make, None)
+        except Exception as error:  # noqa: BLE001 - the next kind of code comes next
+            yield Skipped(settings.name(), guards.why(error), settings, failed=True)
+            continue
+        yield Candidate(settings, on=switch.on, off=switch.off, checked=True)
+        if engine.trials[-1].status != "failed":  # measured: part of it would not pay
+            return
+
+
+def graphed(engine: Engine) -> Iterator[Candidate | Skipped]:
+    """CUDA graphs (``mode="reduce-overhead"``) of what compile compiled, whether or not
+    that compile was kept: on a launch-bound step compile alone gains nothing, its graphs
+    most (ResNet-50 B64, docs/benchmarks.md)."""
+    door, torch = engine.door, engine.torch
+    trial = _compile_trial(engine.trials)
+    why = door.compile_fixed or graphs.unsupported(
+        torch, door.device, ddp=door.under_ddp, compiled=trial
+    )
+    if why:
+        yield Skipped("cudagraphs", why)
+        return
+    assert trial is not None  # else `graphs.unsupported` said why
+    code = trial.settings.get("compiled")
+    engine.trees_owned = not graphs.trees(torch, door.device)
+    switch = made(engine, _maker(engine, code), graphs.REDUCE_OVERHEAD)
+    settings = engine.best.settings.with_(
+        compile=True, compiled=code, cudagraphs=True, compile_mode=None
+    )
+    yield Candidate(settings, on=switch.on, off=switch.off, checked=True)
+
+
+def autotuned(engine: Engine) -> Iterator[Candidate | Skipped]:
+    """max-autotune of what the kept compile compiled (with its CUDA graphs where those
+    were kept), where the run left pays for its compilation (`trials.autotune_unpaid`)."""
+    door = engine.door
+    kept = engine.best_trial()
+    why = (
+        door.compile_fixed
+        or trials.autotune_unsupported(door.device, kept)
+        or trials.autotune_unpaid(
+            door.planned, engine.steps, kept, door.unit, default_compile(engine.trials)
+        )
+    )
+    if why:
+        yield Skipped("max-autotune", why)
+        return
+    best = engine.best.settings
+    mode = graphs.AUTOTUNE if best.cudagraphs else graphs.AUTOTUNE_NO_GRAPHS
+    switch = made(engine, _maker(engine, best.compiled), mode)
+    settings = best.with_(compile=True, compile_mode=mode)
+    yield Candidate(settings, on=switch.on, off=switch.off, checked=True)
+
+
+def made(engine: Engine, make: Callable[[str | None], Any], mode: str | None) -> Any:
+    """``make(mode)``, with a compiled best so far off while it is made, so that the new
+    switch compiles the uncompiled code and its `off` puts that code back."""
+    if not engine.best.settings.compile:
+        return make(mode)
+    engine.best.off()
+    try:
+        return make(mode)
+    finally:
+        engine.best.on()
+
+
+def _maker(engine: Engine, code: str | None) -> Callable[[str | None], Any]:
+    """What compiles `code` (None: the door's only kind) in a mode."""
+    codes, _ = engine.door.compilers()
+    return next((make for name, make in codes if name == code), codes[0][1])
+
+
+def _compile_trial(tried: list[Trial]) -> Trial | None:
+    """The trial of the default compile that ran last (the whole step's, or the forward
+    pass's after it failed); None when compile was not tried."""
+    return next(
+        (
+            t
+            for t in reversed(tried)
+            if t.settings.get("compile")
+            and not t.settings.get("cudagraphs")
+            and not t.settings.get("compile_mode")
+            and t.status != "skipped"
+        ),
+        None,
+    )
