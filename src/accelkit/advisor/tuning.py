@@ -18,39 +18,27 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from typing import Any
 
 from accelkit.advisor.context import Context
+from accelkit.profiling import levers
 from accelkit.profiling.tuning import Trial, TuneResult
 
-
-class Option(NamedTuple):
-    """A setting `tune` can turn on: the settings keys that name it, and when it is on."""
-
-    keys: tuple[str, ...]
-    on: Callable[[Mapping[str, Any]], bool]
-
-
-COMPILE = Option(("compile",), lambda s: bool(s.get("compile")))
-# torch.compile's CUDA graphs (mode="reduce-overhead", accelkit.torch.tuning.graphs); such a
-# candidate is compiled too ("compile": True), so compile's own figure is COMPILE_ALONE's.
-CUDA_GRAPHS = Option(
-    ("cudagraphs", "compile_mode"),
-    lambda s: bool(s.get("cudagraphs")) and not s.get("compile_mode"),
-)
-COMPILE_ALONE = Option(
-    ("compile", "cudagraphs", "compile_mode"),
-    lambda s: bool(s.get("compile")) and not s.get("cudagraphs") and not s.get("compile_mode"),
-)
-# SDPA attention for a transformers model on eager attention (accelkit.torch.tuning.attention).
-SDPA_ATTENTION = Option(("attention",), lambda s: s.get("attention") == "sdpa")
-FUSED_OPTIMIZER = Option(("optimizer",), lambda s: s.get("optimizer") in ("fused", "foreach"))
-# DistributedDataParallel's levers (accelkit.torch.tuning.levers); DDP's default bucket is 25 MB.
-BF16_GRADIENTS = Option(("compression",), lambda s: s.get("compression") == "bf16")
-LARGER_BUCKETS = Option(("bucket_cap_mb",), lambda s: (s.get("bucket_cap_mb") or 25) > 25)
-STATIC_GRAPH = Option(("static_graph",), lambda s: bool(s.get("static_graph")))
-NO_BUFFER_BROADCAST = Option(("broadcast_buffers",), lambda s: s.get("broadcast_buffers") is False)
+# The levers as the record names them: one registry with the trials
+# (`accelkit.profiling.levers.REGISTRY`), each one `on(settings)` for a record's settings.
+Option = levers.LeverInfo
+COMPILE = levers.COMPILE
+# torch.compile's CUDA graphs; such a candidate is compiled too ("compile": True), so
+# compile's own figure is COMPILE_ALONE's.
+CUDA_GRAPHS = levers.CUDA_GRAPHS
+COMPILE_ALONE = levers.COMPILE_ALONE
+SDPA_ATTENTION = levers.SDPA_ATTENTION
+FUSED_OPTIMIZER = levers.FUSED_OPTIMIZER
+BF16_GRADIENTS = levers.BF16_GRADIENTS
+LARGER_BUCKETS = levers.LARGER_BUCKETS
+STATIC_GRAPH = levers.STATIC_GRAPH
+NO_BUFFER_BROADCAST = levers.NO_BUFFER_BROADCAST
 
 
 @dataclasses.dataclass
@@ -103,7 +91,7 @@ def chose(ctx: Context, option: Option) -> bool:
     return bool(
         result
         and result.decision == "tuned"
-        and any(t.status == "chosen" and option.on(t.settings) for t in result.trials)
+        and any(t.status == "chosen" and option(t.settings) for t in result.trials)
     )
 
 
@@ -127,7 +115,7 @@ def trial(ctx: Context, option: Option) -> Compared | None:
     if result is None:
         return None
     base = result.baseline
-    found = [t for t in result.trials[1:] if option.on(t.settings)]
+    found = [t for t in result.trials[1:] if option(t.settings)]
     if not found:
         return None
 
