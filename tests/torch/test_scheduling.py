@@ -56,6 +56,14 @@ def expected_rates(total: int) -> list[float]:
     return rates
 
 
+def untuned_fit(model: Any, optimizer: Any, n: int, **kwargs: Any) -> Any:
+    """`accelkit.torch.fit` of `n` batches without tune, as a script with a scheduler."""
+    data, loss_fn = batches(n, dim=16, classes=4), torch.nn.CrossEntropyLoss()
+    return accelkit.torch.fit(
+        model, data, optimizer, loss_fn, plan=CPU_PLAN, progress=False, tune=False, **kwargs
+    )
+
+
 def test_the_trials_step_the_loops_scheduler_so_the_run_follows_its_schedule() -> None:
     total = STEPS + 10
     model = mlp(16, 32, 4)
@@ -92,34 +100,13 @@ def test_the_fit_steps_a_scheduler_per_optimizer_step_or_per_epoch() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     per_step = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda n: 1 / (n + 1))
     rates = spied(optimizer)
-    accelkit.torch.fit(
-        model,
-        batches(8, dim=16, classes=4),
-        optimizer,
-        torch.nn.CrossEntropyLoss(),
-        plan=CPU_PLAN,
-        progress=False,
-        tune=False,
-        accumulation_steps=2,
-        scheduler=per_step,
-    )
+    untuned_fit(model, optimizer, 8, accumulation_steps=2, scheduler=per_step)
     assert rates == pytest.approx([1, 1 / 2, 1 / 3, 1 / 4])
 
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     per_epoch = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
     rates = spied(optimizer)
-    accelkit.torch.fit(
-        model,
-        batches(3, dim=16, classes=4),
-        optimizer,
-        torch.nn.CrossEntropyLoss(),
-        plan=CPU_PLAN,
-        progress=False,
-        tune=False,
-        epochs=2,
-        scheduler=per_epoch,
-        scheduler_interval="epoch",
-    )
+    untuned_fit(model, optimizer, 3, epochs=2, scheduler=per_epoch, scheduler_interval="epoch")
     assert rates == [1.0] * 3 + [0.5] * 3 and per_epoch.last_epoch == 2
 
 
@@ -130,15 +117,7 @@ def test_the_fit_names_a_bound_scheduler_it_was_not_given(
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
     torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
     with caplog.at_level(logging.WARNING, logger="accelkit"):
-        accelkit.torch.fit(
-            model,
-            batches(2, dim=16, classes=4),
-            optimizer,
-            torch.nn.CrossEntropyLoss(),
-            plan=CPU_PLAN,
-            progress=False,
-            tune=False,
-        )
+        untuned_fit(model, optimizer, 2)
     assert "pass scheduler=" in caplog.text
 
 

@@ -264,13 +264,6 @@ def why_not(trial: Trial, best: Trial) -> str:
     return f"not kept: rank 0 did not measure it clearly faster (here {figures})"
 
 
-def times_faster(trial: Trial, best: Trial) -> float:
-    """How many times faster than `best` `trial` ran: its median pair ratio (`pair`)."""
-    if trial.paired_speedup is None or trial.against != best.name:
-        raise ValueError(f"{trial.name!r} was not timed in pairs against {best.name!r}")
-    return trial.paired_speedup
-
-
 def autotune_unsupported(device: Any, kept: Trial) -> str | None:
     """Why max-autotune is not tried on `device` when `kept` is the best so far, or None."""
     if device.type != "cuda":
