@@ -1,10 +1,11 @@
 """`tune` inside a trainer's own loop: the trials of the Lightning and Hugging Face callbacks.
 
-A trainer runs its steps itself, so the trials cannot draw batches as `Tuner.run` does.
-The callback tells `TrainerTrials` where each training batch begins and ends
-(`begin`, `end`) and shows it each batch before the forward pass (`batch`); the trials
-switch candidates between steps. The candidates, limits and record are the fit's
-(`accelkit.torch.tuning.trials`):
+A trainer runs its steps itself. The callback tells `TrainerTrials` where each training
+batch begins and ends (`begin`, `end`) and shows it each batch before the forward pass
+(`batch`); `TrainerTrials` is the trainers' door of the one trial engine
+(`accelkit.torch.tuning.engine`), which switches candidates between steps. The levers
+(`accelkit.torch.tuning.registry`), limits and record are the fit's; as a trainer's
+door it compiles the trainer's code and checks a candidate before the trainer's step:
 
 1. the trainer as configured (the baseline);
 2. the optimizer's fused (or foreach) implementation, switched in place

@@ -53,15 +53,18 @@ eager gradients' norm (with the spread of two random draws allowed on top for a
 forward that draws random numbers, such as dropout). Each checked candidate's record
 keeps the figures compared and their limits, passed or failed
 (`accelkit.profiling.tuning.Check`: ``check`` in ``report.tuning``). The eager reference costs one
-forward and backward pass (two with random draws) and leaves no trace: gradients,
-buffers and random number generators are put back (`accelkit.torch.tuning.reference`).
+forward and backward pass (two with random draws), on a copy of the module
+(`accelkit.torch.tuning.reference.copy_of`: the module's own Python state is left to the
+run's steps), and leaves no trace: gradients, buffers and random number generators are
+put back (`accelkit.torch.tuning.reference`).
 The batch it failed on is trained again with the step that works, from zeroed
 gradients, so no data is lost (the batches of its optimizer step trained before it
 give their gradients again without being counted twice, so an accumulation stays in
 phase). The user's own errors raise again there and pass through unchanged.
 
-`accelkit.torch.tuning.tuner` runs the trials; this module holds the numbers that govern
-them, each with the reason for its value. Their record, ``report.tuning``, is
+`accelkit.torch.tuning.engine` runs the trials for every door, in the order of
+`accelkit.torch.tuning.registry.LEVERS`; this module holds the numbers that govern them,
+each with the reason for its value. Their record, ``report.tuning``, is
 `accelkit.profiling.tuning.TuneResult.to_dict()`.
 """
 
