@@ -46,10 +46,16 @@ class Compared(Trial):
     """A candidate `tune` measured, with the baseline's median step of the same run."""
 
     baseline_seconds: float | None = None
+    over_baseline: float | None = None
 
     @property
     def speedup(self) -> float | None:
-        """Baseline median step / this candidate's median step (> 1: faster)."""
+        """How many times faster than the baseline it ran (> 1: faster): its paired
+        rounds' figure (`TuneResult.speedup_of`, which load on the machine cannot
+        inflate), else, in a record saved before paired rounds, the baseline's median
+        step over its own."""
+        if self.over_baseline is not None:
+            return self.over_baseline
         if not self.step_seconds or not self.baseline_seconds:
             return None
         return self.baseline_seconds / self.step_seconds
@@ -135,4 +141,6 @@ def trial(ctx: Context, option: Option) -> Compared | None:
         or found[0]
     )
     fields = {f.name: getattr(best, f.name) for f in dataclasses.fields(Trial)}
-    return Compared(**fields, baseline_seconds=base.step_seconds)
+    return Compared(
+        **fields, baseline_seconds=base.step_seconds, over_baseline=result.speedup_of(best)
+    )

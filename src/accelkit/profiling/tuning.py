@@ -290,14 +290,39 @@ class TuneResult:
         high = math.prod(t.paired_spread[1] for t in chain if t.paired_spread)
         return [round(low, 3), round(high, 3)]
 
+    def speedup_of(self, trial: Trial) -> float | None:
+        """How many times faster than the baseline `trial` ran: the product of the paired
+        speedups from the baseline to it, each trial against the one it was paired with
+        (1.0 for the baseline; None where a link was not timed in pairs, as in a record
+        saved before paired rounds).
+
+        Example:
+            >>> eager = Trial("eager", {}, "baseline", step_seconds=0.4)
+            >>> fused = Trial("eager+fused", {}, "chosen", paired_speedup=1.25, against="eager")
+            >>> graphs = Trial("cudagraphs", {}, "slower", paired_speedup=0.5,
+            ...                against="eager+fused")
+            >>> result = TuneResult("tuned", (eager, fused, graphs), False, "fused", 1.0, 26)
+            >>> result.speedup_of(graphs)
+            0.625
+        """
+        chain = self._chain(trial)
+        return (
+            None if chain is None else round(math.prod(t.paired_speedup or 1.0 for t in chain), 3)
+        )
+
     def _kept_chain(self) -> list[Trial] | None:
         """The trials kept one over another, the first kept over the baseline first and
         the kept one last ([] for the baseline kept); None where a link has no paired
         figure (a record saved before paired rounds)."""
-        link = self.chosen
-        if link.status != "chosen":
-            return []
-        earlier = list(self.trials[: next(i for i, t in enumerate(self.trials) if t is link)])
+        return self._chain(self.chosen) if self.chosen.status == "chosen" else []
+
+    def _chain(self, link: Trial) -> list[Trial] | None:
+        """The trials from the baseline to `link`, each paired with the one before it
+        (the baseline left out); None where a link has no paired figure."""
+        at = next((i for i, t in enumerate(self.trials) if t is link), None)
+        if at is None:
+            return None
+        earlier = list(self.trials[:at])
         chain: list[Trial] = []
         while link.status != "baseline":
             if link.paired_speedup is None or link.against is None:
