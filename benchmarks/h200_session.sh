@@ -140,7 +140,8 @@ issue35b)  # Lightning against itself compiled by hand and with accelkit
     # Built-in GPT-2 B32 x 1024, two paired rounds: round 1 lightning_bf16 ~30 s (120 steps
     # at 84 ms + start), lightning_compile ~50-60 s (compile ~32 s, steps at ~70 ms),
     # lightning_accelkit ~55-60 s (trials ~35 s); round 2 ~30-40 s each (inductor's
-    # cache warm): ~4-4.5 min, cut at 300 s.
+    # cache warm): ~4-4.5 min, cut at 300 s. Measured (session 21): 268 s for five of the
+    # six runs (accelkit 89 s in round 1): the second round's lightning_bf16 was cut.
     (cd benchmarks && timeout -k 5 300 $py trainers_tuned.py --model gpt2 --batch-size 32 \
         --variants lightning_bf16 lightning_compile lightning_accelkit --rounds 2 \
         --warmup 60 --steps 20 --windows 3 --timeout 150 \
