@@ -92,7 +92,10 @@ def test_log_level_variable(value, level, valid) -> None:
         assert "ACCELKIT_LOG_LEVEL" in note and "debug, info, warning" in note
 
 
-@pytest.mark.parametrize(("value", "expected"), [("DEBUG", "10"), ("loud", "20")])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("DEBUG", "10"), ("loud", "20"), ("\u00b2", "20")],  # a superscript two: faults4 E09
+)
 def test_log_level_at_import(value, expected) -> None:
     code = "import logging, accelkit; print(logging.getLogger('accelkit').level)"
     done = subprocess.run(
@@ -105,7 +108,7 @@ def test_log_level_at_import(value, expected) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == expected
-    assert ("is not valid" in done.stderr) == (value == "loud")
+    assert ("is not valid" in done.stderr) == (expected == "20")
 
 
 def test_progress_is_redrawn_in_place_on_a_terminal(monkeypatch) -> None:

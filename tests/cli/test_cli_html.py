@@ -1,5 +1,6 @@
 """`accelkit report RUN.json --html FILE`: the page written beside the usual output;
-an unwritable path exits 2 with the path named, never a traceback."""
+an unwritable path, or the input report itself, exits 2 with the path named, never a
+traceback."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from accelkit.cli import EXIT_USAGE
 from accelkit.profiling.run_report import RunReport
@@ -84,6 +86,44 @@ def test_report_html_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     assert page.read_text().startswith("<!DOCTYPE html>")
     assert stat.S_IMODE(page.stat().st_mode) == 0o644
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html", "run.json"]
+
+
+def _link(make, to, at: Path) -> str:
+    """`at`, made a link to `to` by `make` (os.symlink, os.link)."""
+    make(to, at)
+    return str(at)
+
+
+# Ways to name a report again (the links are made beside it): what --html must not take.
+SPELLINGS = {
+    "as given": str,
+    "relative": os.path.relpath,
+    "through ./ and ..": lambda run: str(run.parent / "." / ".." / run.parent.name / run.name),
+    "a symlink": lambda run: _link(os.symlink, run, run.parent / "latest.json"),
+    "a relative symlink": lambda run: _link(os.symlink, run.name, run.parent / "rel.json"),
+    "a hard link": lambda run: _link(os.link, run, run.parent / "hard.json"),
+    "a symlinked folder": lambda run: os.path.join(
+        _link(os.symlink, run.parent, run.parent.with_name(run.parent.name + "-alias")),
+        run.name,
+    ),
+}
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(spelling=st.sampled_from(sorted(SPELLINGS)), json_out=st.booleans())
+def test_report_html_naming_the_run_report_exits_2_and_keeps_it(
+    tmp_path_factory, spelling, json_out
+) -> None:
+    """Faults4 E17: `--html` naming the input report, however spelled, would replace the
+    run's JSON with the page; it is a usage error naming both paths, the report kept."""
+    saved = Path(_saved(tmp_path_factory.mktemp("same")))
+    before = saved.read_bytes()
+    page = SPELLINGS[spelling](saved)
+    code, out, err = _run("report", str(saved), "--html", page, *(["--json"] if json_out else []))
+    assert code == EXIT_USAGE, err
+    assert str(saved) in err and page in err and "Traceback" not in err
+    assert out == "" and saved.read_bytes() == before
+    RunReport.load(saved)
 
 
 D15 = {

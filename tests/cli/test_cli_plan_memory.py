@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
@@ -138,3 +139,44 @@ def test_any_text_parses_or_is_refused_with_the_forms(text: str) -> None:
         assert "8e9, 8000000000 or 8B" in refused
     else:
         assert isinstance(count, int) and count > 0
+
+
+def _exact_value(mantissa: int, exponent: int, scale: int) -> Fraction | None:
+    """mantissa·10^exponent·scale, or None when it is far outside 1 to 1e20 (not whole,
+    or too large) and too big to write out."""
+    if mantissa == 0:
+        return Fraction(0)
+    if abs(exponent) > 60:
+        return None
+    return Fraction(mantissa) * Fraction(10) ** exponent * scale
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    mantissa=st.integers(0, 10**6),
+    exponent=st.one_of(st.integers(-40, 40), st.integers(-(10**12), 10**12)),
+    parser_and_suffix=st.sampled_from(
+        [(parameters, s, k) for s, k in {"": 1, "k": 10**3, "B": 10**9, "t": 10**12}.items()]
+        + [(byte_count, s, k) for s, k in {"": 1, "GB": 10**9, "MiB": 2**20}.items()]
+    ),
+)
+def test_any_exponent_parses_exactly_or_is_refused(mantissa, exponent, parser_and_suffix) -> None:
+    """Issue faults4 E08: 1e999999999 overflowed Decimal's context (a traceback)."""
+    parser, suffix, scale = parser_and_suffix
+    value = _exact_value(mantissa, exponent, scale)
+    whole = value is not None and value.denominator == 1 and value < 10**20
+    if whole and (value > 0 or parser is byte_count):
+        assert parser(f"{mantissa}e{exponent}{suffix}") == value
+    else:
+        with pytest.raises(argparse.ArgumentTypeError, match="whole number"):
+            parser(f"{mantissa}e{exponent}{suffix}")
+
+
+@pytest.mark.parametrize("flag", ["--params", "--trainable-params", "--activation-bytes"])
+@pytest.mark.parametrize("value", ["1e999999999", "1e-999999999", "1e99999999999999999999"])
+def test_a_huge_exponent_is_a_usage_error_naming_the_argument(capsys, flag, value) -> None:
+    extra = [] if flag == "--params" else ["--params", "8B"]
+    with pytest.raises(SystemExit) as exited:
+        main(["plan", "--gpu", "H100", *extra, flag, value])
+    assert exited.value.code == 2
+    assert f"argument {flag}: {value!r} is not valid" in capsys.readouterr().err

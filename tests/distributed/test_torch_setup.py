@@ -123,10 +123,16 @@ def test_the_timeout_comes_from_accelkit_dist_timeout(fake_init, monkeypatch) ->
     assert "timeout 7.5 s" in result.get("torch.distributed.backend").detail
 
 
-@pytest.mark.parametrize("text", ["soon", "0", "-3", "inf", "nan"])
+@pytest.mark.parametrize("text", ["soon", "0", "-3", "nan"])
 def test_a_bad_timeout_falls_back_to_the_default_and_says_so(text) -> None:
     seconds, note, _ = environment.dist_timeout({"ACCELKIT_DIST_TIMEOUT": text})
     assert seconds == 600.0 and f"ACCELKIT_DIST_TIMEOUT={text!r}" in note
+
+
+@pytest.mark.parametrize("text", ["inf", "1e13"])  # 1e13: faults4 E10
+def test_never_timing_out_is_the_longest_timeout_pytorch_keeps(text) -> None:
+    seconds, note, _ = environment.dist_timeout({"ACCELKIT_DIST_TIMEOUT": text})
+    assert seconds == environment.MAX_TIMEOUT_S and f"ACCELKIT_DIST_TIMEOUT={text!r}" in note
 
 
 def test_a_rendezvous_that_fails_is_could_not_apply_with_the_reason(monkeypatch) -> None:

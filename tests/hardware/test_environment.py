@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from accelkit.hardware.environment import (
     cpu_count,
@@ -164,6 +167,35 @@ def test_notes_for_dropped_entries() -> None:
     notes.clear()
     visible(GPUS, "2,2", notes)
     assert "names a device twice" in notes[0]
+
+
+def _cuda_indices(value: str, count: int) -> list[int]:
+    """CUDA's reading of an index list: each entry's leading ASCII digits (C's strtoul),
+    up to the first entry that names no GPU; a repeated GPU hides them all."""
+    chosen: list[int] = []
+    for entry in value.split(","):
+        found = re.match(r"\+?0*([0-9]{1,9})(?![0-9])", entry.strip())
+        index = int(found[1]) if found else count
+        if index >= count:
+            break
+        if index in chosen:
+            return []
+        chosen.append(index)
+    return chosen
+
+
+# Entries of digits, Unicode digits str.isdigit accepts ("²", "٣") and separators
+_ENTRIES = st.text(st.sampled_from("0123+- ,x\u00b2\u00b3\u0663\u0661\u0b67\uff11"), max_size=8)
+
+
+@given(_ENTRIES)
+@example("\u00b2").via("faults4 E13: raised ValueError")
+@example("\u0663").via("faults4 E13: read as GPU 3")
+@example("1," + "0" * 5000 + "2").via("past int()'s limit on digits")
+def test_indices_are_read_as_cuda_reads_them_and_nothing_raises(value) -> None:
+    """faults4 E13: only ASCII digits name a GPU, as CUDA's strtoul reads them."""
+    notes: list[str] = []
+    assert [g.index for g in visible(GPUS, value, notes)] == _cuda_indices(value, len(GPUS))
 
 
 def test_launcher_reads_cuda_visible_devices() -> None:

@@ -14,7 +14,12 @@ from collections.abc import Sequence
 
 from accelkit import __version__
 from accelkit.cli import bench, doctor, plan, report, specs
-from accelkit.cli.common import EXIT_UNKNOWN_GPU, EXIT_USAGE, examples_text
+from accelkit.cli.common import (
+    EXIT_UNKNOWN_GPU,
+    EXIT_USAGE,
+    examples_text,
+    write_what_it_encodes,
+)
 from accelkit.hardware.what_if import UnknownGPUError
 
 __all__ = ["EXIT_UNKNOWN_GPU", "EXIT_USAGE", "build_parser", "main"]
@@ -44,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ...
         0
     """
+    write_what_it_encodes(sys.stdout)  # a model named Réseau, on an ASCII terminal
     args = build_parser().parse_args(argv)
     try:
         return int(args.command(args) or 0)

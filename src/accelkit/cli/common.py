@@ -4,10 +4,11 @@ that end with examples."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from accelkit.hardware.what_if import MAX_GPUS_PER_NODE, check_count
 from accelkit.planning import Framework, Precision
@@ -108,3 +109,22 @@ def gpus_in_one_server(text: str) -> int:
 def emit_json(document: Any) -> None:
     json.dump(document, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
+
+
+def write_what_it_encodes(stream: TextIO) -> None:
+    r"""Make `stream` write a character its encoding lacks as an escape (``R\xe9seau``
+    on an ASCII stdout: ``PYTHONIOENCODING=ascii``, ``LC_ALL=C``) rather than fail.
+
+    A UnicodeEncodeError is a ValueError: it would end the command as "bad arguments",
+    with nothing printed. Streams that are not text files (`io.StringIO`) and streams
+    that already replace what they cannot encode are left as they are.
+
+    Example:
+        >>> stream = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+        >>> write_what_it_encodes(stream)
+        >>> stream.write("Réseau"); stream.flush(); stream.buffer.getvalue()
+        6
+        b'R\\xe9seau'
+    """
+    if isinstance(stream, io.TextIOWrapper) and stream.errors in ("strict", "surrogateescape"):
+        stream.reconfigure(errors="backslashreplace")

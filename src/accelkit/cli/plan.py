@@ -48,6 +48,23 @@ _BYTES = {
 }
 
 
+# Exact decimal arithmetic, so 0.3B is 300,000,000, not 300,000,000.00000006. A number
+# this context cannot hold exactly (1e999999999 overflows, 1e-999999999 underflows to 0)
+# raises instead of being rounded.
+_EXACT = decimal.Context(
+    prec=60, traps=[decimal.Inexact, decimal.Overflow, decimal.InvalidOperation]
+)
+
+
+def _exactly(number: str, scale: int) -> decimal.Decimal | None:
+    """`number` (decimal digits, maybe an exponent) times `scale`; None when the
+    result cannot be held exactly, far out of range either way."""
+    try:
+        return _EXACT.multiply(_EXACT.create_decimal(number), scale)
+    except decimal.DecimalException:
+        return None
+
+
 def _count(text: str, suffixes: dict[str, int], *, zero: bool, what: str, example: str) -> int:
     """`text` as a whole number: digits, 8e9, 8_000_000_000, or a number and a suffix."""
     match = re.fullmatch(
@@ -55,11 +72,10 @@ def _count(text: str, suffixes: dict[str, int], *, zero: bool, what: str, exampl
     )
     number = None
     if match and match.group(2) in suffixes:
-        # exact decimal arithmetic, so 0.3B is 300,000,000, not 300,000,000.00000006
-        scaled = decimal.Decimal(match.group(1).replace("_", "")) * suffixes[match.group(2)]
-        small = scaled.adjusted() < 20  # larger is out of any range (Request's bounds)
-        if small and scaled == scaled.to_integral_value() and (scaled > 0 or zero):
-            number = int(scaled)
+        scaled = _exactly(match.group(1).replace("_", ""), suffixes[match.group(2)])
+        # 1e20 and more is out of any range (Request's bounds)
+        if scaled is not None and scaled < 10**20 and scaled == scaled.to_integral_value():
+            number = int(scaled) if scaled > 0 or zero else None
     if number is None:
         names = ", ".join(k for k in suffixes if k)
         raise argparse.ArgumentTypeError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -74,6 +75,13 @@ def add(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.html and _same_file(args.path, args.html):
+        root, suffix = os.path.splitext(args.path)
+        page = root + ("-page.html" if suffix == ".html" else ".html")
+        raise ValueError(
+            f"--html {args.html} is the run report {args.path}: the page would replace "
+            f"it; give the page a path of its own, e.g. --html {page}"
+        )
     try:
         result = RunReport.load(args.path)  # a bad file or field: ValueError, naming both
     except OSError as error:
@@ -99,6 +107,15 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(render_projections(projections))
     return 0
+
+
+def _same_file(report: str, page: str) -> bool:
+    """Whether `page` names the file `report` does, however spelled (a symlink, a
+    relative path, a hard link)."""
+    try:
+        return os.path.samefile(report, page)
+    except OSError:  # one of them does not exist (yet): compare where they would be
+        return os.path.realpath(report) == os.path.realpath(page)
 
 
 def _projections(

@@ -6,8 +6,8 @@ visible devices, host facts. The one place that parses them.
   host lists and ports from `accelkit.hardware.slurm`), TF_CONFIG,
   CUDA_VISIBLE_DEVICES), and from it `rank`, `is_rank_zero` and `world_size`, which
   every part of accelkit uses (a RANK that is empty or not an integer is no launcher's:
-  rank 0, as for a process started alone), through `launcher`, which reads the same
-  values once;
+  rank 0, as for a process started alone; a rank not below its world size is no
+  launcher's either, and noted), through `launcher`, which reads the same values once;
 - accelkit's variables: `flag` (``0/false/no/off`` and empty are off),
   `dist_timeout` (``ACCELKIT_DIST_TIMEOUT``), `log_level` (``ACCELKIT_LOG_LEVEL``),
   `comm_timing` (``ACCELKIT_COMM_TIMING``);
@@ -65,6 +65,11 @@ DISABLE_ENV = "ACCELKIT_DISABLE"
 PRECISION_ENV = "ACCELKIT_PRECISION"
 TIMEOUT_ENV = "ACCELKIT_DIST_TIMEOUT"
 DEFAULT_TIMEOUT_S = 600.0  # PyTorch's default NCCL collective timeout
+# PyTorch keeps its deadlines as nanoseconds since 1970 in a signed 64-bit integer, so a
+# timeout above about 7.4e9 s (2**63 ns less the time since 1970, in 2026) overflows:
+# gloo refuses the group, a TCPStore client gives up at once or the rendezvous hangs,
+# and every rank trains alone. 1e9 s (about 31.7 years) stays clear of it until ~2230.
+MAX_TIMEOUT_S = 1e9
 LOG_LEVEL_ENV = "ACCELKIT_LOG_LEVEL"
 COMM_TIMING_ENV = "ACCELKIT_COMM_TIMING"
 COMM_TIMING_OFF = f"{COMM_TIMING_ENV}=0: not timed"  # the report's note when it is off
@@ -153,16 +158,21 @@ def _launcher_of(values: tuple[str | None, ...]) -> LauncherEnv:
 def dist_timeout(environ: Mapping[str, str] | None = None) -> tuple[float, str, bool]:
     """Seconds a process waits for its peers (rendezvous, registration, collectives).
 
-    From ``ACCELKIT_DIST_TIMEOUT``; unset gives 600 s. A value that is not a number
-    of seconds > 0 gives the default too, with a note naming the valid values:
-    a typo must not stop a run, in either framework.
+    From ``ACCELKIT_DIST_TIMEOUT``; unset gives 600 s. A value that is not a number of
+    seconds > 0 gives the default, with a note naming the valid values: a typo must not
+    stop a run, in either framework. A "never time out" beyond `MAX_TIMEOUT_S` (1e9 s,
+    about 31.7 years), such as ``1e13`` or ``inf``, is taken as that, with a note:
+    PyTorch's deadlines overflow above about 7.4e9 s, and a larger value would leave
+    every rank training alone.
 
     Returns:
-        (seconds, note or "", True when the user set a valid value).
+        (seconds, note or "", True when the user set a value that is used).
 
     Example:
         >>> dist_timeout({"ACCELKIT_DIST_TIMEOUT": "30"})
         (30.0, '', True)
+        >>> dist_timeout({"ACCELKIT_DIST_TIMEOUT": "1e13"})[0]
+        1000000000.0
     """
     text = _environ(environ).get(TIMEOUT_ENV, "").strip()
     if not text:
@@ -171,15 +181,23 @@ def dist_timeout(environ: Mapping[str, str] | None = None) -> tuple[float, str, 
         seconds = float(text)
     except ValueError:
         seconds = 0.0
-    if not seconds > 0 or seconds == float("inf"):
+    if not seconds > 0:  # also refuses nan
         return (
             DEFAULT_TIMEOUT_S,
             (
-                f"{TIMEOUT_ENV}={text!r} is not valid; use a positive "
-                f"number of seconds. Used the default, "
-                f"{DEFAULT_TIMEOUT_S:g} s"
+                f"{TIMEOUT_ENV}={text!r} is not valid; use a positive number of seconds "
+                f"(at most {MAX_TIMEOUT_S:g} is kept). Used the default, {DEFAULT_TIMEOUT_S:g} s"
             ),
             False,
+        )
+    if seconds > MAX_TIMEOUT_S:
+        return (
+            MAX_TIMEOUT_S,
+            (
+                f"{TIMEOUT_ENV}={text!r} is more than PyTorch can keep (its deadlines overflow "
+                f"above about 7.4e9 s): taken as {MAX_TIMEOUT_S:g} s, about 31.7 years"
+            ),
+            True,
         )
     return seconds, "", True
 
@@ -188,8 +206,9 @@ def log_level(environ: Mapping[str, str] | None = None) -> tuple[int, str, bool]
     """The level of the ``accelkit`` logger, from ``ACCELKIT_LOG_LEVEL``.
 
     A level name (``debug``, ``info``, ``warning``, ``error``, ``critical``, any case) or
-    a number >= 0; unset or empty gives INFO. Anything else gives INFO too, with a note
-    naming the valid values: a typo must not stop a run.
+    a whole number >= 0 in the digits 0-9; unset or empty gives INFO. Anything else
+    (``loud``, ``-1``, a superscript ``²``) gives INFO too, with a note naming the valid
+    values: a typo must not stop a run, and ``import accelkit`` reads this.
 
     Returns:
         (level, note or "", True when the user set a valid value).
@@ -205,13 +224,17 @@ def log_level(environ: Mapping[str, str] | None = None) -> tuple[int, str, bool]
         return _LOG_LEVELS["INFO"], "", False
     if text.upper() in _LOG_LEVELS:
         return _LOG_LEVELS[text.upper()], "", True
-    if text.isdigit():
-        return int(text), "", True
+    # str.isdigit alone accepts "²" and "٣", which int() refuses or reads as 3
+    if text.isascii() and text.isdigit():
+        try:
+            return int(text), "", True
+        except ValueError:  # more digits than int() reads (sys.get_int_max_str_digits)
+            pass
     return (
         _LOG_LEVELS["INFO"],
         (
             f"{LOG_LEVEL_ENV}={text!r} is not valid; use one of "
-            "debug, info, warning, error, critical or a number >= 0. "
+            "debug, info, warning, error, critical or a whole number >= 0 (digits 0-9). "
             "Used the default, info"
         ),
         False,
@@ -233,13 +256,18 @@ def read_launcher(environ: Mapping[str, str], notes: list[str] | None = None) ->
         (1, 8, True)
     """
     notes = notes if notes is not None else []
-    torchrun: dict[str, object] = {
+    ranks = {
         field: integer(environ, variable, notes) for variable, field in _TORCHRUN_INTEGERS.items()
     }
-    torchrun.update(
-        master_addr=environ.get("MASTER_ADDR") or None,
-        master_port=integer(environ, "MASTER_PORT", notes),
-    )
+    impossible = _impossible_rank(ranks["rank"], ranks["world_size"], "RANK", "WORLD_SIZE")
+    if impossible:
+        notes.append(impossible)
+        ranks = dict.fromkeys(ranks)
+    torchrun: dict[str, object] = {
+        **ranks,
+        "master_addr": environ.get("MASTER_ADDR") or None,
+        "master_port": integer(environ, "MASTER_PORT", notes),
+    }
     slurm_notes: list[str] = []
     task = read_slurm_task(environ, slurm_notes)
     if task is None or _torchrun_absent(environ, torchrun, task):
@@ -284,6 +312,10 @@ def read_slurm_task(environ: Mapping[str, str], notes: list[str]) -> dict[str, A
     if rank is None:
         notes.append(f"SLURM_NTASKS={tasks} but no SLURM_PROCID: start each task with srun")
         return None
+    impossible = _impossible_rank(rank, tasks, "SLURM_PROCID", "SLURM_NTASKS")
+    if impossible:
+        notes.append(impossible)
+        return None
     nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
     address = environ.get("MASTER_ADDR") or slurm.first_node(nodelist)
     if address is None:
@@ -301,6 +333,30 @@ def read_slurm_task(environ: Mapping[str, str], notes: list[str]) -> dict[str, A
         "job_id": job_id,
         "scheduler": "slurm",
     }
+
+
+def _impossible_rank(rank: int | None, world_size: int | None, names: str, counts: str) -> str:
+    """Why `rank` (variable `names`) cannot be a process of the `world_size` that `counts`
+    gives, or "" when it can or either is unset: a rank runs from 0 to the world size - 1.
+
+    Such a process would wait the whole ``ACCELKIT_DIST_TIMEOUT`` for a rendezvous that
+    cannot complete, so the launcher's variables are ignored at once, like a malformed
+    one: the process trains alone, saying why.
+
+    Example:
+        >>> _impossible_rank(5, 2, "RANK", "WORLD_SIZE")  # doctest: +ELLIPSIS
+        "RANK=5 is not a rank of WORLD_SIZE=2 processes (0 to 1): no rendezvous..."
+        >>> _impossible_rank(1, 2, "RANK", "WORLD_SIZE"), _impossible_rank(5, None, "R", "W")
+        ('', '')
+    """
+    if rank is None or world_size is None or 0 <= rank < world_size:
+        return ""
+    ranks = f"0 to {world_size - 1}" if world_size > 0 else "none"
+    return (
+        f"{names}={rank} is not a rank of {counts}={world_size} processes ({ranks}): no "
+        "rendezvous could complete, so the launcher's variables are ignored and this "
+        "process trains alone"
+    )
 
 
 def _torchrun_absent(

@@ -92,14 +92,21 @@ def _same_device(a: GpuInfo, b: GpuInfo) -> bool:
     return a.index == b.index and a.mig_uuids == b.mig_uuids
 
 
+_ASCII_DIGITS = frozenset("0123456789")
+_LONGEST_INDEX = 20  # digits of C's ULONG_MAX; a longer index names no GPU anyway
+
+
 def _leading_integer(entry: str) -> int | None:
-    """CUDA reads indices like strtoul: ``"1gpu"`` is 1, ``"gpu1"`` and ``"-1"`` are invalid."""
+    """CUDA reads indices like C's strtoul: ``"1gpu"`` is 1, ``"gpu1"`` and ``"-1"`` are
+    invalid, and only the ASCII digits count (``"²"`` and the Arabic-Indic ``"٣"``, which
+    str.isdigit accepts, are invalid). An index too long to name a GPU is None."""
     digits = ""
     for char in entry.removeprefix("+"):
-        if not char.isdigit():
+        if char not in _ASCII_DIGITS:
             break
         digits += char
-    return int(digits) if digits else None
+    significant = digits.lstrip("0") or digits[:1]  # "000" is 0, "" is no index
+    return int(significant) if 0 < len(significant) <= _LONGEST_INDEX else None
 
 
 def device_order_note(gpus: Sequence[GpuInfo], environ: Mapping[str, str]) -> str | None:

@@ -190,13 +190,16 @@ class RunReport:
         other ranks log that they did not; ``every_rank=True`` writes on every rank,
         e.g. to a path with the rank in it. Returns True when this process wrote the file.
 
-        The file keeps the mode of the report it replaces, or gets the umask's; a path
-        that is not a regular file (a FIFO, a device, a symlink to one) is refused
+        As with ``open(path, "w")``, the file keeps the mode of the report it replaces,
+        or gets the umask's; a report this process may not write (``chmod 444``) is
+        refused; a symlink is written through to the file it points to; a path that is
+        not a regular file (a FIFO, a device, a symlink to one) is refused
         (`accelkit.utils.files.write_atomic`).
 
         Raises:
-            OSError: the file could not be written, or `path` is not a regular file
-                (the earlier file is untouched).
+            PermissionError: the report at `path`, or its folder, may not be written.
+            OSError: the file could not be written, or `path` is not a regular file;
+                the error names `path` and the earlier file is untouched.
         """
         if not every_rank and not environment.is_rank_zero():
             logger.info(
