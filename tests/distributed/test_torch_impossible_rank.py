@@ -28,11 +28,10 @@ def test_a_rank_beyond_the_world_size_trains_alone_at_once(tmp_path, launcher) -
         SLURM_JOB_NODELIST="localhost",
         MASTER_ADDR="127.0.0.1",
         MASTER_PORT=str(free_port()),
-        ACCELKIT_DIST_TIMEOUT="30",
+        ACCELKIT_DIST_TIMEOUT="3600",  # a rendezvous tried would outlast the run's limit
     )
-    done = run([sys.executable, WORKER, "alone", str(tmp_path)], env, timeout=120)
+    done = run([sys.executable, WORKER, "alone", str(tmp_path)], env, timeout=300)
     assert done.returncode == 0, done.explain()
-    assert done.seconds < 25  # the timeout is 30 s: no rendezvous was tried
     rank, world = (
         ("SLURM_PROCID", "SLURM_NTASKS") if launcher == "slurm" else ("RANK", "WORLD_SIZE")
     )
