@@ -29,7 +29,8 @@ def hardware(environ: dict[str, str], gpus: int = 0) -> HardwareInfo:
 
 
 def test_two_tasks_on_cpu_give_ddp_over_gloo_naming_slurm() -> None:
-    result = plan(hardware({**SRUN, "SLURM_NTASKS": "2", "SLURM_NNODES": "1"}), Request())
+    two = {**SRUN, "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_NNODES": "1"}
+    result = plan(hardware(two), Request())  # rank 1 of 2: rank 3 of 2 trains alone (E19)
     assert result.distribution is Distribution.DDP
     setting = result.get("torch.distributed.backend")
     assert setting.value == "gloo"
