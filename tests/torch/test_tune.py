@@ -815,6 +815,7 @@ def test_the_fits_check_runs_the_eager_reference_on_a_copy_not_the_model() -> No
     model = _Annealed()
     with compiled_as():  # its forward recompiles each step: dynamo is reset after
         report = fit(model, batches(STEPS + 4))
-    compiled = candidates(report)["compile+fused"]
+    # "compile" or "compile+fused": whether fused was kept depends on the machine's load
+    compiled = next(c for c in report.tuning["candidates"] if c["settings"].get("compile"))
     assert compiled["check"] is not None  # the check ran, on a copy
     assert model.calls == report.steps == STEPS + 4

@@ -317,8 +317,6 @@ def _train(
     progress: bool,
 ) -> RunReport:
     """Build the step, the tuner and the meter for `run` and train it."""
-    group = run.group
-    epochs = schedule.epochs
     step = make_step(
         run,
         plan,
@@ -329,20 +327,7 @@ def _train(
         scheduling=scheduling,
     )
     tuner = _tuner(tune, step, run, optimizer, plan, compile, schedule)
-    warmup = max(measuring.warmup, 1) if tuner is not None else measuring.warmup
-    # FLOPs are counted on the first real step as it trains, so the model and loss run no
-    # extra pass; FlopCounterMode cannot see inside a compiled graph, so a step compiled
-    # from the start is counted in a pass of its own through the uncompiled module.
-    count = measuring.flops_per_step is None
-    meter = Meter(
-        run.module,
-        epochs=epochs,
-        count_flops=count and not step.compiled,
-        optimizer=optimizer,
-        grad_scaler=step.scaler,
-        gather=group is not None,
-        **measuring.to_kwargs(plan=plan, warmup=warmup),
-    )
+    meter = _meter(run, plan, optimizer, step, schedule, measuring, tuned=tuner is not None)
     _run_facts(meter, run, plan, step)
     with meter:
         kept = loop.train(
@@ -350,23 +335,54 @@ def _train(
             step,
             meter,
             schedule,
-            count_flops=count and step.compiled,
+            count_flops=measuring.flops_per_step is None and step.compiled,
             progress=progress,
             tuner=tuner,
             evaluate=evaluate,
         )
-        meter.facts["compiled"] = kept.compiled
-        for key, why in kept.notes.items():
-            meter.note(key, why)
-        if kept.ddp:
-            meter.facts["ddp"] = dict(kept.ddp)
-        if tuner is not None and tuner.result is not None:
-            meter.tuning = tuner.result.to_dict()
+        _kept_facts(meter, kept, tuner)
     if run.wrapping is not None:  # after the meter's last window: not a step's time
         run.wrapping.finish(run.module, kept.ddp)
     if progress:
         loop.end_progress(meter)
     return meter.report()
+
+
+def _meter(
+    run: Prepared,
+    plan: Plan,
+    optimizer: Any,
+    step: Step,
+    schedule: Schedule,
+    measuring: MeterOptions,
+    *,
+    tuned: bool,
+) -> Meter:
+    """The meter of the fit; tune's trials are its warm-up, at least one step of it."""
+    warmup = max(measuring.warmup, 1) if tuned else measuring.warmup
+    # FLOPs are counted on the first real step as it trains, so the model and loss run no
+    # extra pass; FlopCounterMode cannot see inside a compiled graph, so a step compiled
+    # from the start is counted in a pass of its own through the uncompiled module (the loop's).
+    return Meter(
+        run.module,
+        epochs=schedule.epochs,
+        count_flops=measuring.flops_per_step is None and not step.compiled,
+        optimizer=optimizer,
+        grad_scaler=step.scaler,
+        gather=run.group is not None,
+        **measuring.to_kwargs(plan=plan, warmup=warmup),
+    )
+
+
+def _kept_facts(meter: Meter, kept: Step, tuner: Tuner | None) -> None:
+    """What the report says of the step the run went on with, and of tune's trials."""
+    meter.facts["compiled"] = kept.compiled
+    for key, why in kept.notes.items():
+        meter.note(key, why)
+    if kept.ddp:
+        meter.facts["ddp"] = dict(kept.ddp)
+    if tuner is not None and tuner.result is not None:
+        meter.tuning = tuner.result.to_dict()
 
 
 def tune(
