@@ -16,6 +16,9 @@ from accelkit.hardware.what_if import what_if
 from accelkit.planning import Framework, Plan, Precision, Request, Status, plan
 from accelkit.utils.imports import install_command, is_available
 
+# What precision="fp8" runs its float8 matmuls with (the `fp8` extra installs it).
+FLOAT8_PACKAGE = "torchao"
+
 _current: Plan | None = None
 _log = logging.getLogger("accelkit")
 
@@ -73,8 +76,10 @@ def auto_configure(
 
     Args:
         framework: ``"auto"`` (the one the script uses), ``"torch"`` or ``"tensorflow"``.
-        precision: ``"auto"``, ``"bf16"``, ``"fp16"``, ``"tf32"`` or ``"fp32"``.
-            ``ACCELKIT_PRECISION`` takes the place of ``"auto"``.
+        precision: ``"auto"``, ``"bf16"``, ``"fp16"``, ``"tf32"``, ``"fp32"`` or ``"fp8"``
+            (bf16 with float8 matmuls through torchao: PyTorch on compute capability
+            >= 8.9, ``pip install 'accelkit[fp8]'``). ``ACCELKIT_PRECISION`` takes the
+            place of ``"auto"``.
         distribute: ``"auto"`` or ``"none"``.
         compile: ask for ``torch.compile`` / XLA in the fit helpers.
         dry_run: plan but apply nothing (so does ``ACCELKIT_DISABLE=1``). The plan is
@@ -98,7 +103,8 @@ def auto_configure(
 
     Raises:
         ValueError: a bad argument or ``ACCELKIT_PRECISION`` value (the message names
-            the valid ones), or a precision these GPUs cannot run.
+            the valid ones), or a precision these GPUs cannot run (``"fp8"`` below
+            compute capability 8.9, or without torchao installed).
 
     Example:
         >>> import accelkit
@@ -121,6 +127,7 @@ def auto_configure(
         for chosen in (decision.framework, *decision.at_import)
     }
     plans = {chosen: plan(hardware, request) for chosen, request in requests.items()}
+    _check_float8(requests.get(Framework.TORCH))
     _warn_unusable(plans.values())
     result = plans[decision.framework]
     notes = [f"framework: {decision.reason}"]
@@ -156,6 +163,18 @@ def auto_configure(
     if verbose:  # rank 0 only: the logger's filter (accelkit.utils.log)
         _log.info("%s", f"accelkit: {notes[0]}" if deferred else result)
     return result
+
+
+def _check_float8(request: Request | None) -> None:
+    """An explicit fp8 on PyTorch needs torchao (float8 matmuls): without it the request
+    cannot be honoured, so it is refused with the install command."""
+    if request is None or request.precision is not Precision.FP8:
+        return
+    if not is_available(FLOAT8_PACKAGE):
+        raise ValueError(
+            f"precision='fp8' runs float8 matmuls through {FLOAT8_PACKAGE}, which is not "
+            f"installed; install it with: {install_command('fp8')}, or use 'bf16'"
+        )
 
 
 def _too_old(framework: Framework) -> str | None:

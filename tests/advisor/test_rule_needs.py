@@ -91,6 +91,19 @@ def _dropped_sdpa() -> dict[str, Any]:
     return record
 
 
+def _float8_slower() -> dict[str, Any]:
+    """A tune record that kept compile and timed float8 on top of it, slower."""
+    record = _tuned("compile", True)
+    record["candidates"][1].update(name="compile", status="chosen", compile_seconds=40.0)
+    record["candidates"].append(
+        {"name": "compile+float8", "status": "slower", "step_seconds": 0.026,
+         "settings": {"compile": True, "optimizer": "default", "float8": True},
+         "paired_speedup": 0.96, "paired_spread": [0.94, 0.98], "against": "compile",
+         "why": "not clearly faster"}
+    )  # fmt: skip
+    return record
+
+
 _OPT = {
     "type": "AdamW",
     "implementation": "for-loop",
@@ -289,6 +302,28 @@ EXAMPLES: dict[str, Callable[[], Example]] = {
             },
         ),
     ),
+    "float8": lambda: (H200, None, measured_on(H200, precision="bf16", tuning=_float8_slower())),
+    "float8, not tuned": lambda: (
+        H200,
+        plan_for("H200"),
+        measured_on(
+            H200,
+            facts={
+                "layers": [
+                    {
+                        "name": "up",
+                        "type": "Linear",
+                        "dims": {"in_features": 2048, "out_features": 8192},
+                    },
+                    {
+                        "name": "head",
+                        "type": "Linear",
+                        "dims": {"in_features": 2048, "out_features": 32000},
+                    },
+                ]
+            },
+        ),
+    ),
     "fused_optimizer": lambda: (
         H200,
         None,
@@ -399,6 +434,7 @@ _RULE_OF = {
     "compile, tuned": "compile",
     "cuda_graphs, not tuned": "cuda_graphs",
     "sdpa_attention, not tuned": "sdpa_attention",
+    "float8, not tuned": "float8",
     "precision_bf16": "precision",
     "memory_headroom": "memory",
     "memory_pressure": "memory",

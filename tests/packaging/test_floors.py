@@ -31,7 +31,16 @@ MODULE_OF = {
 }
 # Imported only in the framework and integration homes (tests/test_architecture.py), and
 # installed with the framework or by the user: never needed by `import accelkit`.
-OPTIONAL = {"torch", "torchvision", "tensorflow", "keras", "numpy", "transformers", "timm"}
+OPTIONAL = {
+    "torch",
+    "torchvision",
+    "tensorflow",
+    "keras",
+    "numpy",
+    "transformers",
+    "timm",
+    "torchao",
+}
 
 
 def _requirements(*groups: str) -> dict[str, Requirement]:

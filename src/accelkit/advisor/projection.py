@@ -27,7 +27,7 @@ from typing import Any
 from accelkit import specs
 from accelkit.advisor.context import DEFAULT_MFU, Context
 from accelkit.hardware.what_if import UnknownGPUError, what_if
-from accelkit.planning import Request, plan
+from accelkit.planning import Precision, Request, plan
 from accelkit.utils.units import duration, money
 
 # Projections whose epoch times (or costs, or step times) differ by less than this share
@@ -245,16 +245,30 @@ def _dtype(
     target = plan(
         what_if(spec.key, count), Request(framework=framework, precision=precision or "auto")
     )
-    planned = Context.build(target.hardware, target, {}).matmul_dtype
+    planned = _counted(Context.build(target.hardware, target, {}).matmul_dtype)
     if precision:
-        return planned, f"matmuls in {planned} (precision={precision!r} asked)"
-    measured = str(data.get("matmul_dtype") or "")
+        note = _FLOAT8_NOTE if target.precision is Precision.FP8 else ""
+        return planned, f"matmuls in {planned} (precision={precision!r} asked{note})"
+    measured = _counted(str(data.get("matmul_dtype") or ""))
     if on_gpu and spec.peak(measured):
         return measured, f"matmuls in {measured}, as in the measured run"
     why = (
         "the run was not measured on a GPU" if not on_gpu else f"{spec.name} has no {measured} path"
     )
     return planned, f"matmuls in {planned}: accelkit's plan for this GPU ({why})"
+
+
+# float8 covers a step's large linear layers only, and MFU is counted against the bf16
+# peak under it (accelkit.profiling.mfu): a projection does the same.
+_FLOAT8_NOTE = (
+    ": float8 runs the large linear layers only, its gain measured per model by tune, so "
+    "the step is counted at the bf16 peak as MFU is"
+)
+
+
+def _counted(dtype: str) -> str:
+    """The dtype whose peak a step is counted at: bf16 for a float8 run."""
+    return "bf16" if dtype == "fp8" else dtype
 
 
 def _mfu(data: Mapping[str, Any], mfu: float | None, share: float) -> tuple[float, str]:

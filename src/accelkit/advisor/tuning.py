@@ -6,7 +6,7 @@ fastest. Its record, ``report.to_dict()["tuning"]``, is None when the run was no
 tuned, else `accelkit.profiling.tuning.TuneResult.to_dict()`: the decision, the
 kept candidate, and per candidate its settings (``{"compile": bool, "optimizer":
 "fused" | "foreach" | "default"}``, ``"cudagraphs": True`` for CUDA graphs,
-``"compile_mode"`` for max-autotune), status,
+``"compile_mode"`` for max-autotune, ``"float8": True`` for float8 matmuls), status,
 median step and spread, and for a checked candidate how its first batch compared with
 the eager step (``check``: `accelkit.profiling.tuning.Check`).
 
@@ -39,6 +39,7 @@ BF16_GRADIENTS = levers.BF16_GRADIENTS
 LARGER_BUCKETS = levers.LARGER_BUCKETS
 STATIC_GRAPH = levers.STATIC_GRAPH
 NO_BUFFER_BROADCAST = levers.NO_BUFFER_BROADCAST
+FLOAT8 = levers.FLOAT8
 
 
 @dataclasses.dataclass

@@ -187,9 +187,17 @@ def matmul_dtype(precision: Any, tf32_enabled: bool) -> str:
     """The dtype matmuls execute in, as a `GpuSpec.peak_tflops` key.
 
     bf16/fp16 under mixed precision; otherwise tf32 when fp32 matmuls may use TF32
-    (the ``"tf32"`` precision, or the framework's flag on), else fp32.
+    (the ``"tf32"`` precision, or the framework's flag on), else fp32. Under ``"fp8"``,
+    bf16: the step's autocast dtype, and the peak its MFU headline is counted against
+    (docs/profiling.md, "MFU under float8"); the float8 share is a figure of its own.
+
+    Example:
+        >>> matmul_dtype("fp8", tf32_enabled=True)
+        'bf16'
     """
     key = _key(precision)
+    if key == "fp8":
+        return "bf16"
     if key in _HALF:
         return key
     return "tf32" if tf32_enabled or key == "tf32" else "fp32"

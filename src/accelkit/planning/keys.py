@@ -51,6 +51,7 @@ class Key(str, enum.Enum):
     KERAS_FLOAT32_HEAD = "keras.float32_head"
     KERAS_LOSS_SCALE = "keras.loss_scale"
     TF_TF32 = "tf.config.experimental.enable_tensor_float_32_execution"
+    FLOAT8 = "float8"  # a `Float8`: float8 matmuls (torchao) on the linear layers
     # runtime
     CUDNN_BENCHMARK = "torch.backends.cudnn.benchmark"
     TORCH_ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
@@ -104,6 +105,8 @@ class Entry:
 ADAPTER = "adapter"
 _TORCH_FIT = "accelkit.torch.fit"
 _AUTOCAST = "plan.autocast() / accelkit.torch.fit"
+# Float8 is tune's lever (a `Float8.TRIED` plan) or, under precision fp8, the fit's.
+_FLOAT8 = "accelkit.torch.fit / accelkit.torch.tune (tune's float8 lever)"
 _SHARDED_FIT = (
     "accelkit.torch.fit / accelkit.lightning.trainer_kwargs / accelkit.hf.training_arguments"
 )
@@ -128,6 +131,7 @@ REGISTRY: dict[Key, Entry] = {
         Kind.HELPER, "tensorflow", Phase.FIT, "model.compile() under the mixed_float16 policy"
     ),
     Key.TF_TF32: Entry(Kind.FLAG, "tensorflow", Phase.FRAMEWORK, ADAPTER),
+    Key.FLOAT8: Entry(Kind.HELPER, "torch", Phase.FIT, _FLOAT8),
     Key.CUDNN_BENCHMARK: Entry(Kind.FLAG, "torch", Phase.FRAMEWORK, ADAPTER),
     Key.TORCH_ALLOC_CONF: Entry(Kind.ENV, "torch", Phase.ENVIRONMENT, ADAPTER),
     Key.CHANNELS_LAST: Entry(Kind.HELPER, "torch", Phase.FIT, _TORCH_FIT),
@@ -158,6 +162,21 @@ REGISTRY: dict[Key, Entry] = {
 def entry(key: Key) -> Entry:
     """The registry entry of `key`."""
     return REGISTRY[key]
+
+
+class Float8(str, enum.Enum):
+    """The value of `Key.FLOAT8`: what becomes of float8 matmuls (torchao) on a run.
+
+    Read with ``plan.value(Key.FLOAT8)`` by tune's float8 lever and the fit; a plan
+    without the setting (no GPU, TensorFlow) runs no float8.
+    """
+
+    TRIED = "tried by tune"  # kept only on the layers where measured faster and checked
+    ON = "on"  # precision="fp8": every eligible linear layer
+    OFF = "off"  # the reason says why (no float8 tensor cores, a precision without bf16)
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class CrossDevice(str, enum.Enum):

@@ -113,7 +113,9 @@ def per_param(optimizer: Optimizer, precision: Precision, framework: Framework) 
         >>> per_param(Optimizer.ADAMW, Precision.BF16, Framework.TORCH).state
         16
     """
-    mixed = precision in (Precision.BF16, Precision.FP16)
+    # fp8 counts as bf16: torchao keeps fp32 weights and casts each layer's weights to
+    # float8 as it runs, a transient smaller than the 16-bit casts counted.
+    mixed = precision.without_float8 in (Precision.BF16, Precision.FP16)
     foreach = framework is Framework.TORCH
     return PerParam(
         weights=WEIGHT_BYTES,

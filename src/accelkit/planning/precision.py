@@ -3,27 +3,34 @@
 from __future__ import annotations
 
 from accelkit.hardware import capabilities
-from accelkit.hardware.capabilities import BF16_TF32
+from accelkit.hardware.capabilities import BF16_TF32, FP8
 from accelkit.hardware.capabilities import format_capability as _fmt
-from accelkit.hardware.info import HardwareInfo
-from accelkit.planning.keys import Key
+from accelkit.hardware.info import GpuInfo, HardwareInfo
+from accelkit.planning.keys import Float8, Key
 from accelkit.planning.types import Framework, Precision, Request, Setting
+
+# Where float8 matmuls run, in the words of every message that says so.
+FLOAT8_NEEDS = f"compute capability >= {_fmt(FP8)} (float8 tensor cores: Ada, Hopper, Blackwell)"
 
 
 def _cc(hardware: HardwareInfo) -> tuple[int, int] | None:
     return hardware.min_compute_capability
 
 
-def _gpu_label(hardware: HardwareInfo) -> str:
+def _limiting_gpu(hardware: HardwareInfo) -> GpuInfo:
     # The GPU that limits the plan: the lowest compute capability, and among equals one
     # without tensor cores (a GTX 1660 beside an RTX 2080, both 7.5).
-    gpu = min(
+    return min(
         hardware.gpus,
         key=lambda g: (
             g.compute_capability or (0, 0),
             capabilities.has_tensor_cores(g.compute_capability, g.name),
         ),
     )
+
+
+def _gpu_label(hardware: HardwareInfo) -> str:
+    gpu = _limiting_gpu(hardware)
     return f"{gpu.name} (compute capability {_fmt(gpu.compute_capability or (0, 0))})"
 
 
@@ -38,6 +45,9 @@ def validate(hardware: HardwareInfo, precision: Precision) -> None:
     emulated or absent (`torch.cuda.is_bf16_supported()` says True on a T4, yet
     bf16 matmuls there run without tensor cores).
     """
+    if precision is Precision.FP8:
+        _validate_fp8(hardware)
+        return
     cc = _cc(hardware)
     if cc is None or precision not in (Precision.BF16, Precision.TF32):
         return
@@ -49,8 +59,38 @@ def validate(hardware: HardwareInfo, precision: Precision) -> None:
         )
 
 
+def _validate_fp8(hardware: HardwareInfo) -> None:
+    """fp8 needs float8 tensor cores on every GPU; refused on the CPU, and where the
+    compute capability is unknown (a float8 matmul there fails inside the step)."""
+    needed = f"precision='fp8' needs {FLOAT8_NEEDS}"
+    if not hardware.gpus:
+        why = hardware.gpus_unusable or "no NVIDIA GPU detected"
+        raise ValueError(f"{needed}; this machine has none usable ({why}). Use 'auto'.")
+    cc = _cc(hardware)
+    if cc is None:
+        raise ValueError(
+            f"{needed}; the compute capability of {_limiting_gpu(hardware).name} is "
+            "unknown. Use 'auto'."
+        )
+    if capabilities.has_fp8(cc):
+        return
+    if capabilities.has_bf16(cc):
+        instead = f"'bf16' (on {_fmt(FP8)} and later, tune tries float8 where it pays)"
+    elif capabilities.all_have_tensor_cores(hardware.gpus):
+        instead = "'fp16' (mixed, with loss scaling)"
+    else:
+        instead = "'fp32' (no tensor cores)"
+    raise ValueError(f"{needed}; {_limiting_gpu(hardware).name} has {_fmt(cc)}. Use {instead}.")
+
+
 def choose(hardware: HardwareInfo, request: Request) -> tuple[Precision, str]:
     """The precision to run in and the one-line reason for it."""
+    if request.precision is Precision.FP8 and request.framework is Framework.TENSORFLOW:
+        raise ValueError(
+            "precision='fp8' is for PyTorch (float8 matmuls through torchao); for Keras, "
+            "plan 'bf16' and train in float8 with Keras's own model.quantize('float8') "
+            "after building the model"
+        )
     if request.precision is not Precision.AUTO:
         validate(hardware, request.precision)
         return request.precision, f"requested precision={request.precision.value!r}"
@@ -102,6 +142,42 @@ def settings(
     return _torch(hardware, precision, reason)
 
 
+def _float8(hardware: HardwareInfo, precision: Precision) -> Setting | None:
+    """Whether the run's linear layers may run their matmuls in float8 (torchao): tried
+    by tune on float8 tensor cores under bf16, every eligible layer under fp8, off with
+    the reason elsewhere on a GPU; no setting without a GPU of known capability."""
+    cc = _cc(hardware)
+    if cc is None:
+        return None
+    label = _gpu_label(hardware)
+    if not capabilities.has_fp8(cc):
+        return Setting(
+            Key.FLOAT8, Float8.OFF, f"{label}: no float8 matmuls; they need {FLOAT8_NEEDS}"
+        )
+    if precision is Precision.FP8:
+        return Setting(
+            Key.FLOAT8,
+            Float8.ON,
+            "precision='fp8': every eligible linear layer (dimensions multiples of 16) runs "
+            "its matmuls in float8 (torchao) inside bf16 autocast, small ones too, which run "
+            "slower in float8 (precision 'bf16' with tune keeps it only where measured faster)",
+        )
+    if precision is Precision.BF16:
+        return Setting(
+            Key.FLOAT8,
+            Float8.TRIED,
+            f"{label}: float8 tensor cores; tune tries float8 matmuls (torchao) on the "
+            "linear layers large enough to gain, keeps them only where measured faster and "
+            "checked against the bf16 step (small layers run slower in float8)",
+        )
+    return Setting(
+        Key.FLOAT8,
+        Float8.OFF,
+        f"precision={precision.value!r}: float8 matmuls run inside bf16 autocast; with "
+        "precision 'bf16' or 'auto' tune tries them",
+    )
+
+
 def _tf32_allowed(hardware: HardwareInfo, precision: Precision) -> bool | None:
     """True/False when the GPUs have TF32 and the precision decides it; None without TF32."""
     if not capabilities.has_tf32(_cc(hardware)):
@@ -120,7 +196,7 @@ def _tf32_reason(allowed: bool) -> str:
 
 def _torch(hardware: HardwareInfo, precision: Precision, reason: str) -> list[Setting]:
     out = [Setting(Key.PRECISION, precision.value, reason)]
-    dtype = capabilities.torch_dtype_name(precision)
+    dtype = capabilities.torch_dtype_name(precision.without_float8)
     if dtype is not None:
         out.append(
             Setting(
@@ -148,6 +224,9 @@ def _torch(hardware: HardwareInfo, precision: Precision, reason: str) -> list[Se
                 "(plan.grad_scaler())",
             )
         )
+    float8 = _float8(hardware, precision)
+    if float8 is not None:
+        out.append(float8)
     tf32 = _tf32_allowed(hardware, precision)
     if tf32 is not None:
         out.append(Setting(Key.TORCH_TF32_MATMUL, tf32, _tf32_reason(tf32)))

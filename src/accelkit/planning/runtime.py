@@ -48,7 +48,9 @@ def _torch(hardware: HardwareInfo, request: Request, precision: Precision) -> li
                 "(PyTorch >= 2.9 also reads PYTORCH_ALLOC_CONF; a user value in either is kept)",
             )
         )
-        if capabilities.is_mixed(precision) and capabilities.all_have_tensor_cores(hardware.gpus):
+        if capabilities.is_mixed(precision.without_float8) and capabilities.all_have_tensor_cores(
+            hardware.gpus
+        ):
             out.append(
                 Setting(
                     Key.CHANNELS_LAST,

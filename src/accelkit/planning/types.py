@@ -42,8 +42,14 @@ class Precision(_Choice):
     """How the matmuls of a training step run.
 
     `bf16` and `fp16` are *mixed* precision (fp32 weights, low-precision compute);
+    `fp8` is bf16 mixed precision whose eligible linear layers run their matmuls in
+    float8 (torchao; compute capability >= 8.9, PyTorch only);
     `tf32` keeps fp32 tensors but lets tensor cores round matmul inputs to TF32;
     `fp32` is strict IEEE fp32 everywhere.
+
+    Example:
+        >>> Precision.FP8.without_float8, Precision.FP16.without_float8
+        (<Precision.BF16: 'bf16'>, <Precision.FP16: 'fp16'>)
     """
 
     AUTO = "auto"
@@ -51,6 +57,14 @@ class Precision(_Choice):
     FP16 = "fp16"
     TF32 = "tf32"
     FP32 = "fp32"
+    FP8 = "fp8"
+
+    @property
+    def without_float8(self) -> Precision:
+        """What the step runs in outside the float8 matmuls: bf16 under `fp8` (its
+        autocast dtype, no loss scaling, TF32 on, the memory per parameter), else this
+        precision itself."""
+        return Precision.BF16 if self is Precision.FP8 else self
 
 
 class Framework(_Choice):
@@ -417,12 +431,15 @@ class Plan:
 
     @property
     def mixed(self) -> bool:
-        """True when the plan runs matmuls in a 16-bit type."""
-        return capabilities.is_mixed(self.precision)
+        """True when the plan runs matmuls in a 16-bit type (or float8, inside bf16)."""
+        return capabilities.is_mixed(self.precision.without_float8)
 
     @property
     def matmul_dtype(self) -> str:
-        """The dtype the plan's matmuls run in, as a datasheet peak key (`bf16`, `tf32`...)."""
+        """The dtype the plan's matmuls run in, as a datasheet peak key (`bf16`, `tf32`...;
+        `fp8` under precision fp8, whose large linear layers run in float8)."""
+        if self.precision is Precision.FP8:
+            return "fp8"
         tf32 = self.value(Key.TORCH_TF32_MATMUL) is True or self.value(Key.TF_TF32) is True
         return capabilities.matmul_dtype(self.precision, tf32)
 

@@ -11,7 +11,7 @@ from typing import Any
 from accelkit.hardware import capabilities
 from accelkit.hardware.info import HardwareInfo
 from accelkit.planning.types import Plan, Precision
-from accelkit.profiling import mfu, world
+from accelkit.profiling import metrics, mfu, world
 from accelkit.profiling.clock import EVALUATION, OTHER, ClockSummary
 from accelkit.profiling.flop_count import FlopCount
 from accelkit.profiling.run_report import RunReport
@@ -37,6 +37,8 @@ class Measurements:
     gpu: int = 0  # index into hardware.gpus of the first device used
     flops: FlopCount | None = None
     flops_per_step: float | None = None  # the user's figure, overriding the count
+    # The FLOPs of one step that ran in float8 (Recorder.set_float8_flops); None: none did.
+    float8_flops_per_step: float | None = None
     sampler: SamplerSummary | None = None
     peak_memory_bytes: int | None = None
     calibration: Any = None  # accelkit.profiling.calibrate.Calibration
@@ -64,7 +66,9 @@ def report_from(m: Measurements) -> RunReport:
     """The run's figures (throughput, FLOPs, MFU, device figures, ranks); no advice yet."""
     clock = m.clock
     precision = m.precision or m.plan.precision
-    dtype = capabilities.matmul_dtype(precision, m.tf32_enabled)
+    # MFU's peak: under fp8 the bf16 one, so that runs compare across precisions; the
+    # float8 matmuls are weighed beside it (`_float8`).
+    dtype = capabilities.matmul_dtype(precision.without_float8, m.tf32_enabled)
     report = RunReport(
         framework=m.framework,
         model=m.model,
@@ -98,6 +102,7 @@ def report_from(m: Measurements) -> RunReport:
     _throughput(report, clock)
     _phases(report, clock)
     _flops(report, m)
+    _float8(report, m)
     _sampler(report, m.sampler)
     _communication(report, m.communication, clock)
     report.series = _series(clock, m.sampler)
@@ -198,6 +203,42 @@ def _flops(report: RunReport, m: Measurements) -> None:
         report.calibrated_tflops = calibration.tflops * m.devices
         report.calibration_method = calibration.method
         report.mfu_calibrated = report.achieved_tflops / report.calibrated_tflops
+
+
+def _float8(report: RunReport, m: Measurements) -> None:
+    """The float8 share and the utilisation against the peaks its FLOPs could reach
+    (`metrics.float8_figures`, the windows' formula); nothing, not even a note, where no
+    matmul ran in float8."""
+    float8 = m.float8_flops_per_step
+    if not float8:
+        return
+    fp8 = mfu.peak(m.hardware, mfu.FLOAT8, devices=m.devices, gpu=m.gpu)
+    figures = metrics.float8_figures(
+        report.mfu,
+        flops_per_step=report.flops_per_step,
+        float8_flops_per_step=float8,
+        peak_tflops=report.peak_tflops,
+        float8_peak_tflops=fp8.tflops,
+    )
+    report.float8_share, report.precision_mfu = figures["float8_share"], figures["precision_mfu"]
+    flops = report.flops_per_step
+    if flops is None:  # one reason for both, said once
+        why = f"{float8:.4g} FLOPs a step ran in float8, of a total not known"
+        report.note("float8_share", why)
+        report.note("precision_mfu", why)
+        return
+    if float8 > flops:
+        report.note(
+            "float8_share",
+            f"the float8 FLOPs a step ({float8:.4g}) exceed flops_per_step ({flops:.4g}): "
+            "counted as all of them",
+        )
+    if report.precision_mfu is not None:
+        report.note("precision_mfu", f"float8 FLOPs at {fp8.source}; the rest at MFU's peak")
+    elif report.mfu is None:  # MFU's own reason, so that one line names both
+        report.note("precision_mfu", report.notes.get("mfu", "MFU is not known"))
+    else:
+        report.note("precision_mfu", fp8.source)
 
 
 def _communication(report: RunReport, totals: dict[str, Any] | None, clock: ClockSummary) -> None:

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+# The op of a float8 matmul with its scales (torch._scaled_mm), as `by_op` names it.
+FLOAT8_OP = "_scaled_mm"
+
+
 @dataclass(frozen=True)
 class FlopCount:
     """FLOPs of one training step (forward + loss + backward) on one batch.
@@ -51,3 +55,14 @@ class FlopCount:
         if self.total is None or self.recomputed is None:
             return None
         return self.total + self.recomputed
+
+    @property
+    def float8(self) -> int:
+        """FLOPs of the matmuls that ran in float8 (``_scaled_mm``: torchao's
+        ``Float8Linear``, forward and backward), 0 where none did.
+
+        Example:
+            >>> FlopCount(total=14, forward=6, by_op={"aten.mm": 8, "aten._scaled_mm": 6}).float8
+            6
+        """
+        return sum(n for op, n in self.by_op.items() if op.rpartition(".")[2] == FLOAT8_OP)

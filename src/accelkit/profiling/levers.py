@@ -34,6 +34,8 @@ class Settings:
         compile_mode: torch.compile's mode where not its default (max-autotune's).
         attention: ``"sdpa"`` where tune switched transformers models to SDPA attention.
         ddp: the DDP options in force under DDP (`DDP_KEYS`), empty without DDP.
+        float8: the eligible linear layers run their matmuls in float8 (torchao's
+            tensorwise recipe, `accelkit.torch.tuning.float8`).
 
     Example:
         >>> settings = Settings(compile=True, optimizer="fused", attention="sdpa")
@@ -50,6 +52,7 @@ class Settings:
     compile_mode: str | None = None
     attention: str | None = None
     ddp: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    float8: bool = False
 
     def with_(self, **changes: Any) -> Settings:
         """These settings with `changes`."""
@@ -85,6 +88,8 @@ class Settings:
         if self.attention is not None:
             found["attention"] = self.attention
         found.update(self.ddp)
+        if self.float8:
+            found["float8"] = True
         return found
 
     @classmethod
@@ -98,6 +103,7 @@ class Settings:
             compile_mode=data.get("compile_mode"),
             attention=data.get("attention"),
             ddp={key: data[key] for key in DDP_KEYS if key in data},
+            float8=bool(data.get("float8")),
         )
 
 
@@ -169,6 +175,7 @@ CUDA_GRAPHS = LeverInfo(
 MAX_AUTOTUNE = LeverInfo(
     "max-autotune", ("compile_mode",), lambda s: (s.compile_mode or "").startswith("max-autotune")
 )
+FLOAT8 = LeverInfo("float8", ("float8",), lambda s: s.float8, "float8")
 
 # Every lever, in the order tune tries them (and names them in a trial's name).
 REGISTRY = (
@@ -181,4 +188,5 @@ REGISTRY = (
     COMPILE,
     CUDA_GRAPHS,
     MAX_AUTOTUNE,
+    FLOAT8,
 )

@@ -13,9 +13,9 @@ logging window, an epoch); each ecosystem spells it its own way (`spell`):
 and so on for every `METRICS` entry: Keras keys take ``_`` only (a CSV column, a
 pandas attribute and a TensorBoard tag take them as they are); the Lightning and
 Hugging Face loggers group ``accelkit/`` keys in one TensorBoard or W&B section.
-A figure that is not known over a window (MFU without a datasheet peak, GPU figures
-without NVML, input wait where it is not timed) is left out of that window's row,
-never logged as 0.
+A figure that is not known over a window (MFU without a datasheet peak, the float8
+share where no matmul ran in float8, GPU figures without NVML, input wait where it is
+not timed) is left out of that window's row, never logged as 0.
 """
 
 from __future__ import annotations
@@ -47,6 +47,17 @@ METRICS = (
         "HFU",
         "hardware FLOP/s (the forward activation checkpointing recomputes included) over "
         "the same peak",
+    ),
+    Metric(
+        "float8_share",
+        "float8 share",
+        "share of the step's counted matmul FLOPs that ran in float8 (torchao Float8Linear)",
+    ),
+    Metric(
+        "precision_mfu",
+        "MFU (vs fp8/bf16 peaks)",
+        "the seconds the step's FLOPs take at peak (the float8 ones at the fp8 dense peak, the "
+        "rest at MFU's) over the step time",
     ),
     Metric("input_wait_share", "input wait", "share of training time spent waiting for batches"),
     Metric("gpu_utilization", "GPU busy (%)", "NVML utilisation, mean over training"),
@@ -109,6 +120,8 @@ def window_figures(
     flops_per_step: float | None,
     peak_tflops: float | None,
     hardware_flops_per_step: float | None = None,
+    float8_flops_per_step: float | None = None,
+    float8_peak_tflops: float | None = None,
     gpu: Any = None,
     unmeasured: Collection[str] = (),
 ) -> dict[str, float]:
@@ -123,6 +136,9 @@ def window_figures(
         peak_tflops: the dense peak of the devices used, or None when not known.
         hardware_flops_per_step: FLOPs of one step with the forward activation
             checkpointing recomputes, or None when not known (no ``hfu``).
+        float8_flops_per_step: the FLOPs of one step that ran in float8, or None when
+            none did (no ``float8_share``, no ``precision_mfu``: `float8_figures`).
+        float8_peak_tflops: the fp8 dense peak of the same devices, or None.
         gpu: a `SamplerSummary` over the same stretch, or None.
         unmeasured: figures the run cannot measure (its notes' fields): left out.
 
@@ -149,6 +165,15 @@ def window_figures(
         "hfu": hardware / peak_tflops if hardware and peak_tflops else None,
         "input_wait_share": min(1.0, sums.input_wait_s / sums.seconds),
     }
+    figures.update(
+        float8_figures(
+            figures["mfu"],
+            flops_per_step=flops_per_step,
+            float8_flops_per_step=float8_flops_per_step,
+            peak_tflops=peak_tflops,
+            float8_peak_tflops=float8_peak_tflops,
+        )
+    )
     if gpu is not None:
         figures.update(
             gpu_utilization=gpu.gpu_utilization,
@@ -160,3 +185,45 @@ def window_figures(
         for name, value in figures.items()
         if value is not None and name not in unmeasured
     }
+
+
+def float8_figures(
+    mfu: float | None,
+    *,
+    flops_per_step: float | None,
+    float8_flops_per_step: float | None,
+    peak_tflops: float | None,
+    float8_peak_tflops: float | None,
+) -> dict[str, float | None]:
+    """``float8_share`` and ``precision_mfu`` of a window or of the run, beside its MFU.
+
+    MFU stays counted against the peak of the run's matmul dtype (bf16 under float8
+    training), so that runs compare across precisions; these two say what it is counted
+    against. With F the step's FLOPs, F8 those of them that ran in float8, P the MFU's
+    peak and P8 the fp8 dense peak (the same devices):
+
+    - float8_share = F8 / F (at most 1: F8 counted above F is F);
+    - precision_mfu = (F8 / P8 + (F - F8) / P) / step time: the time the step's FLOPs
+      take at the peaks they could reach, over the time they took; that is
+      mfu x (1 - share + share x P / P8), so it equals mfu at share 0 and is below it
+      wherever P8 > P.
+
+    torchtitan reports no MFU under float8 ("not well-defined" with two peaks:
+    benchmarks/llama3_h100_202412_torchtitan.md); llm-foundry divides by the fp8 peak
+    alone (scripts/train/benchmarking/README.md). Both None where no float8 ran (F8 None
+    or 0); precision_mfu None where MFU or either peak is not known.
+
+    Example:
+        >>> float8_figures(0.3, flops_per_step=8e12, float8_flops_per_step=6e12,
+        ...                peak_tflops=1000.0, float8_peak_tflops=2000.0)
+        {'float8_share': 0.75, 'precision_mfu': 0.1875}
+    """
+    if not float8_flops_per_step or not flops_per_step:
+        return {"float8_share": None, "precision_mfu": None}
+    share = min(1.0, float8_flops_per_step / flops_per_step)
+    precision = (
+        mfu * (1.0 - share + share * peak_tflops / float8_peak_tflops)
+        if mfu is not None and peak_tflops and float8_peak_tflops
+        else None
+    )
+    return {"float8_share": share, "precision_mfu": precision}

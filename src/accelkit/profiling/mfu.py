@@ -10,7 +10,10 @@ the datasheet's dense figure (no 2:4 sparsity) for:
 
 (`accelkit.hardware.capabilities.matmul_dtype`),
 
-times the number of devices this process drives.
+times the number of devices this process drives. Where part of a step's matmuls ran in
+float8 (torchao's Float8Linear, inside bf16 autocast), MFU stays against that peak, and
+`accelkit.profiling.metrics.float8_figures` gives the float8 share and the utilisation
+against the peaks those FLOPs could reach, the float8 ones at `FLOAT8`'s.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ import dataclasses
 
 from accelkit import specs
 from accelkit.hardware.info import HardwareInfo
+
+# The spec key of the dense peak float8 matmuls run at (`GpuSpec.peak_tflops`).
+FLOAT8 = "fp8"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,12 +16,14 @@ A door adapts its framework's hooks to four calls, and nothing else measures:
   `RunReport`).
 
 The recorder owns the clock, the NVML sampler, the notes and the facts; the door
-owns what only its framework can read (the device, its memory, the FLOP count).
+owns what only its framework can read (the device, its memory, the FLOP count, the
+FLOPs that run in float8: `set_float8_flops`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -59,6 +61,9 @@ class Recorder:
         losses: one mean training loss per epoch, as the door reads them.
         eval_losses: one mean evaluation loss per evaluation, where the door reads them.
         peak: the dense peak MFU is taken against (`set_peak`), or None.
+        float8_peak: the fp8 dense peak of the same devices (`set_peak`), or None.
+        float8_flops_per_step: the FLOPs of one step that run in float8
+            (`set_float8_flops`), or None.
 
     Example:
         >>> import time
@@ -97,6 +102,8 @@ class Recorder:
         self.eval_losses: list[float] = []
         self.flops: FlopCount | None = None
         self.peak: mfu.Peak | None = None
+        self.float8_peak: mfu.Peak | None = None
+        self.float8_flops_per_step: float | None = None
         self._listeners: list[Callable[[float, int], None]] = []
         self._taken_at = time.perf_counter()
         self._started = False
@@ -128,7 +135,10 @@ class Recorder:
         self.notes[field] = f"{self.notes[field]}; {reason}" if field in self.notes else reason
 
     def set_flops(self, count: FlopCount) -> None:
+        """The counted FLOPs of one step; where some ran in float8 (`FlopCount.float8`),
+        those too (`set_float8_flops`), as a step counted afterwards without them clears."""
         self.flops = count
+        self.set_float8_flops(count.float8 or None)
 
     @property
     def flops_per_step(self) -> float | None:
@@ -146,9 +156,37 @@ class Recorder:
         hardware = self.flops.hardware
         return float(hardware) if hardware else None
 
+    def set_float8_flops(self, flops_per_step: float | None) -> None:
+        """The FLOPs of one training step that run in float8 from now on (a door that
+        converts layers to float8: 6 x in_features x out_features x tokens summed over
+        the converted ``nn.Linear``, counted like `flops_per_step`); None or 0 when none
+        do (a float8 candidate undone). Every window taken after it and the run's report
+        give ``float8_share`` and ``precision_mfu`` from it (`metrics.float8_figures`).
+
+        Raises:
+            ValueError: `flops_per_step` is negative or not finite.
+
+        Example:
+            >>> recorder = Recorder(MeterOptions(sample_gpu=False), plan=None)
+            >>> recorder.set_float8_flops(6 * 4096 * 4096 * 8192)
+            >>> recorder.float8_flops_per_step
+            824633720832.0
+        """
+        if flops_per_step is None:
+            self.float8_flops_per_step = None
+            return
+        if not (math.isfinite(flops_per_step) and flops_per_step >= 0):
+            raise ValueError(
+                f"float8 FLOPs per step must be a finite number >= 0 or None, "
+                f"got {flops_per_step!r}"
+            )
+        self.float8_flops_per_step = float(flops_per_step) or None
+
     def set_peak(self, hardware: Any, dtype: str, *, devices: int = 1, gpu: int = 0) -> None:
-        """The dense peak for the window figures' MFU: the report's (`mfu.peak`)."""
+        """The dense peak for the window figures' MFU: the report's (`mfu.peak`), and the
+        fp8 one for the float8 figures."""
         self.peak = mfu.peak(hardware, dtype, devices=devices, gpu=gpu)
+        self.float8_peak = mfu.peak(hardware, mfu.FLOAT8, devices=devices, gpu=gpu)
 
     def on_window(self, listener: Callable[[float, int], None]) -> None:
         """Call ``listener(step_seconds, step)`` at each steady window's end (the device
@@ -199,6 +237,8 @@ class Recorder:
             flops_per_step=self.flops_per_step,
             hardware_flops_per_step=self.hardware_flops_per_step,
             peak_tflops=self.peak.tflops if self.peak is not None else None,
+            float8_flops_per_step=self.float8_flops_per_step,
+            float8_peak_tflops=self.float8_peak.tflops if self.float8_peak is not None else None,
             gpu=gpu if gpu is not None and gpu.samples else None,
             unmeasured=self.notes.keys(),
         )
@@ -222,6 +262,7 @@ class Recorder:
             clock=summary,
             flops=self.flops,
             flops_per_step=self.options.flops_per_step,
+            float8_flops_per_step=door.pop("float8_flops_per_step", self.float8_flops_per_step),
             sampler=self.sampler.summary(self.clock.warmup_end, None),
             losses=list(self.losses),
             eval_losses=list(self.eval_losses),

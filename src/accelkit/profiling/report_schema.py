@@ -48,13 +48,14 @@ _TUNING_DERIVED: dict[str, Any] = {
 
 # A figure that is a ratio to another: one without the other is a damaged report.
 _NEEDS = {
-    "mfu": "peak_tflops",
-    "hfu": "peak_tflops",
-    "mfu_calibrated": "calibrated_tflops",
-    "communication_share": "communication_s",
+    "mfu": ("peak_tflops",),
+    "hfu": ("peak_tflops",),
+    "precision_mfu": ("float8_share", "peak_tflops"),
+    "mfu_calibrated": ("calibrated_tflops",),
+    "communication_share": ("communication_s",),
 }
 # Shares of the step or of the run: from 0 to 1.
-_SHARES = ("communication_share", "evaluation_share", "input_wait_share")
+_SHARES = ("communication_share", "evaluation_share", "float8_share", "input_wait_share")
 
 
 class SavedSetting(TypedDict, total=False):
@@ -163,7 +164,7 @@ def check_report(data: Any, cls: type) -> dict[str, Any]:
         if name in values:
             check_value(values[name], shape, name)
     check_series(values.get("series") or {})
-    for figure, basis in _NEEDS.items():
+    for figure, basis in ((f, b) for f, bases in _NEEDS.items() for b in bases):
         if values.get(figure) is not None and values.get(basis) is None:
             raise ValueError(
                 f"field {figure!r} is {values[figure]!r} but {basis!r} is "

@@ -53,6 +53,15 @@ class RunReport:
         mfu: achieved_tflops / peak_tflops: model FLOPs utilisation.
         hfu: hardware_tflops / peak_tflops: hardware FLOPs utilisation (PaLM appendix B),
             above mfu by the recomputed forward's share.
+        float8_share: the share of flops_per_step that ran in float8 (torchao's
+            Float8Linear: forward, grad-input and grad-weight matmuls of each converted
+            ``nn.Linear``); None where none did, with no note.
+        precision_mfu: the time the step's FLOPs would take at the peaks they could
+            reach (the float8 ones at the fp8 dense peak, the rest at peak_tflops) over
+            the step time: mfu x (1 - float8_share + float8_share x peak / fp8 peak),
+            at most mfu. mfu itself stays against peak_tflops, so that runs compare
+            across precisions (`accelkit.profiling.metrics.float8_figures`). None
+            without float8, and, with a note, without the fp8 peak.
         calibrated_tflops, mfu_calibrated: the same against a matmul rate measured
             on the device at hand (`calibrate=True`).
         input_wait_share: share of steady-state time spent waiting for input.
@@ -121,6 +130,8 @@ class RunReport:
     peak_source: str | None = None
     mfu: float | None = None
     hfu: float | None = None
+    float8_share: float | None = None
+    precision_mfu: float | None = None
     calibrated_tflops: float | None = None
     calibration_method: str | None = None
     mfu_calibrated: float | None = None

@@ -220,6 +220,8 @@ class TuneResult:
             ``broadcast_buffers``; `accelkit.torch.tuning.levers`); empty without DDP.
         attention: ``"sdpa"`` when tune switched the run's Hugging Face models from eager
             attention to SDPA (`accelkit.torch.tuning.attention`); None: left as it was.
+        float8: the kept step runs its eligible linear layers' matmuls in float8
+            (`accelkit.torch.tuning.float8`).
     """
 
     decision: str
@@ -230,6 +232,7 @@ class TuneResult:
     steps: int
     ddp: dict[str, Any] = dataclasses.field(default_factory=dict)
     attention: str | None = None
+    float8: bool = False
 
     @property
     def baseline(self) -> Trial:
@@ -351,6 +354,7 @@ class TuneResult:
             steps=int(data.get("steps", 0)),
             ddp=dict(data.get("ddp") or {}),
             attention=data.get("attention"),
+            float8=bool(data.get("float8")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -369,6 +373,7 @@ class TuneResult:
             "optimizer": self.optimizer,
             "ddp": dict(self.ddp),
             "attention": self.attention,
+            "float8": self.float8,
             "candidates": [t.to_dict() for t in self.trials],
         }
 

@@ -19,6 +19,8 @@ from accelkit.report.phases import MEANING, TRAINING, describe, run_time
 from accelkit.report.render import (
     describe_hardware,
     evidence_line,
+    mfu_label,
+    precision,
     recomputation,
     render_tuning,
     run_notes,
@@ -111,7 +113,8 @@ def render_html(report: RunReport) -> str:
 
 def headline(r: RunReport) -> list[tuple[str, str, str]]:
     """The figures that matter most, as (name, value, more): throughput, step time,
-    MFU, achieved FLOP/s, input wait, GPU busy and peak memory; those measured only."""
+    MFU (with the float8 share and precision MFU beside it where float8 ran), achieved
+    FLOP/s, input wait, GPU busy and peak memory; those measured only."""
     cards = []
     if r.samples_per_second:
         tokens = f"{r.tokens_per_second:,.0f} tokens/s" if r.tokens_per_second else ""
@@ -119,9 +122,15 @@ def headline(r: RunReport) -> list[tuple[str, str, str]]:
     if r.step_time_s:
         cards.append(("step time", units.duration(r.step_time_s), ""))
     if r.mfu is not None:
-        cards.append((_label("mfu"), f"{r.mfu:.1%}", "of the datasheet peak"))
+        cards.append((mfu_label(r), f"{r.mfu:.1%}", "of the datasheet peak"))
     elif r.mfu_calibrated is not None:
         cards.append((_label("mfu"), f"{r.mfu_calibrated:.1%}", "of the measured peak"))
+    if r.float8_share is not None:
+        cards.append((_label("float8_share"), f"{r.float8_share:.1%}", "of the matmul FLOPs"))
+    if r.precision_mfu is not None:
+        cards.append(
+            (_label("precision_mfu"), f"{r.precision_mfu:.1%}", "of the peak they could reach")
+        )
     if r.hfu is not None and recomputation(r) is not None:
         cards.append((_label("hfu"), f"{r.hfu:.1%}", "the recomputed forward counted"))
     if r.achieved_tflops is not None:
@@ -332,6 +341,8 @@ def _mfu(r: RunReport) -> str:
         items.append(("measured peak", r.calibrated_tflops))
     if r.peak_tflops is not None:
         items.append(("datasheet peak", r.peak_tflops))
+    if r.precision_mfu:  # the peak these FLOPs could reach, float8 ones at fp8's
+        items.append((f"fp8/{r.matmul_dtype} peak", r.achieved_tflops / r.precision_mfu))
     # the unit the largest bar reads best in: GFLOP/s for a CPU's rates
     scale, unit = (1.0, "TFLOP/s") if max(v for _, v in items) >= 1 else (1e3, "GFLOP/s")
     chart = svg.bars(
@@ -341,10 +352,14 @@ def _mfu(r: RunReport) -> str:
         unit=unit,
     )
     parts = [
-        f"{_label('mfu')} {r.mfu:.1%} of the datasheet peak ({r.peak_source})"
+        f"{mfu_label(r)} {r.mfu:.1%} of the datasheet peak ({r.peak_source})"
         if r.mfu is not None
         else f"no datasheet peak: {r.notes.get('mfu', r.peak_source or 'unknown')}"
     ]
+    if r.float8_share is not None:
+        parts.append(f"{r.float8_share:.1%} of the matmul FLOPs ran in float8")
+    if (mixed := precision(r)) is not None:
+        parts.append(" ".join(mixed))
     if r.mfu_calibrated is not None:
         parts.append(f"{r.mfu_calibrated:.1%} of the measured peak ({r.calibration_method})")
     if (hardware := recomputation(r)) is not None:

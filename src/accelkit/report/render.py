@@ -201,6 +201,13 @@ def _training_rows(r: RunReport) -> list[Row]:
         rows.append((label("flops_per_step"), units.flops(r.flops_per_step) + method))
     if r.achieved_tflops is not None:
         rows.append(("achieved", units.flop_rate(r.achieved_tflops)))
+    return rows + _utilisation_rows(r)
+
+
+def _utilisation_rows(r: RunReport) -> list[Row]:
+    """MFU against the datasheet peak, then what sits beside it: the float8 share and
+    the utilisation against the peaks those FLOPs could reach, HFU, the measured peak's."""
+    rows = []
     if r.mfu is not None and r.peak_tflops:
         # the datasheet row's source names the peak with its figure: said once
         peak = units.flop_rate(r.peak_tflops)
@@ -209,7 +216,11 @@ def _training_rows(r: RunReport) -> list[Row]:
             if r.peak_source
             else f"{peak}, the datasheet peak"
         )
-        rows.append((label("mfu"), f"{r.mfu:.1%} of {of}"))
+        rows.append((mfu_label(r), f"{r.mfu:.1%} of {of}"))
+    if r.float8_share is not None:
+        rows.append((label("float8_share"), f"{r.float8_share:.1%} of the counted matmul FLOPs"))
+    if (mixed := precision(r)) is not None:
+        rows.append(mixed)
     if (hardware := recomputation(r)) is not None:
         rows.append(hardware)
     if r.mfu_calibrated is not None and r.calibrated_tflops:
@@ -217,6 +228,43 @@ def _training_rows(r: RunReport) -> list[Row]:
         rate = units.flop_rate(r.calibrated_tflops)
         rows.append((label("mfu_calibrated"), f"{r.mfu_calibrated:.1%} of {rate} measured{how}"))
     return rows
+
+
+def mfu_label(r: RunReport) -> str:
+    """MFU's name: "MFU", and where part of the step ran in float8, the peak it is
+    counted against, "MFU (vs bf16 dense peak)" (`precision` gives the other).
+
+    Example:
+        >>> from accelkit.profiling.run_report import RunReport
+        >>> mfu_label(RunReport("torch", "m", "cuda:0", "bf16", "bf16", float8_share=0.6))
+        'MFU (vs bf16 dense peak)'
+    """
+    if r.float8_share is None:
+        return label("mfu")
+    return f"{label('mfu')} (vs {r.matmul_dtype} dense peak)"
+
+
+def precision(r: RunReport) -> Row | None:
+    """``precision_mfu`` beside MFU where part of the step ran in float8: the share of
+    the peak those FLOPs could reach (achieved / precision_mfu: the float8 ones at the fp8
+    dense peak, the rest at MFU's), as (label, "x% of ..."); None without it.
+
+    Example:
+        >>> from accelkit.profiling.run_report import RunReport
+        >>> r = RunReport("torch", "m", "cuda:0", "bf16", "bf16", achieved_tflops=300.0,
+        ...               mfu=0.3, float8_share=0.75, precision_mfu=0.1875)
+        >>> print(precision(r)[1])  # doctest: +ELLIPSIS
+        18.8% of 1,600 TFLOP/s, the peak these FLOPs could reach (float8 ones at fp8, ...)
+    """
+    if r.precision_mfu is None:
+        return None
+    reach = f"(float8 ones at fp8, the rest at {r.matmul_dtype})"
+    if r.achieved_tflops and r.precision_mfu > 0:
+        peak = units.flop_rate(r.achieved_tflops / r.precision_mfu)
+        text = f"{r.precision_mfu:.1%} of {peak}, the peak these FLOPs could reach {reach}"
+    else:
+        text = f"{r.precision_mfu:.1%} of the peak these FLOPs could reach {reach}"
+    return label("precision_mfu"), text
 
 
 def recomputation(r: RunReport) -> Row | None:

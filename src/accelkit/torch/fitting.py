@@ -27,7 +27,7 @@ from accelkit.torch.training.loop import Schedule
 from accelkit.torch.training.prepare import Prepared, prepare, restore
 from accelkit.torch.training.scheduling import Scheduling
 from accelkit.torch.training.step import Step, check_optimizer, make_step
-from accelkit.torch.tuning import attention, levers
+from accelkit.torch.tuning import attention, float8, levers
 from accelkit.torch.tuning.trials import TuneResult, check_mode, trial_steps
 from accelkit.torch.tuning.tuner import Tuner
 from accelkit.utils import arguments
@@ -462,11 +462,13 @@ def tune(
     arguments.whole("steps", steps, 1, none="a loop of unknown length")
     scheduling = lr_scheduling.check(scheduler, optimizer, scheduler_interval, refuse_unbound=True)
     cuda = torch.device(device).type == "cuda" if device is not None else torch.cuda.is_available()
+    on = torch.device(device) if device is not None else torch.device("cuda" if cuda else "cpu")
     trials = trial_steps(
         accumulation_steps,
         data_parallel=parallel.world() is not None,
         cuda=cuda,
         attention=attention.candidate(model)[0] is not None,
+        float8=float8.trial_count(model, on, torch) > 0,
     )
     report = _fit(
         model,

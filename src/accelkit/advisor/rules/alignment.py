@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from accelkit.advisor.context import Context
+from accelkit.advisor.rules import float8
 from accelkit.advisor.rules.needs import needs
 from accelkit.advisor.types import Advice, Severity
 from accelkit.hardware import capabilities
@@ -57,7 +58,7 @@ class _Dim(NamedTuple):
 
 @needs(
     ("fact:layers", "batch_size"),
-    optional=("compute_capability", "figure:matmul_dtype", "plan", "measured_here"),
+    optional=("compute_capability", "figure:matmul_dtype", "plan", "measured_here", "tuning"),
     evidence={
         "misaligned": None,
         "multiple": None,
@@ -76,8 +77,9 @@ def alignment(ctx: Context) -> Advice | None:
         >>> alignment(ctx).evidence["misaligned"]
         ['head (Linear out_features=1001)']
     """
-    fp8 = ctx.matmul_dtype == "fp8"
-    multiple, vocab_multiple = (16, 128) if fp8 else (8, 64)
+    # float8 runs inside bf16 autocast: precision="fp8" or tune's kept float8 say so
+    dtype = "fp8" if float8.kept(ctx) else ctx.matmul_dtype
+    multiple, vocab_multiple = (float8.MULTIPLE, 128) if dtype == "fp8" else (8, 64)
     layers = list(ctx.fact("layers") or ())
     vocab = [d for d in _vocabulary(layers) if d.value % vocab_multiple]
     found = vocab + [d for d in _misaligned(layers, multiple) if d not in vocab]
@@ -87,7 +89,7 @@ def alignment(ctx: Context) -> Advice | None:
     if not found:
         return None
     cc = ctx.compute_capability
-    tensor_cores = capabilities.has_tensor_cores(cc) and ctx.matmul_dtype in (
+    tensor_cores = capabilities.has_tensor_cores(cc) and dtype in (
         "bf16",
         "fp16",
         "tf32",
@@ -99,7 +101,7 @@ def alignment(ctx: Context) -> Advice | None:
     evidence: dict[str, Any] = {
         "misaligned": [str(d) for d in found],
         "multiple": multiple,
-        "matmul_dtype": ctx.matmul_dtype,
+        "matmul_dtype": dtype,
     }
     if vocab:
         evidence.update(vocabulary=[str(d) for d in vocab], vocabulary_multiple=vocab_multiple)

@@ -145,7 +145,7 @@ def _near_limit(
     half = f"batch_size={batch // 2} " if batch and batch >= 2 else "half the batch "
     lower = (
         ""
-        if ctx.matmul_dtype in ("bf16", "fp16")
+        if ctx.matmul_dtype in ("bf16", "fp16", "fp8")
         else "; mixed precision (bf16/fp16) halves activation memory"
     )
     action = ctx.pick(

@@ -45,6 +45,11 @@ class Trials(Protocol):
         on_step: Callable[[], None] = ...,
     ) -> Step: ...
 
+    @property
+    def recount(self) -> bool:
+        """The kept step runs some matmuls in another dtype than the step counted first
+        (float8): the loop counts its next step's FLOPs again."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Schedule:
@@ -165,6 +170,7 @@ class _Counter:
         self.run, self.meter, self.schedule = run, meter, schedule
         self.running = running
         self.count_flops = count_flops
+        self.recount = False  # count the next step's FLOPs again (`Trials.recount`)
         self.done = self.epoch_steps = 0
         self.dry = False
 
@@ -191,7 +197,8 @@ class _Counter:
         """Train one batch, measured, and count it (`accelkit.torch.training.step.TrainOne`)."""
         if again:  # counted already, in the unit of a trial that failed: its gradients only
             return self.micro_step(batch, step, stepping=False)
-        if self.done == 0 and self.count_flops:
+        if self.count_flops and (self.done == 0 or self.recount):
+            self.recount = False
             self.meter.set_flops(step.count_flops(batch))
         stepping = (self.done + 1) % self.schedule.accumulation_steps == 0
         with self.meter.step(batch):
@@ -223,6 +230,7 @@ def _epoch(
         step = tuner.run(
             batches, counter.train_one, counter.limit_reached, on_step=meter.hold_warmup
         )
+        counter.recount = tuner.recount
     if not counter.limit_reached():
         for batch in batches:
             counter.train_one(batch, step)

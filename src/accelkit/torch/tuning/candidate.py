@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Callable
 
 from accelkit.profiling.levers import Settings
+from accelkit.torch.tuning.trials import EXACT_ENOUGH, Tolerance
 
 
 def _no() -> None:
@@ -25,6 +26,8 @@ class Candidate:
         settings: what it trains with (its name is ``settings.name()`` unless `name`).
         on, off: switch it on and off (idempotent); off puts back what was before it.
         checked: its first batch is checked against the eager step (the door's `check`).
+        tolerance: how far that check lets it lie from the eager step (a lever that
+            computes in another precision has its own: float8's).
         stays: stays on when the trainer's training ends (`Engine.undo`): SDPA attention.
         verify: after its timed steps: why it computes something else, or None (DDP's
             bf16 gradients against fp32 ones).
@@ -35,6 +38,7 @@ class Candidate:
     on: Callable[[], None] = _no
     off: Callable[[], None] = _no
     checked: bool = False
+    tolerance: Tolerance = EXACT_ENOUGH
     stays: bool = False
     verify: Callable[[], str | None] = _fine
     name: str = ""

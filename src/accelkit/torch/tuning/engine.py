@@ -370,6 +370,7 @@ class Engine:
             steps=self.steps,
             ddp=dict(kept.ddp),
             attention=kept.attention,
+            float8=kept.float8,
         )
         # Said at INFO once trials ran; a decision taken without one is only a debug line.
         level = logging.INFO if self.steps else logging.DEBUG

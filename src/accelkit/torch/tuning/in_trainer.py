@@ -339,9 +339,9 @@ class TrainerTrials:
             with reference.kept(self.module, params, self.device, torch):
                 for param in params:
                     param.grad = None
-                loss = self._forward_backward(batch)
-                guards.check_loss(float(loss.detach().float()), eager, record)
-                guards.check_grads(sample(), eager, record)
+                loss = float(self._forward_backward(batch).detach().float())
+                guards.check_loss(loss, eager, record, candidate.tolerance)
+                guards.check_grads(sample(), eager, record, candidate.tolerance)
         except Exception as error:  # noqa: BLE001 - a compile error, an OOM, a mismatch
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from accelkit.torch.tuning import attention, compiling, levers, optimizers
+from accelkit.torch.tuning import attention, compiling, float8, levers, optimizers
 from accelkit.torch.tuning.candidate import Candidate, Skipped
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ LEVERS: tuple[Lever, ...] = (
     compiling.compiled,  # torch.compile
     compiling.graphed,  # its CUDA graphs
     compiling.autotuned,  # max-autotune
+    float8.lever,  # float8 matmuls in the large linear layers, on the kept compiled step
 )
 
 

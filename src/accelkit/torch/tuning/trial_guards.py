@@ -47,14 +47,18 @@ class LossMismatch(ValueError):
 
 
 def checked(
-    step: Step, reference: Reference, sample: Callable[[], Any], record: Check | None = None
+    step: Step,
+    reference: Reference,
+    sample: Callable[[], Any],
+    record: Check | None = None,
+    tolerance: trials.Tolerance = trials.EXACT_ENOUGH,
 ) -> Step:
     """`step` that checks its first batch against the eager `reference`: the loss as its
     forward pass returns it (before its backward pass), then the gradients that batch
     gave (`sample()` less the gradients there before) at the next forward pass or
     optimizer step, whichever comes first, so a step that disagrees fails before the
     optimizer steps on it. Train every batch of the candidate's first optimizer step
-    through it; `record` gets the figures compared."""
+    through it; `record` gets the figures compared, `tolerance` says how far they may lie."""
     forward_loss, optimizer_step = step.forward_loss, step.optimizer_step
     before = sample()
     pending = {"loss": True, "grads": False}
@@ -62,14 +66,14 @@ def checked(
     def check_pending_grads() -> None:
         if pending["grads"]:
             pending["grads"] = False
-            check_grads(sample() - before, reference, record)
+            check_grads(sample() - before, reference, record, tolerance)
 
     def checking_forward(batch: Any) -> Any:
         check_pending_grads()
         loss = forward_loss(batch)
         if pending["loss"]:
             pending["loss"], pending["grads"] = False, True
-            check_loss(float(loss.detach().float()), reference, record)
+            check_loss(float(loss.detach().float()), reference, record, tolerance)
         return loss
 
     def checking_optimizer_step() -> None:
@@ -81,9 +85,15 @@ def checked(
     )
 
 
-def check_loss(compiled: float, reference: Reference, record: Check | None = None) -> None:
+def check_loss(
+    compiled: float,
+    reference: Reference,
+    record: Check | None = None,
+    tolerance: trials.Tolerance = trials.EXACT_ENOUGH,
+) -> None:
     """LossMismatch when the compiled loss is not the eager one at the loss's own scale:
-    within `trials.LOSS_RTOL` of it, plus what random draws move it where there are any
+    within `tolerance.loss` of it (`trials.LOSS_RTOL` unless a lever has its own), plus
+    what random draws move it where there are any
     (`accelkit.torch.tuning.reference.Reference.loss_noise`). `record` gets the relative
     difference and its limit, passed or not.
 
@@ -99,7 +109,7 @@ def check_loss(compiled: float, reference: Reference, record: Check | None = Non
     eager = reference.loss
     if not math.isfinite(eager):  # the eager step's own NaN: the user's, not the compile's
         return
-    allowed = trials.LOSS_RTOL * abs(eager) + reference.loss_noise
+    allowed = tolerance.loss * abs(eager) + reference.loss_noise
     scale = abs(eager)
     if scale:
         record.loss_limit = _figure(allowed / scale)
@@ -114,17 +124,23 @@ def check_loss(compiled: float, reference: Reference, record: Check | None = Non
         by = f"{differs / scale * 100:.3g}% of it" if scale else f"{differs:.3g}"
         raise LossMismatch(
             f"loss {compiled:.6g} differs from the eager {eager:.6g} on the same batch "
-            f"by {by}, more than {trials.LOSS_RTOL:.0%}{_noise(reference.loss_noise)}"
+            f"by {by}, more than {tolerance.loss:.0%}{_noise(reference.loss_noise)}"
         )
 
 
-def check_grads(compiled: Any, reference: Reference, record: Check | None = None) -> None:
+def check_grads(
+    compiled: Any,
+    reference: Reference,
+    record: Check | None = None,
+    tolerance: trials.Tolerance = trials.EXACT_ENOUGH,
+) -> None:
     """LossMismatch when the compiled step's gradients (on the
     `accelkit.torch.tuning.reference.GradSample`) are not the eager ones; `record` gets
     the figure compared and its limit, passed or not.
 
     Without random draws, the norm of their difference must stay within
-    `trials.GRAD_RTOL` of the eager gradients' norm, or, where cuDNN's other choice of
+    `tolerance.grads` (`trials.GRAD_RTOL` unless a lever has its own) of the eager
+    gradients' norm, or, where cuDNN's other choice of
     algorithms alone moves the eager gradients (`Reference.kernel_grads`), within
     `trials.KERNEL_SPREAD_FACTOR` times that spread, with their agreement (below) with
     the two eager passes within `trials.GRAD_AGREEMENT` of 1. With random draws
@@ -143,30 +159,37 @@ def check_grads(compiled: Any, reference: Reference, record: Check | None = None
         return
     scale = float(eager.norm())
     differs = float((compiled - eager).norm())
-    record.grad_limit = trials.GRAD_RTOL
+    record.grad_limit = tolerance.grads
     if scale and math.isfinite(differs):
         record.grad_difference = _figure(differs / scale)
-    if math.isfinite(differs) and differs <= trials.GRAD_RTOL * scale:
+    if math.isfinite(differs) and differs <= tolerance.grads * scale:
         return
     if reference.kernel_grads is not None and math.isfinite(differs) and scale:
-        _check_kernel_spread(compiled, eager, reference.kernel_grads, differs / scale, record)
+        _check_kernel_spread(
+            compiled, eager, reference.kernel_grads, differs / scale, record, tolerance
+        )
         return
     record.failed = "gradients"
     raise LossMismatch(
         f"gradients differ from the eager step's on the same batch: |compiled - eager| "
-        f"= {differs:.3g} where |eager| = {scale:.3g}, more than {trials.GRAD_RTOL:.0%}"
+        f"= {differs:.3g} where |eager| = {scale:.3g}, more than {tolerance.grads:.0%}"
     )
 
 
 def _check_kernel_spread(
-    compiled: Any, eager: Any, other: Any, differs: float, record: Check
+    compiled: Any,
+    eager: Any,
+    other: Any,
+    differs: float,
+    record: Check,
+    tolerance: trials.Tolerance,
 ) -> None:
-    """The gradients `differs` (a share of the eager norm) past `trials.GRAD_RTOL`, where
+    """The gradients `differs` (a share of the eager norm) past `tolerance.grads`, where
     cuDNN's other algorithms (`other`) move the eager ones too: within
     `trials.KERNEL_SPREAD_FACTOR` times that spread, and pointing where the two eager
     passes point (their agreement, as for random draws)."""
     spread = float((other - eager).norm() / eager.norm())
-    limit = max(trials.GRAD_RTOL, trials.KERNEL_SPREAD_FACTOR * spread)
+    limit = max(tolerance.grads, trials.KERNEL_SPREAD_FACTOR * spread)
     record.grad_spread, record.grad_limit = _figure(spread), _figure(limit)
     if differs > limit:
         record.failed = "gradients"

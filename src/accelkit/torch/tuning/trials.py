@@ -70,6 +70,7 @@ each with the reason for its value. Their record, ``report.tuning``, is
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -143,6 +144,24 @@ MARGIN = 0.01
 LOSS_RTOL = 2e-2
 LOSS_ATOL = 1e-12
 GRAD_RTOL = 0.1
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """How far a checked candidate's first batch may lie from the eager step's on the same
+    batch and weights: its loss within `loss` of the eager loss, its gradients within
+    `grads` of the eager gradients' norm (random draws and cuDNN's spread allowed on top,
+    `accelkit.torch.tuning.trial_guards`); `source` says where the figures come from.
+    A lever that computes in another precision has its own (float8's,
+    `accelkit.torch.tuning.float8.TOLERANCE`)."""
+
+    loss: float = LOSS_RTOL
+    grads: float = GRAD_RTOL
+    source: str = "bf16 autocast rounds differently in fused and eager kernels"
+
+
+# What compile, CUDA graphs, fused optimizers, SDPA and DDP's levers are checked with.
+EXACT_ENOUGH = Tolerance()
 # Where the forward draws random numbers (dropout; compiled kernels draw their own):
 # the loss may differ by LOSS_NOISE_FACTOR times the spread of two eager draws, or by
 # the gradients' relative spread (`accelkit.torch.tuning.reference`: one pair of losses
@@ -167,6 +186,7 @@ CUDA_CANDIDATES = 1  # torch.compile's CUDA graphs, on a CUDA device without DDP
 AUTOTUNE_CANDIDATES = 1  # max-autotune, on a CUDA device
 DDP_CANDIDATES = 4  # bf16 gradients, larger buckets, a static graph, no buffer broadcast
 ATTENTION_CANDIDATES = 1  # SDPA for a transformers model on eager attention
+FLOAT8_CANDIDATES = 1  # float8 on a GPU with float8 tensor cores, torchao installed
 
 
 def trial_steps(
@@ -174,13 +194,14 @@ def trial_steps(
     data_parallel: bool = False,
     cuda: bool = True,
     attention: bool = False,
+    float8: bool = False,
 ) -> int:
     """The most training steps the trials take (more only when a failed one is retrained):
     the baseline's units and each later candidate's (`turns`), `accumulation_steps`
     batches each; `data_parallel`: under DDP, whose options are candidates too; `cuda`: on
     a CUDA device, where max-autotune is one and CUDA graphs another (not under DDP);
     `attention`: SDPA is one (`accelkit.torch.tuning.attention.candidate` found a model on
-    eager attention).
+    eager attention); `float8`: float8 is one (`accelkit.torch.tuning.float8.trial_count`).
 
     Example:
         >>> trial_steps(1, cuda=False), trial_steps(1), trial_steps(2, data_parallel=True)
@@ -190,6 +211,7 @@ def trial_steps(
     """
     candidates = CANDIDATES + (DDP_CANDIDATES if data_parallel else 0)
     candidates += ATTENTION_CANDIDATES if attention else 0
+    candidates += FLOAT8_CANDIDATES if float8 else 0
     if cuda:
         candidates += AUTOTUNE_CANDIDATES + (0 if data_parallel else CUDA_CANDIDATES)
     units = len(turns(baseline=True)) + (candidates - 1) * len(turns(baseline=False))

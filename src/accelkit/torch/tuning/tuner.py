@@ -111,6 +111,11 @@ class Tuner:
         """The record, once the trials ended."""
         return self._engine.result
 
+    @property
+    def recount(self) -> bool:
+        """float8 was kept: the step's FLOPs are counted again, their float8 share with them."""
+        return self.result is not None and self.result.float8
+
     # -- the loop --------------------------------------------------------------------
 
     def run(
@@ -258,7 +263,7 @@ class Tuner:
         finally:
             candidate.on()
         trial.check = Check()
-        self._checking = guards.checked(self.step, eager, sample, trial.check)
+        self._checking = guards.checked(self.step, eager, sample, trial.check, candidate.tolerance)
         self._checking_left = self.unit
         return None
 

@@ -1,0 +1,133 @@
+"""tune's float8 lever on a model people train: ``accelkit.torch.fit(tune=True)`` with
+every lever, against the same fit without the float8 lever, each in its own process.
+
+The Llama-3.2-1B shape of models_people_train.py (8 x 2048 tokens, bf16, AdamW), told of
+a long run (``--planned``: float8's compile is priced against the run left, as a real
+pre-training run would pay it), trains its trial steps and then ``--repeats`` windows of
+``--steps`` steps with what tune kept. Printed as a table, written as JSON after each
+variant (a run cut short keeps what it measured).
+
+    cd benchmarks && PYTHONPATH=../src python3 float8_lever.py --model llama-1b \\
+        --out ../float8_lever.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+VARIANTS = ("float8", "without")
+MODELS = ("llama-1b", "gpt2")
+
+
+def run_variant(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    import accelkit
+    import models_people_train as people
+    from accelkit.bench.torch_models import SyntheticBatches
+    from accelkit.torch.tuning import attention, float8, registry, trials
+
+    if args.variant == "without":  # the benchmark's own switch: every lever but float8
+        registry.LEVERS = tuple(lever for lever in registry.LEVERS if lever is not float8.lever)
+    plan = accelkit.auto_configure(framework="torch", verbose=False)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    args.smoke = device.type != "cuda"
+    model, batch, loss_fn, facts = people.build(args, device)
+    optimizer = people.optimizer_for(torch, model, args.model)
+    trial_steps = trials.trial_steps(
+        1,
+        attention=attention.candidate(model)[0] is not None,
+        float8=float8.trial_count(model, device, torch) > 0,
+    )
+    data = SyntheticBatches(batch, trial_steps + args.warmup + args.repeats * args.steps)
+    started = time.perf_counter()
+    report = accelkit.torch.fit(
+        model, iter(data), optimizer, loss_fn, plan=plan, warmup=args.warmup,
+        window=args.steps, progress=False, tokens_per_sample=facts.get("tokens_per_sample"),
+        tune=True, steps=args.planned,
+    )  # fmt: skip
+    times = report.series.get("step_time_s", [])[-args.repeats :] or [report.step_time_s]
+    return {
+        "variant": args.variant,
+        "step_s": times,
+        "median_step_s": statistics.median(times),
+        "mfu": report.mfu,
+        "float8_share": report.float8_share,
+        "precision_mfu": report.precision_mfu,
+        "peak_memory_bytes": report.peak_memory_bytes,
+        "wall_s": time.perf_counter() - started,
+        "losses": report.losses[:5] if hasattr(report, "losses") else None,
+        "tuning": report.tuning,
+    }
+
+
+def compare(args: argparse.Namespace) -> dict[str, Any]:
+    results: dict[str, Any] = {"model": args.model, "variants": {}}
+    for variant in args.variants:
+        command = [sys.executable, __file__, "--variant", variant, *_passed(args)]
+        done = subprocess.run(command, capture_output=True, text=True)
+        sys.stderr.write(done.stderr[-4000:])
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        results["variants"][variant] = (
+            json.loads(lines[-1]) if lines else {"error": done.returncode}
+        )
+        with open(args.out, "w") as file:
+            json.dump(results, file, indent=1)
+    return results
+
+
+def _passed(args: argparse.Namespace) -> list[str]:
+    return [
+        "--model", args.model, "--steps", str(args.steps), "--warmup", str(args.warmup),
+        "--repeats", str(args.repeats), "--planned", str(args.planned), "--out", args.out,
+    ]  # fmt: skip
+
+
+def show(results: dict[str, Any]) -> None:
+    rows = results["variants"]
+    print(f"{'variant':10} {'step ms':>9} {'MFU':>7} {'fp8 share':>9} {'MFU mixed':>9} kept")
+    for name, row in rows.items():
+        if "median_step_s" not in row:
+            print(f"{name:10} failed ({row})")
+            continue
+        kept = row["tuning"]["chosen"]
+        share = row["float8_share"]
+        mixed = row["precision_mfu"]
+        print(
+            f"{name:10} {row['median_step_s'] * 1e3:9.1f} {row['mfu'] or 0:7.1%} "
+            f"{share or 0:9.1%} {mixed or 0:9.1%} {kept}"
+        )
+        for c in row["tuning"]["candidates"]:
+            print(f"    {c['name']:32} {c['status']:8} {c.get('why') or ''}")
+    if all("median_step_s" in rows.get(v, {}) for v in VARIANTS):
+        ratio = rows["without"]["median_step_s"] / rows["float8"]["median_step_s"]
+        print(f"float8 lever: {ratio:.3f}x the fit without it")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=MODELS, default="llama-1b")
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--steps", type=int, default=20, help="steps per timed window")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--planned", type=int, default=20_000, help="the run's length told")
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    if args.variant:
+        print(json.dumps(run_variant(args), default=str))
+        return 0
+    show(compare(args))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

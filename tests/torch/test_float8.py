@@ -1,0 +1,233 @@
+"""tune's float8 lever on the CPU: which layers it converts, that it is undone bit for
+bit, tried in a real fit on top of the compiled step, and refused by its check.
+
+torchao emulates float8 matmuls on the CPU (``Float8LinearConfig(emulate=True)``: the
+values rounded to float8 with the same scales, multiplied in higher precision), so the
+conversion, the check against the bf16 step and the undo are real here; only the GPU's
+float8 tensor cores are not (`float8.unsupported` is opened for the fits below, and
+tests/torch/test_float8_gpu.py runs them on a GPU that has them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import accelkit
+from accelkit.profiling.run_report import RunReport
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchao")
+pytestmark = pytest.mark.torch
+
+from accelkit.torch.tuning import float8, registry, trials
+
+from ..helpers.compiling import compiled_as
+from ..helpers.torch_data import CPU_PLAN
+
+WIDE = 4096 + 16  # past torchao's size filter for any output width
+
+
+def wide_net() -> Any:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(WIDE, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
+
+
+def wide_batches(count: int) -> list[Any]:
+    generator = torch.Generator().manual_seed(1)
+    return [
+        (
+            torch.randn(16, WIDE, generator=generator),
+            torch.randint(0, 8, (16,), generator=generator),
+        )
+        for _ in range(count)
+    ]
+
+
+def snapshot(model: Any) -> dict[str, Any]:
+    return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+
+
+def same(model: Any, saved: dict[str, Any]) -> bool:
+    state = model.state_dict()
+    return state.keys() == saved.keys() and all(torch.equal(state[k], v) for k, v in saved.items())
+
+
+@pytest.fixture
+def float8_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU taken for a GPU with float8 tensor cores (torchao emulates the matmuls)."""
+    monkeypatch.setattr(float8, "unsupported", lambda torch, device: None)
+
+
+def fit(model: Any, data: list[Any], **kwargs: Any) -> RunReport:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    kwargs.setdefault("tune", True)
+    return accelkit.torch.fit(
+        model, data, optimizer, torch.nn.CrossEntropyLoss(), plan=CPU_PLAN, progress=False, **kwargs
+    )
+
+
+def trial(report: RunReport, name: str = "float8") -> dict[str, Any]:
+    return next(c for c in report.tuning["candidates"] if name in c["name"])
+
+
+# -- which layers ----------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 9000), st.integers(1, 9000))
+def test_a_linear_layer_is_converted_where_its_dimensions_are_multiples_of_16_and_large(
+    in_features: int, out_features: int
+) -> None:
+    model = torch.nn.Sequential(
+        torch.nn.Linear(in_features, out_features, device="meta"),
+        torch.nn.Linear(out_features, 16, device="meta"),  # the head
+    )
+    aligned = in_features % 16 == 0 and out_features % 16 == 0
+    large = in_features > float8.SMALL_IN or out_features > float8.SMALL_OUT
+    found = float8.eligible(model)
+    assert (found.names == ("0",)) == (aligned and large)
+    assert found.left.get("output head kept in bf16") == 1
+    assert sum(found.left.values()) + len(found.names) == 2
+
+
+def test_the_reasons_name_gpt2s_conv1d_layers_and_subclasses_of_linear() -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=1, n_embd=64, n_head=2, vocab_size=128, n_positions=16)
+    found = float8.eligible(transformers.GPT2LMHeadModel(config))
+    assert found.names == ()
+    assert found.left["Conv1D layers (Hugging Face GPT-2's; torchao converts nn.Linear only)"] == 4
+    assert "Conv1D" in found.why_none()
+    attention = float8.eligible(torch.nn.MultiheadAttention(64, 2))
+    assert attention.left == {
+        "subclasses of nn.Linear (NonDynamicallyQuantizableLinear) left as they are": 1
+    }
+
+
+def test_a_transformers_models_output_embeddings_are_its_head() -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=4160, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, vocab_size=128, tie_word_embeddings=False,
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM(config)
+    found = float8.eligible(model)
+    # The MLP's up and gate projections (64 -> 4160) pass the size filter, its down
+    # projection (4160 in) too; the head (lm_head, last in the module order but also
+    # the model's output embeddings) stays.
+    assert set(found.names) == {
+        "model.layers.0.mlp.gate_proj", "model.layers.0.mlp.up_proj", "model.layers.0.mlp.down_proj"
+    }  # fmt: skip
+    assert found.left["output head kept in bf16"] == 1
+
+
+# -- on and off ------------------------------------------------------------------------
+
+
+def test_float8_layers_go_back_bit_for_bit_with_the_same_parameters_and_hooks() -> None:
+    model = wide_net()
+    params = list(model.parameters())
+    original = model[0]
+    calls: list[int] = []
+    original.register_forward_hook(lambda *_: calls.append(1))
+    layers = float8.Float8Layers(model, ("0",), emulate=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = wide_batches(1)[0]
+    layers.on()
+    assert type(model[0]).__name__ == "Float8Linear" and model[0].weight is original.weight
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    assert calls == [1]  # the original's hooks fire in float8 too
+    saved = snapshot(model)  # the weights as training left them
+    layers.off()
+    layers.off()  # idempotent
+    assert model[0] is original and list(model.parameters()) == params
+    assert same(model, saved)
+    optimizer.step()  # the optimizer still steps the model's own tensors
+    assert not same(model, saved)
+
+
+# -- in a real fit ---------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("float8_here")
+def test_a_fit_tries_float8_on_its_compiled_step_checked_against_bf16() -> None:
+    model = wide_net()
+    data = wide_batches(trials.trial_steps(1, cuda=False, float8=True) + 4)
+    with compiled_as():
+        report = fit(model, data, compile=True)
+    tried = trial(report)
+    assert tried["settings"]["float8"] is True and tried["settings"]["compile"] is True
+    check = tried["check"]
+    assert check["failed"] is None and check["grad_limit"] == float8.TOLERANCE.grads
+    assert 0 < check["grad_difference"] < float8.TOLERANCE.grads
+    kept = tried["status"] == "chosen"
+    assert report.tuning["float8"] is kept
+    assert (type(model[0]).__name__ == "Float8Linear") is kept  # a kept one stays
+    assert type(model[2]) is torch.nn.Linear  # the head never converts
+
+
+@pytest.mark.usefixtures("float8_here")
+def test_float8_whose_gradients_disagree_is_dropped_and_undone_bit_for_bit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A limit float8's rounding cannot meet: the check must refuse it on its first batch.
+    monkeypatch.setattr(float8, "TOLERANCE", trials.Tolerance(grads=1e-4, source="test"))
+    monkeypatch.setattr(registry, "LEVERS", (float8.lever,))  # no other lever to keep
+    model = wide_net()
+    data = wide_batches(trials.trial_steps(1, cuda=False, float8=True) + 4)
+    with compiled_as():
+        report = fit(model, data, compile=True)
+    tried = trial(report)
+    assert tried["status"] == "failed" and "gradients differ" in tried["why"]
+    assert tried["check"]["failed"] == "gradients"
+    assert type(model[0]) is torch.nn.Linear and report.tuning["float8"] is False
+    # Undone bit for bit: its batch trained again with the compiled step, the run ends on
+    # the weights of the same run without tune.
+    twin = wide_net()
+    with compiled_as():
+        fit(twin, data, compile=True, tune=False)
+    assert same(model, snapshot(twin))
+
+
+@pytest.mark.usefixtures("float8_here")
+def test_float8_needs_the_kept_step_compiled() -> None:
+    with compiled_as():
+        report = fit(wide_net(), wide_batches(trials.trial_steps(1, cuda=False) + 4), compile=False)
+    skipped = trial(report)
+    assert skipped["status"] == "skipped" and "not compiled" in skipped["why"]
+
+
+@pytest.mark.usefixtures("float8_here")
+def test_a_model_without_a_large_layer_records_why() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    data = [(torch.randn(8, 64), torch.randint(0, 8, (8,)))] * (
+        trials.trial_steps(1, cuda=False) + 4
+    )
+    with compiled_as():
+        report = fit(model, data, compile=True)
+    assert trial(report)["why"] == (
+        "no linear layer large enough for float8 (1 smaller than 4096 in x 1024 out "
+        "features; 1 output head kept in bf16)"
+    )
+
+
+def test_no_record_speaks_of_float8_on_the_cpu() -> None:
+    with compiled_as():
+        report = fit(wide_net(), wide_batches(trials.trial_steps(1, cuda=False) + 4), compile=True)
+    assert not [c for c in report.tuning["candidates"] if "float8" in c["name"]]
+    assert report.tuning["float8"] is False
+
+
+def test_a_gpu_without_float8_tensor_cores_is_named_with_its_capability(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100-SXM4-80GB")
+    why = float8.unsupported(torch, torch.device("cuda", 0))
+    assert why == (
+        "NVIDIA A100-SXM4-80GB has compute capability 8.0: float8 needs compute capability "
+        ">= 8.9 (float8 tensor cores: Ada, Hopper, Blackwell)"
+    )

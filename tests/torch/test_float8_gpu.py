@@ -1,0 +1,59 @@
+"""tune's float8 lever on a GPU with float8 tensor cores (compute capability >= 8.9,
+torchao installed): real float8 matmuls, checked against the bf16 step, and the report's
+float8 share counted from the kept step (marked ``gpu``: run on the GPU machine)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import accelkit
+
+pytestmark = [pytest.mark.torch, pytest.mark.gpu]
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchao")
+
+from accelkit.torch.tuning import float8, trials
+
+
+@pytest.fixture(autouse=True)
+def float8_tensor_cores() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU")
+    why = float8.unsupported(torch, torch.device("cuda", 0))
+    if why:
+        pytest.skip(why)
+
+
+def wide() -> Any:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(4096, 8192), torch.nn.GELU(), torch.nn.Linear(8192, 4096),
+        torch.nn.GELU(), torch.nn.Linear(4096, 16),
+    )  # fmt: skip
+
+
+def test_a_fit_tries_real_float8_and_reports_its_share_where_kept() -> None:
+    plan = accelkit.auto_configure(framework="torch", verbose=False)
+    model = wide()
+    steps = trials.trial_steps(1, float8=True) + 10
+    data = [(torch.randn(8192, 4096), torch.randint(0, 16, (8192,))) for _ in range(4)] * steps
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    report = accelkit.torch.fit(
+        model, data[:steps], optimizer, torch.nn.CrossEntropyLoss(), plan=plan,
+        progress=False, tune=True, steps=100_000,
+    )  # fmt: skip
+    tried = next(c for c in report.tuning["candidates"] if c["name"].endswith("float8"))
+    assert tried["status"] != "skipped", tried["why"]
+    assert tried["check"] is not None and tried["check"]["failed"] is None, tried["why"]
+    kept = tried["status"] == "chosen"
+    assert (type(model[0]).__name__ == "Float8Linear") is kept
+    assert type(model[4]) is torch.nn.Linear  # the head
+    if kept:
+        # Two of the three linear layers' matmuls: all but the head's 4096 x 16.
+        share = (4096 * 8192 * 2) / (4096 * 8192 * 2 + 4096 * 16)
+        assert report.float8_share == pytest.approx(share, rel=1e-3)
+        assert report.precision_mfu is not None and report.precision_mfu < report.mfu
+    else:
+        assert report.float8_share is None
