@@ -35,6 +35,8 @@ def wide() -> Any:
 
 
 def test_a_fit_tries_real_float8_and_reports_its_share_where_kept() -> None:
+    # compile=True: the script compiled, so float8 is tried on top whatever compile's trial
+    # would have said of three large matmuls.
     plan = accelkit.auto_configure(framework="torch", verbose=False)
     model = wide()
     steps = trials.trial_steps(1, float8=True) + 10
@@ -42,7 +44,7 @@ def test_a_fit_tries_real_float8_and_reports_its_share_where_kept() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     report = accelkit.torch.fit(
         model, data[:steps], optimizer, torch.nn.CrossEntropyLoss(), plan=plan,
-        progress=False, tune=True, steps=100_000,
+        progress=False, tune=True, steps=100_000, compile=True,
     )  # fmt: skip
     tried = next(c for c in report.tuning["candidates"] if c["name"].endswith("float8"))
     assert tried["status"] != "skipped", tried["why"]

@@ -286,13 +286,14 @@ def trial_count(module: Any, device: Any, torch: Any) -> int:
 
 
 # How far float8 may move the first batch's loss and gradients from the bf16 step's at
-# the same weights. Measured with torchao's emulation on the CPU (benchmarks/float8_check.py),
-# step 0, every linear layer but the head in float8: the loss moved 0.001-0.04%, the
-# gradients 5.7-15.7% of their norm (Llama 2-8 layers of 256-512, GPT-NeoX, two MLPs; the
-# e5m2 gradients keep 2 mantissa bits). Twice the largest, 0.35, still refuses a wrong step
-# (constant logits, a dropped backward: ~100% off).
+# the same weights (benchmarks/float8_check.py, step 0, every linear layer but the head in
+# float8). The loss moved 0.001-0.04% (CPU emulation: Llama of 2-8 layers of 256-512,
+# two MLPs) and 0.02% (H200, real float8: a 200M Llama and the Llama-3.2-1B shape), so the
+# loss keeps compile's limit. The gradients moved 6-16% of their norm in emulation and
+# 22% and 48% on the H200 (the e5m2 gradients keep 2 mantissa bits): 0.75, about 1.5x the
+# largest, still refuses a step without gradients or with wrong logits (100% and more).
 TOLERANCE = trials.Tolerance(
     loss=trials.LOSS_RTOL,
-    grads=0.35,
-    source="float8 against bf16 at step 0: gradients 5.7-15.7% apart (CPU emulation)",
+    grads=0.75,
+    source="float8 against bf16 at step 0: gradients up to 48% apart (Llama-3.2-1B shape, H200)",
 )
