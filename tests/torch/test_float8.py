@@ -231,3 +231,21 @@ def test_a_gpu_without_float8_tensor_cores_is_named_with_its_capability(
         "NVIDIA A100-SXM4-80GB has compute capability 8.0: float8 needs compute capability "
         ">= 8.9 (float8 tensor cores: Ada, Hopper, Blackwell)"
     )
+
+
+@pytest.mark.usefixtures("float8_here")
+def test_precision_fp8_converts_every_eligible_layer_and_tune_leaves_them() -> None:
+    plan = accelkit.plan_for("H100 SXM", precision="fp8")
+    model = wide_net()
+    data = wide_batches(trials.trial_steps(1, cuda=False) + 4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with compiled_as():
+        report = accelkit.torch.fit(
+            model, data, optimizer, torch.nn.CrossEntropyLoss(), plan=plan, device="cpu",
+            progress=False, tune=True, compile=True,
+        )  # fmt: skip
+    assert type(model[0]).__name__ == "Float8Linear" and type(model[2]) is torch.nn.Linear
+    assert any("float8 (precision='fp8')" in change for change in report.facts["model_changes"])
+    assert trial(report)["why"] == (
+        "the model's linear layers run in float8 already (precision='fp8', or the script)"
+    )

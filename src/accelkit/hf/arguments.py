@@ -58,7 +58,7 @@ def training_arguments(plan: Plan) -> dict[str, Any]:
     """
     gpu = plan.device_type == "cuda"
     arguments = {
-        "bf16": gpu and plan.precision is Precision.BF16,
+        "bf16": gpu and plan.precision.without_float8 is Precision.BF16,
         "fp16": gpu and plan.precision is Precision.FP16,
         "tf32": True if gpu and plan.value(Key.TORCH_TF32_MATMUL) is True else None,
         "torch_compile": plan.compile,

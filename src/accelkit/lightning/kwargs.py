@@ -73,7 +73,8 @@ def trainer_kwargs(plan: Plan, model: Any = None) -> dict[str, Any]:
         >>> trainer_kwargs(accelkit.plan_for("Tesla T4"))
         {'precision': '16-mixed', 'accelerator': 'gpu', 'devices': 1, 'strategy': 'auto'}
     """
-    precision = Precision.parse(plan.precision)
+    # Under fp8 the trainer autocasts to bf16; the float8 layers are tune's lever.
+    precision = Precision.parse(plan.precision).without_float8
     if precision not in _PRECISION:
         raise ValueError(
             f"plan.precision={precision.value!r} is not decided yet; "

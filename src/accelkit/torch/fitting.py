@@ -9,12 +9,14 @@ a `Meter`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from accelkit.configure import auto_configure, current_plan
 from accelkit.planning import Plan
+from accelkit.planning.keys import Float8, Key
 from accelkit.profiling.options import MeterOptions
 from accelkit.profiling.run_report import RunReport
 from accelkit.torch.distributed import parallel, sharding, wrapping
@@ -242,6 +244,7 @@ def _fit(
         optimizer=optimizer,
         shard_alone=distributed,
     )
+    run = _float8_by_plan(run, plan)
     try:
         report = _train(
             run,
@@ -262,6 +265,21 @@ def _fit(
         raise
     _say_why(report, plan, alone=alone, held_back=held_back)
     return report
+
+
+def _float8_by_plan(run: Prepared, plan: Plan) -> Prepared:
+    """Under precision="fp8", every eligible linear layer of the module in float8
+    (`accelkit.torch.tuning.float8.eligible`), as a change the report lists; a model
+    without one trains in bf16, with the reason."""
+    if plan.value(Key.FLOAT8) != Float8.ON:
+        return run
+    found = float8.eligible(run.module)
+    if not found.names:
+        _log.warning("precision='fp8': %s; the run trains in bf16", found.why_none())
+        return run
+    float8.Float8Layers(run.module, found.names, emulate=run.device.type != "cuda").on()
+    change = f"{len(found.names)} linear layers run their matmuls in float8 (precision='fp8')"
+    return dataclasses.replace(run, changes=(*run.changes, change))
 
 
 def _where(plan: Plan, distributed: bool, progress: bool) -> tuple[Any, bool, str | None]:

@@ -224,7 +224,7 @@ def mixed_precision_policy(api: SimpleNamespace, plan: Plan) -> Any:
     """
     torch = require("torch")
     dtype = {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}.get(
-        Precision.parse(plan.precision)
+        Precision.parse(plan.precision).without_float8
     )
     if dtype is None:
         return api.MixedPrecisionPolicy()

@@ -270,6 +270,8 @@ def _not_here(engine: Engine) -> str | None:
         return "not tried under DDP yet (not measured on several GPUs)"
     if (why := unsupported(engine.torch, door.device)) is not None:
         return why
+    if any(type(m).__name__ == "Float8Linear" for m in door.module.modules()):
+        return "the model's linear layers run in float8 already (precision='fp8', or the script)"
     if not engine.best.settings.compile:
         return (
             "the kept step is not compiled: float8's casts run as separate kernels "
