@@ -77,8 +77,8 @@ def short(rows: Sequence[specs.GpuSpec]) -> str:
     Example:
         >>> print(short([specs.lookup("H200")]))  # doctest: +NORMALIZE_WHITESPACE
         NVIDIA GPUs, dense peak TFLOP/s (no sparsity; fp16/bf16 with fp32 accumulate)
-        gpu              cc  GB  GB/s  fp32  tf32  bf16  fp16   fp8
-        H200 SXM 141GB  9.0 141  4800    67 494.7 989.4 989.4  1979
+        gpu             cc  GB GB/s fp32  tf32  bf16  fp16    fp8
+        H200 SXM 141GB 9.0 141 4800 66.9 494.7 989.4 989.4 1978.9
     """
     headers = ("gpu", "cc", "GB", "GB/s", *DTYPES)
     body = [
@@ -92,11 +92,14 @@ def short(rows: Sequence[specs.GpuSpec]) -> str:
         for r in rows
     ]
     widths = [max(len(row[i]) for row in (headers, *body)) for i in range(len(headers))]
+    # a name too long for the row is cut, never a number
+    widths[0] = min(widths[0], ROW_WIDTH - sum(widths[1:]) - len(widths[1:]))
     lines = [f"{_VENDOR.strip()} GPUs, {_TITLE}"]
-    for row in (headers, *body):
-        cells = [row[0].ljust(widths[0])]
-        cells += [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
-        lines.append(" ".join(cells).rstrip()[:ROW_WIDTH])
+    for name, *numbers in (headers, *body):
+        name = name if len(name) <= widths[0] else name[: widths[0] - 1] + "~"
+        cells = [name.ljust(widths[0])]
+        cells += [cell.rjust(width) for cell, width in zip(numbers, widths[1:], strict=True)]
+        lines.append(" ".join(cells).rstrip())
     return "\n".join(lines)
 
 
