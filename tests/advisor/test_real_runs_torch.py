@@ -49,14 +49,16 @@ def test_healthy_run_gets_no_warning(healthy) -> None:
 
 
 class Sleepy(torch.utils.data.Dataset):
-    """Each sample costs 3 ms of 'decoding': 24 ms per batch against a step of a tiny
-    model that takes well under a millisecond, even on a busy machine."""
+    """Each sample costs 20 ms of 'decoding': 160 ms per batch against a step of a tiny
+    model that takes well under a millisecond, and under 40 ms on a machine whose two
+    cores carry five processes (at 3 ms a sample, such a machine read 'info': the wait
+    under 20% of the step)."""
 
     def __len__(self) -> int:
         return 128
 
     def __getitem__(self, i: int):
-        time.sleep(0.003)
+        time.sleep(0.02)
         generator = torch.Generator().manual_seed(i)
         return torch.randn(64, generator=generator), i % 8
 

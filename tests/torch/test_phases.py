@@ -22,7 +22,9 @@ pytestmark = pytest.mark.torch
 
 from ..helpers.torch_data import CPU_PLAN, batches, mlp, train
 
-STEP_S = 0.006
+# A load burst of a few ms on a busy 2-core machine moved a 6 ms step's ratio to 0.863:
+# at 20 ms a step such bursts stay within the 10% the comparison allows.
+STEP_S = 0.02
 
 
 class Sleepy(torch.nn.Module):

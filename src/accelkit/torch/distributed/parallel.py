@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import itertools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -156,6 +157,56 @@ def shard(loader: Any, group: World) -> tuple[Any, str]:
         f"of {group.size} trains on {len(distributed)} of {len(loader.dataset)} "
         f"samples per epoch, {order}"
     )
+
+
+def even(loader: Any, group: World, device: Any) -> tuple[Any, str | None]:
+    """`loader`, cut to the shortest rank's length where the ranks' loaders differ, and
+    why (None where they agree or a length is unknown): a rank that ran out of batches
+    goes on to the fit's end while another waits in a collective the first never reaches
+    (under FSDP2 gloo aborts the job; NCCL waits until its timeout). One
+    ``all_gather_object`` of each rank's ``len(loader)``, a collective every rank reaches.
+
+    A `DataLoader` that `shard` rebuilt is even already (`DistributedSampler` pads);
+    what is cut is each rank's own shard of another kind, told by its ``__len__``.
+    """
+    try:
+        length: int | None = len(loader)
+    except TypeError:  # an iterable without a length: nothing to compare
+        length = None
+    lengths = [rank["batches"] for rank in gather({"batches": length}, device)]
+    if None in lengths or len(set(lengths)) == 1:
+        return loader, None
+    shortest = min(lengths)
+    each = ", ".join(f"rank {rank}: {n}" for rank, n in enumerate(lengths))
+    why = (
+        f"the ranks' loaders differ in length ({each} batches an epoch): every rank trains "
+        f"{shortest} an epoch, the shortest, so that none waits in a collective the "
+        "others never reach; give each rank as many batches to train them all"
+    )
+    warn(why)
+    return Shortened(loader, shortest), why
+
+
+class Shortened:
+    """The first `length` batches of `loader` each epoch (its other attributes its own).
+
+    Example:
+        >>> cut = Shortened([1, 2, 3, 4], 2)
+        >>> list(cut), len(cut)
+        ([1, 2], 2)
+    """
+
+    def __init__(self, loader: Any, length: int) -> None:
+        self.loader, self.length = loader, length
+
+    def __iter__(self) -> Any:
+        return itertools.islice(iter(self.loader), self.length)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getattr__(self, name: str) -> Any:  # batch_size, dataset, sampler: the loader's
+        return getattr(self.__dict__["loader"], name)
 
 
 _NOT_COPIED = {"self", "dataset", "shuffle", "sampler", "batch_sampler"}

@@ -121,11 +121,11 @@ def prepare(
         sharded = sharding.shard(module, plan, device, optimizer)
         changes.append(sharded.change())
         if group is not None:
-            loader, sampling = parallel.shard(loader, group)
+            loader, sampling = _sharded(loader, group, device)
     elif group is not None:
         wrapping = Wrapping(plan, ddp or {})
         model = wrapping.wrap(model, device)
-        loader, sampling = parallel.shard(loader, group)
+        loader, sampling = _sharded(loader, group, device)
     else:
         model = module  # distributed=False: the module alone, even if the script wrapped it
     if mode := _training_mode(module):
@@ -143,6 +143,14 @@ def prepare(
         wrapping=wrapping,
         sharded=sharded,
     )
+
+
+def _sharded(loader: Any, group: parallel.World, device: Any) -> tuple[Any, str]:
+    """`loader` sharded by rank (`parallel.shard`) and cut to the shortest rank's length
+    where the ranks' lengths differ (`parallel.even`), and what was done."""
+    loader, sampling = parallel.shard(loader, group)
+    loader, cut = parallel.even(loader, group, device)
+    return loader, f"{sampling}; {cut}" if cut else sampling
 
 
 def restore(run: Prepared) -> None:
