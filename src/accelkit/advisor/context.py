@@ -12,7 +12,8 @@ fact                       what it is
 ``steps_per_epoch``        steps in one full pass over the data, when known
 ``parameters``             trainable parameter count; ``parameter_bytes`` their size
 ``model_state_bytes``      weights + gradients + optimizer state, in bytes
-``loader``                 the input pipeline: ``{"type", ...settings}``
+``loader``                 the input pipeline: ``{"type", ...settings}``; ``"dataset"``: the
+                           DataLoader's dataset class (``"TensorDataset"``), where recorded
 ``data_parallel``          the model is wrapped in ``torch.nn.DataParallel``
 ``distributed``            DistributedDataParallel / a process group is in use
 ``devices_used``           devices this process trains on (Keras replicas)

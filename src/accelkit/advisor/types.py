@@ -136,3 +136,32 @@ def amdahl(share: float, factor: float) -> float:
     """Speed-up when a share of step time runs `factor` times faster (Amdahl's law):
     1 / ((1 - share) + share / factor)."""
     return 1.0 / ((1.0 - share) + share / factor)
+
+
+def removing_share_text(share: float, cap: float, what: str, bound: str) -> str:
+    """The `expected_gain` of `removing_share(share, cap)`, one figure claimed.
+
+    `what` names the share removed, `bound` why the change stops at `cap` (an int, a
+    factor such as a doubled batch, reads "2x"; a float "3.00x"). Where the cap
+    binds, the text gives the unbounded figure and the cap; where it does not, the claim
+    is the share's own bound and `cap` is named as the change's reach, above it, so no
+    sentence says "up to 1.06x ... at most 3.00x" of one figure.
+
+    Example:
+        >>> removing_share_text(0.057, 3.0, "the wait", "2 workers")[:60]
+        'up to 1.06x: 1 / (1 - 0.057) if the wait went entirely; the '
+        >>> removing_share_text(0.9, 3.0, "the wait", "2 workers")
+        'up to 3.00x: 1 / (1 - 0.900) = 10.00x if the wait went entirely, at most 3.00x: 2 workers'
+    """
+    speedup = removing_share(share, cap)
+    most = f"{cap}x" if isinstance(cap, int) else f"{cap:.2f}x"  # a count stays one: "2x"
+    if share >= 1.0 or (share > 0.0 and 1.0 / (1.0 - share) > max(cap, 1.0)):
+        return (
+            f"up to {speedup:.2f}x: 1 / (1 - {share:.3f}) = {unbounded_gain(share)} if "
+            f"{what} went entirely, at most {most}: {bound}"
+        )
+    return (
+        f"up to {speedup:.2f}x: 1 / (1 - {share:.3f}) if {what} went entirely; the "
+        f"change reaches that far ({bound}: a bound of {max(cap, 1.0):.2f} times, "
+        f"not below the {speedup:.2f}x claimed)"
+    )

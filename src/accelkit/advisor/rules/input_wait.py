@@ -13,6 +13,10 @@ also bounded by what the suggested change can do (`types.removing_share`):
 - nothing left to parallelise (workers on every core, a pipeline that prefetches):
   the gain depends on how much cheaper a batch gets to prepare; 2x is claimed,
   a batch half as costly (a loader-bound step is as long as preparing a batch).
+- a DataLoader over a ``TensorDataset`` (the loader fact's ``dataset``): the samples are
+  in memory, so workers would only copy them between processes; fetching a batch with
+  one index instead of one ``__getitem__`` per sample and a collate is the change, and
+  2x is claimed for it, as above.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 
 from accelkit.advisor.context import Context
 from accelkit.advisor.rules.needs import needs
-from accelkit.advisor.types import Advice, Severity, removing_share, unbounded_gain
+from accelkit.advisor.types import Advice, Severity, removing_share, removing_share_text
 
 HIGH = 0.20  # a fifth of every step idle: the pipeline is the bottleneck
 MODERATE = 0.05
@@ -73,10 +77,8 @@ def input_bound(ctx: Context) -> Advice | None:
         ),
         evidence=evidence,
         action=_torch_action(ctx, loader) if ctx.torch else _tf_action(loader),
-        expected_gain=(
-            f"up to {speedup:.2f}x: 1 / (1 - {share:.3f}) = {unbounded_gain(share)} if the "
-            f"wait (the measured input-wait share) were removed entirely, at most "
-            f"{cap:.2f}x: {bound}"
+        expected_gain=removing_share_text(
+            share, cap, "the wait (the measured input-wait share)", bound
         ),
         speedup=speedup,
     )
@@ -107,6 +109,12 @@ def _cap(ctx: Context, loader: Mapping[str, Any] | None) -> tuple[float, str]:
             )
         )
     kind = loader.get("type")
+    if ctx.torch and _in_memory(loader):
+        return 2.0, (
+            "claimed for a batch half as costly to fetch: one index per batch instead of "
+            "a __getitem__ per sample and a collate (not measured); workers would not help "
+            "a TensorDataset, in memory already"
+        )
     if ctx.torch:
         workers = 0 if kind not in (None, "DataLoader") else int(loader.get("num_workers") or 0)
         added = _suggested_workers(ctx)
@@ -116,9 +124,13 @@ def _cap(ctx: Context, loader: Mapping[str, Any] | None) -> tuple[float, str]:
         workers, added = 0, ctx.hardware.cpu_count or 2
     else:
         return 2.0, (
-            "the map already runs in parallel: prefetching overlaps loading with the "
-            "step, which then takes at least max(compute, loading); what a cache "
-            "saves is not measured"
+            (
+                "the map already runs in parallel"
+                if loader.get("map")
+                else "no map to run in parallel"
+            )
+            + ": prefetching overlaps loading with the step, which then takes at least "
+            "max(compute, loading); what a cache saves is not measured"
         )
     if added <= workers:
         return 2.0, (
@@ -131,6 +143,29 @@ def _cap(ctx: Context, loader: Mapping[str, Any] | None) -> tuple[float, str]:
             f"takes at least max(compute, loading / {added})"
         )
     return added / workers, f"{added} loading processes instead of {workers}"
+
+
+def _in_memory(loader: Mapping[str, Any]) -> bool:
+    """A DataLoader over a `TensorDataset`: its samples are tensors in memory already."""
+    return loader.get("type") in (None, "DataLoader") and loader.get("dataset") == "TensorDataset"
+
+
+def _batched_fetch(ctx: Context, loader: Mapping[str, Any]) -> str:
+    """The action for a DataLoader over a TensorDataset: workers cannot help (there is
+    nothing to prepare, and they would copy each batch between processes); one index per
+    batch instead of a `__getitem__` per sample and a collate can."""
+    batch = loader.get("batch_size") or "B"
+    pin = ", pin_memory=True" if ctx.hardware.gpus else ""
+    return (
+        "sampler = torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(dataset), "
+        f"batch_size={batch}, drop_last=False)\n"
+        f"DataLoader(dataset, sampler=sampler, batch_size=None{pin})\n"
+        "the data is a TensorDataset, in memory already: loader workers would not prepare "
+        "it faster, only copy each batch between processes; the sampler hands the dataset "
+        "a batch of indices, which TensorDataset fetches with one index per tensor instead "
+        "of one __getitem__ per sample and a collate (or keep the tensors on the GPU and "
+        "index them there)"
+    )
 
 
 def _torch_action(ctx: Context, loader: Mapping[str, Any] | None) -> str:
@@ -153,6 +188,8 @@ def _torch_action(ctx: Context, loader: Mapping[str, Any] | None) -> str:
             f"prefetch_factor=4)\ninstead of {loader['type']}: batches are then prepared "
             "in worker processes while the model trains"
         )
+    if _in_memory(loader):
+        return _batched_fetch(ctx, loader)
     workers = int(loader.get("num_workers") or 0)
     batch = loader.get("batch_size")
     args = [f"batch_size={batch}" if batch else "batch_size=..."]

@@ -201,7 +201,7 @@ _OTHER_KERAS = (
 )
 _OTHER_TORCH = (
     "checkpoints less often: Lightning ModelCheckpoint(every_n_train_steps=<larger>, "
-    "or every_n_epochs=N, save_weights_only=True); Hugging Face "
+    "save_weights_only=True) or ModelCheckpoint(every_n_epochs=N); Hugging Face "
     "TrainingArguments(save_steps=<larger>, save_only_model=True); your own loop: "
     "torch.save every N epochs\n"
     "fewer, longer epochs, and callback work (logging, metrics) every N epochs"

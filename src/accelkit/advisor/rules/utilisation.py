@@ -17,7 +17,8 @@ from accelkit.advisor import tuning
 from accelkit.advisor.context import Context
 from accelkit.advisor.rules.input_wait import HIGH as INPUT_BOUND
 from accelkit.advisor.rules.needs import needs
-from accelkit.advisor.types import Advice, Severity, removing_share, unbounded_gain
+from accelkit.advisor.types import Advice, Severity, removing_share, removing_share_text
+from accelkit.profiling.tuning import summary
 
 BUSY = 70.0  # percent; a well-fed GPU reports 90-100
 IDLE = 50.0
@@ -30,13 +31,20 @@ BATCH_FACTOR = 2  # the action doubles the batch
     "gpu",
     "measured_here",
     "figure:gpu_utilization",
-    optional=("figure:input_wait_share", "figure:step_time_s", "batch_size", "fact:compiled"),
+    optional=(
+        "figure:input_wait_share",
+        "figure:step_time_s",
+        "batch_size",
+        "fact:compiled",
+        "tuning",
+    ),
     evidence={
         "gpu_utilization": None,
         "idle_not_input_share": None,
         "input_wait_share": "figure:input_wait_share",
         "step_time_ms": "figure:step_time_s",
         "batch_size": "batch_size",
+        "tune.kept": "tuning",
     },
 )
 def launch_overhead(ctx: Context) -> Advice | None:
@@ -69,25 +77,57 @@ def launch_overhead(ctx: Context) -> Advice | None:
         evidence["step_time_ms"] = round(step * 1e3, 3)
     if ctx.batch_size:
         evidence["batch_size"] = ctx.batch_size
+    kept = _tune_kept(ctx)
+    if kept:
+        evidence["tune.kept"] = kept
     short = step is not None and step < SHORT_STEP_S
     return Advice(
         id="launch_overhead",
         severity=Severity.WARNING if util < IDLE else Severity.INFO,
-        title=(
-            f"the GPU is busy {util:.0f}% of the time and the run is not input-bound: "
-            "host and kernel-launch overhead" + (f" ({step * 1e3:.1f} ms steps)" if short else "")
-        ),
+        title=_title(util, step if short else None, kept, _graphs_kept(ctx)),
         evidence=evidence,
         action=_action(ctx, short),
-        expected_gain=(
-            f"up to {speedup:.2f}x: 1 / (1 - {idle:.3f}) = {unbounded_gain(idle)} if "
+        expected_gain=removing_share_text(
+            idle,
+            BATCH_FACTOR,
             f"the idle share that is not input wait (1 - {util:.0f}% utilisation - "
-            f"{share:.1%} input wait) went entirely, at most {BATCH_FACTOR}x from a "
-            f"batch {BATCH_FACTOR} times larger (the same launches carry "
-            f"{BATCH_FACTOR}x the samples; the step cannot get shorter with more "
-            "work); compile and CUDA graphs cut the launches themselves"
+            f"{share:.1%} input wait)",
+            f"a batch {BATCH_FACTOR} times larger, whose same launches carry "
+            f"{BATCH_FACTOR} times the samples (the step cannot get shorter with more "
+            "work)",
+        )
+        + (
+            "; compile and CUDA graphs cut the launches themselves" if not _graphs_kept(ctx) else ""
         ),
         speedup=speedup,
+    )
+
+
+def _tune_kept(ctx: Context) -> str | None:
+    """What `tune` kept for the run (`tuning.summary`), or None when it did not tune."""
+    result = tuning.record(ctx)
+    if result is None or result.decision != "tuned":
+        return None
+    return summary(result)
+
+
+def _graphs_kept(ctx: Context) -> bool:
+    return tuning.chose(ctx, tuning.CUDA_GRAPHS)
+
+
+def _title(util: float, short_step: float | None, kept: str | None, graphs: bool) -> str:
+    """The verdict: the idle GPU, and what tune kept already (CUDA graphs: the launches
+    are one per graph, so what is left is host work between them)."""
+    steps = f" ({short_step * 1e3:.1f} ms steps)" if short_step is not None else ""
+    cause = (
+        "host overhead between the CUDA graphs tune kept"
+        if graphs
+        else "host and kernel-launch overhead"
+    )
+    done = f"; tune {kept}" if kept else ""
+    return (
+        f"the GPU is busy {util:.0f}% of the time and the run is not input-bound: "
+        f"{cause}{steps}{done}"
     )
 
 
@@ -104,9 +144,16 @@ def _action(ctx: Context, short: bool) -> str:
     bigger = (
         f"batch_size={batch * BATCH_FACTOR}" if batch else f"a batch {BATCH_FACTOR} times larger"
     )
-    compiled = bool(ctx.fact("compiled"))
+    compiled = bool(ctx.fact("compiled")) or tuning.chose(ctx, tuning.COMPILE)
     if ctx.torch:
         steps = [f"{bigger} (more work per kernel launch; see the memory verdict for what fits)"]
+        if _graphs_kept(ctx):
+            steps.append(
+                "CUDA graphs are on already (tune kept them): what is left runs on the host "
+                "between the graphs (the optimizer step, logging, loss.item() calls that wait "
+                "for the GPU, the input pipeline); a profile (torch.profiler) shows which"
+            )
+            return "; ".join(steps)
         if not compiled:
             steps.append(
                 "accelkit.torch.fit(..., compile=True) (torch.compile fuses ops and "
@@ -151,11 +198,13 @@ def where_to_look(ctx: Context, found: list[Advice]) -> Advice | None:
     if any(a.severity is not Severity.INFO for a in found):
         return None
     profile = _how_to_profile(ctx)
+    # "above" only where there is something above: alone, it is the report's only item.
+    unexplained = "no rule above explains it" if found else "no rule found a cause"
     return Advice(
         id="low_mfu",
         severity=Severity.INFO,
         title=(
-            f"MFU is {mfu:.1%} of {against} and no rule above explains it: look for "
+            f"MFU is {mfu:.1%} of {against} and {unexplained}: look for "
             f"small or memory-bound {'kernels' if ctx.gpu else 'ops'}"
         ),
         evidence={
@@ -183,12 +232,13 @@ def _how_to_profile(ctx: Context) -> str:
     timeline = "; for the whole timeline: nsys profile -t cuda,nvtx python train.py" if gpu else ""
     return ctx.pick(
         torch=(
-            "profile a few steps: with torch.profiler.profile(activities=[ProfilerActivity.CPU"
-            + (", ProfilerActivity.CUDA" if gpu else "")
+            "profile a few steps: with torch.profiler.profile(activities=["
+            "torch.profiler.ProfilerActivity.CPU"
+            + (", torch.profiler.ProfilerActivity.CUDA" if gpu else "")
             + "], schedule=torch.profiler.schedule(wait=5, warmup=2, active=5), "
-            "on_trace_ready=torch.profiler.tensorboard_trace_handler('./prof')) as p: ... "
-            "p.step() per step; then prof.key_averages().table(sort_by="
-            f"'{'cuda' if gpu else 'cpu'}_time_total'){timeline}"
+            "on_trace_ready=torch.profiler.tensorboard_trace_handler('./prof')) as prof: "
+            "... prof.step() per step; then print(prof.key_averages().table(sort_by="
+            f"'{'cuda' if gpu else 'cpu'}_time_total')){timeline}"
         ),
         tensorflow=(
             "profile a few steps: keras.callbacks.TensorBoard(log_dir='./prof', "

@@ -294,6 +294,7 @@ def loader_facts(loader: Any) -> dict[str, Any]:
             "persistent_workers": bool(loader.persistent_workers),
             "prefetch_factor": loader.prefetch_factor,
             "batch_size": loader.batch_size,
+            "dataset": type(loader.dataset).__name__,
         }
     except Exception as error:  # noqa: BLE001 - facts are optional
         return {"type": type(loader).__name__, "facts_error": str(error)}
