@@ -9,7 +9,8 @@
 ``ACCELKIT_LOG_LEVEL``, rank 0 only under a launcher).
 """
 
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
 from accelkit._version import __version__
 from accelkit.configure import apply, auto_configure, current_plan, plan_for
@@ -24,6 +25,9 @@ from accelkit.planning import types as _plan_types
 from accelkit.profiling import run_report as _run_report
 from accelkit.profiling.run_report import RunReport
 from accelkit.utils import log as _log
+
+if TYPE_CHECKING:
+    from accelkit.report.comparison import Comparison
 
 _log.setup(_environment.is_rank_zero, *_environment.log_level())
 
@@ -50,6 +54,22 @@ def _run_page(report: RunReport) -> str:
     return render_html(report)
 
 
+def compare(
+    base: RunReport | str | os.PathLike[str], new: RunReport | str | os.PathLike[str]
+) -> "Comparison":
+    """Compare the run `new` with the run `base` (`RunReport`s or saved reports' paths):
+    what differs in the set-up, each figure side by side with a verdict beyond the
+    runs' noise or not, the advice that appeared or went away
+    (`accelkit.report.comparison.compare`, which documents the rule).
+
+    Example:
+        >>> accelkit.compare("base.json", "new.json").figure("step_time_s")  # doctest: +SKIP
+    """
+    from accelkit.report.comparison import compare as _compare
+
+    return _compare(base, new)
+
+
 _plan_types.GIVEN = _plan_types.Given(
     table=_plan_table,
     autocast=_torch_precision.autocast,
@@ -72,6 +92,7 @@ __all__ = [
     "__version__",
     "apply",
     "auto_configure",
+    "compare",
     "current_plan",
     "detect",
     "fit",

@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 from accelkit import specs
 from accelkit.advisor.projection import project, ranked
-from accelkit.cli.common import JSON_HELP, add_command, emit_json, gpu_count
+from accelkit.cli import report_compare
+from accelkit.cli.common import JSON_HELP, add_command, emit_json, gpu_target
 from accelkit.hardware.what_if import MAX_GPUS, UnknownGPUError
 from accelkit.profiling.run_report import RunReport
 from accelkit.report.assemble import with_advice
@@ -25,6 +27,7 @@ EXAMPLES = (
     'accelkit report run.json --project "H100 SXM" --project A100-SXM4-80GB:8',
     "accelkit report run.json --project H200:8 --price H200=3.50 --project L4 --price L4=0.80",
     "accelkit report run.json --json",
+    *report_compare.EXAMPLES,
 )
 
 
@@ -38,9 +41,11 @@ def add(commands: Any) -> None:
     )
     parser.add_argument(
         "path",
+        nargs="?",
         metavar="RUN.json",
         help="a report saved by `accelkit bench --save` or report.save()",
     )
+    report_compare.add_arguments(parser)
     parser.add_argument(
         "--project",
         action="append",
@@ -75,6 +80,12 @@ def add(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.compare:
+        return report_compare.run(args)
+    if not args.path:
+        raise ValueError("accelkit report needs RUN.json, or --compare BASE.json NEW.json")
+    if args.fail_if_slower is not None:
+        raise ValueError("--fail-if-slower goes with --compare BASE.json NEW.json")
     if args.html and _same_file(args.path, args.html):
         root, suffix = os.path.splitext(args.path)
         page = root + ("-page.html" if suffix == ".html" else ".html")
@@ -93,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
             write_atomic(args.html, render_html(result))
         except OSError as error:
             raise ValueError(f"cannot write {args.html}: {error}") from None
+        # on stderr: --json's stdout holds the document alone
+        print(f"accelkit: wrote the HTML page to {args.html}", file=sys.stderr)
     if args.json:
         document = result.to_dict()
         if projections:
@@ -129,11 +142,10 @@ def _projections(
     by_key = _prices(prices)
     found = []
     for target in targets:
-        name, _, count = target.rpartition(":") if ":" in target else (target, "", "1")
+        name, number = gpu_target(target)
         spec = specs.lookup(name)
         if spec is None:
             raise UnknownGPUError(specs.unknown_message(name))
-        number = gpu_count(count, MAX_GPUS, f"--project {target!r}: COUNT")
         found.append(project(report, spec.key, number, by_key.get(spec.key), mfu=mfu))
     unused = set(by_key) - {p.key for p in found}
     if unused:
