@@ -14,6 +14,7 @@ from accelkit.hardware.environment import DISABLE_ENV, PRECISION_ENV
 from accelkit.hardware.info import HardwareInfo
 from accelkit.hardware.what_if import what_if
 from accelkit.planning import Framework, Plan, Precision, Request, Status, plan
+from accelkit.planning.types import whole_number
 from accelkit.utils.imports import install_command, is_available
 
 # What precision="fp8" runs its float8 matmuls with (the `fp8` extra installs it).
@@ -303,7 +304,18 @@ def plan_for(
         )
     if str(framework).lower() == "auto":
         raise ValueError("plan_for(framework='auto') is not valid; use 'torch' or 'tensorflow'")
-    return plan(what_if(gpu, count, environ=environ), Request(framework=framework, **request))
+    return plan(
+        what_if(gpu, _integral(count), environ=environ), Request(framework=framework, **request)
+    )
+
+
+def _integral(count: Any) -> Any:
+    """A GPU count from NumPy (``np.int64(8)``) as the int it is; anything else unchanged,
+    for `what_if` to accept or refuse with its message (bools and floats are refused)."""
+    if isinstance(count, (bool, float)) or not hasattr(type(count), "__index__"):
+        return count
+    whole = whole_number(count)
+    return count if whole is None else whole
 
 
 def _warn_unusable(plans: Iterable[Plan]) -> None:

@@ -27,9 +27,12 @@ def _launched(gpu: str, count: int):
 
 
 def test_geforce_40_series_launch_names_nccl_p2p_disable() -> None:
-    advice = plan_for("NVIDIA GeForce RTX 4090", 4).get("launch")
+    planned = plan_for("NVIDIA GeForce RTX 4090", 4)
+    advice = planned.get("launch")
     assert advice.value == "NCCL_P2P_DISABLE=1 torchrun --nproc-per-node 4 your_script.py"
-    assert "NCCL_P2P_DISABLE=1" in advice.reason and "peer-to-peer" in advice.reason
+    # the what-if is planned as launched: the variable is a setting of its own, with its why
+    assert "NCCL_P2P_DISABLE=1" in advice.reason
+    assert "peer-to-peer" in planned.get("NCCL_P2P_DISABLE").reason
     assert _launched("NVIDIA GeForce RTX 4090", 4).env["NCCL_P2P_DISABLE"] == "1"
 
 

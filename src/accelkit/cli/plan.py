@@ -150,7 +150,8 @@ def add(commands: Any) -> None:
         type=byte_count,
         metavar="BYTES",
         help="activations one GPU holds at your micro-batch, measured (30e9 or 30GB); "
-        "without it they are unknown and the plan leaves room for them",
+        "without it they are unknown and the plan prefers a layout that leaves them 20%% "
+        "of usable memory",
     )
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
     parser.set_defaults(command=run)

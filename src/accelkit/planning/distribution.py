@@ -11,6 +11,9 @@ from accelkit.hardware.what_if import MAX_GPUS_PER_NODE, nodes_for
 from accelkit.planning.keys import CrossDevice, Key
 from accelkit.planning.types import Distribution, Framework, Request, Setting
 
+# `HardwareInfo.source` of a snapshot `accelkit.hardware.what_if` built
+WHAT_IF = "what-if"
+
 NEVER_SET = frozenset(
     {"NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"}
 )
@@ -57,9 +60,34 @@ def choose(
         distribution in (Distribution.DDP, Distribution.FSDP, Distribution.MULTI_WORKER_MIRRORED)
         and hardware.gpus
     ):
-        out += nccl_settings(hardware)
+        launched = planned_as_launched(hardware, request)
+        out += nccl_settings(hardware, nodes=nodes_for(hardware.gpu_count) if launched else None)
     _check_requested(request, distribution)
     return distribution, out
+
+
+def planned_as_launched(hardware: HardwareInfo, request: Request) -> bool:
+    """True for a what-if of several GPUs with no launcher named (`accelkit.plan_for`,
+    ``accelkit plan --gpu``): PyTorch plans it as the torchrun launch it advises, one
+    process per GPU, so the plan reads as the run that would use those GPUs. A machine
+    detected here without a launcher plans the one process it is, and advises torchrun.
+
+    Example:
+        >>> from accelkit import what_if
+        >>> planned_as_launched(what_if("H100", 8), Request())
+        True
+    """
+    return request.framework is Framework.TORCH and _what_if_unlaunched(hardware)
+
+
+def _what_if_unlaunched(hardware: HardwareInfo) -> bool:
+    launcher = hardware.launcher
+    return (
+        hardware.source == WHAT_IF
+        and hardware.gpu_count > 1
+        and not launcher.torchrun
+        and not launcher.slurm
+    )
 
 
 def _check_requested(request: Request, chosen: Distribution) -> None:
@@ -150,9 +178,50 @@ def _torch(hardware: HardwareInfo, sharded: bool) -> tuple[Distribution, list[Se
         ]
     if launcher.slurm:
         return engine, [*_slurm_torch(hardware, named), *own]
+    if _what_if_unlaunched(hardware):
+        return engine, [_as_launched(hardware, named), *own]
     if hardware.gpu_count > 1:
         return Distribution.NONE, [_launch(hardware, named)]
     return Distribution.NONE, []
+
+
+def _as_launched(hardware: HardwareInfo, named: str) -> Setting:
+    """The launch a what-if of several GPUs is planned under, and what happens without it."""
+    count = hardware.gpu_count
+    command, nodes = _torchrun(hardware)
+    servers = (
+        f" over {nodes} servers (run the command on each, HOST being the first)"
+        if nodes > 1
+        else ""
+    )
+    nccl = [f"{s.key.value}={s.value}" for s in nccl_settings(hardware, nodes=nodes)]
+    variables = f", with {', '.join(nccl)} (their settings say why)" if nccl else ""
+    return Setting(
+        Key.LAUNCH,
+        command,
+        f"what-if of {count} GPUs: planned as launched by torchrun with {count} processes"
+        f"{servers}, one per GPU, each a rank of an nccl process group{variables}: {named} "
+        "in accelkit.torch.fit; without a launcher the script is one process that trains "
+        "on one GPU (a plan for several does not hold there) and prints this command",
+    )
+
+
+def _torchrun(hardware: HardwareInfo) -> tuple[str, int]:
+    """The torchrun command for these GPUs, with the literal NCCL variables the launched
+    run gets (`nccl_settings`), and the servers it spans."""
+    count = hardware.gpu_count
+    nodes = nodes_for(count)  # a what-if past one server's GPUs spans several
+    per_node = min(count, MAX_GPUS_PER_NODE)
+    nccl = nccl_settings(hardware, nodes=nodes)
+    # variables with a literal value go on the command line; the others are named
+    env = "".join(f"{s.key.value}={s.value} " for s in nccl if not str(s.value).startswith("<"))
+    where = (
+        f"--nnodes {nodes} --nproc-per-node {per_node} --rdzv-backend c10d "
+        "--rdzv-endpoint HOST:29500"
+        if nodes > 1
+        else f"--nproc-per-node {count}"
+    )
+    return f"{env}torchrun {where} your_script.py", nodes
 
 
 def _slurm_torch(hardware: HardwareInfo, named: str) -> list[Setting]:
@@ -188,22 +257,14 @@ def _launch(hardware: HardwareInfo, named: str) -> Setting:
     launched run will get: `nccl_settings` for the same GPUs under that launch, so the
     advice and the launched plan are one decision."""
     count = hardware.gpu_count
-    nodes = nodes_for(count)  # a what-if past one server's GPUs spans several
-    per_node = min(count, MAX_GPUS_PER_NODE)
+    command, nodes = _torchrun(hardware)
     nccl = nccl_settings(hardware, nodes=nodes)
-    # variables with a literal value go on the command line; the others are named
-    env = "".join(f"{s.key.value}={s.value} " for s in nccl if not str(s.value).startswith("<"))
     if nodes > 1:
-        where = (
-            f"--nnodes {nodes} --nproc-per-node {per_node} --rdzv-backend c10d "
-            "--rdzv-endpoint HOST:29500"
-        )
         seen = (
-            f"{count} GPUs span {nodes} servers of up to {per_node}: run this on each, "
-            f"HOST being the first server, for {named}"
+            f"{count} GPUs span {nodes} servers of up to {MAX_GPUS_PER_NODE}: run this on "
+            f"each, HOST being the first server, for {named}"
         )
     else:
-        where = f"--nproc-per-node {count}"
         seen = (
             f"{count} GPUs visible but one process: relaunch under torchrun for "
             f"{named} (DataParallel is slower and single-process)"
@@ -216,7 +277,7 @@ def _launch(hardware: HardwareInfo, named: str) -> Setting:
         if nccl
         else ""
     )
-    return Setting(Key.LAUNCH, f"{env}torchrun {where} your_script.py", seen + launched)
+    return Setting(Key.LAUNCH, command, seen + launched)
 
 
 def nccl_settings(hardware: HardwareInfo, nodes: int | None = None) -> list[Setting]:

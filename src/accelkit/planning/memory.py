@@ -69,6 +69,28 @@ FSDP_UNIT_BYTES = 10
 HEADROOM = 0.10
 RESERVED_BYTES = int(1 * GB)
 
+# Activations not yet measured: a layout is preferred when it leaves them this share of
+# the usable memory. A transformer block keeps 34·s·b·h bytes of 16-bit activations
+# when the attention scores are not stored (Korthikanti et al. 2022, section 4, less
+# the 5·a·s²·b term that flash attention does not keep): Llama 3 8B (h 4096, 32 blocks)
+# at one 2048-token sequence holds 34 x 2048 x 4096 x 32 = 9.1 GB, plus 1.0 GB of
+# float32 logits (2048 x 128,256 x 4 B): 10.1 GB, 14% of an H100's 71.1 GB usable.
+# 20% keeps that micro-batch with margin; a smaller share would plan layouts that run
+# out of memory at the first step of the smallest micro-batch such runs use.
+ACTIVATION_SHARE = 0.20
+
+
+def activation_reserve(usable: int) -> int:
+    """Bytes a layout should leave for activations not yet measured
+    (`ACTIVATION_SHARE` of `usable`).
+
+    Example:
+        >>> activation_reserve(usable_bytes(80_000_000_000)) / 1e9
+        14.22
+    """
+    return int(usable * ACTIVATION_SHARE)
+
+
 # Blocks (transformer layers) of models of known size, for the size of one FSDP unit
 # and of one recomputed block when the model itself is not at hand: GPT-2 small (124M,
 # 12 layers), Llama 3.2 1B (1.24B, 16), Llama 3 8B (8.03B, 32), 70B (70.6B, 80),

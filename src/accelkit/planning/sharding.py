@@ -13,14 +13,18 @@ each GPU; accelkit plans no sharding for TensorFlow and says so with the numbers
 
 from __future__ import annotations
 
+import dataclasses
+
 from accelkit.hardware.info import HardwareInfo
 from accelkit.hardware.what_if import MAX_GPUS
 from accelkit.planning.keys import Key
 from accelkit.planning.memory import (
+    ACTIVATION_SHARE,
     HEADROOM,
     Footprint,
     Layout,
     PerParam,
+    activation_reserve,
     footprint,
     per_param,
     usable_bytes,
@@ -66,11 +70,20 @@ def choose(
         return None, []
     model = _Model.of(hardware, request, precision)
     layouts = _candidates(request, model.gpus)
-    chosen = next((layout for layout in layouts if model.fits(layout)), None)
+    chosen = _first_fit(model, layouts)
     if model.usable is None:
         chosen = layouts[0]  # nothing to compare with: the plain layout, said so
     estimate = model.estimate(chosen, layouts)
     return estimate, _settings(estimate, chosen, request.framework)
+
+
+def _first_fit(model: _Model, layouts: list[Layout]) -> Layout | None:
+    """The first layout that fits. With activations unknown, a layout on the GPUs that
+    leaves them `ACTIVATION_SHARE` of the memory comes before one that fits with less
+    (FSDP2 before a replica that leaves them nothing); CPU offload stays the last resort."""
+    on_gpus = (layout for layout in layouts if not layout.offload)
+    roomy = next((layout for layout in on_gpus if model.leaves_room(layout)), None)
+    return roomy or next((layout for layout in layouts if model.fits(layout)), None)
 
 
 def _candidates(request: Request, gpus: int) -> list[Layout]:
@@ -96,7 +109,7 @@ class _Model:
         self, hardware: HardwareInfo, request: Request, precision: Precision, gpus: int
     ) -> None:
         assert request.params is not None
-        self.request, self.precision, self.gpus = request, precision, gpus
+        self.hardware, self.request, self.precision, self.gpus = hardware, request, precision, gpus
         self.params = request.params
         self.trainable = (
             request.params if request.trainable_params is None else request.trainable_params
@@ -136,6 +149,19 @@ class _Model:
             return False
         return self.footprint(layout).total <= self.usable
 
+    @property
+    def reserve(self) -> int:
+        """Bytes kept for activations not yet measured (0 once they are given)."""
+        unknown = self.request.activation_bytes is None
+        return activation_reserve(self.usable) if unknown and self.usable is not None else 0
+
+    def leaves_room(self, layout: Layout) -> bool:
+        """`layout` fits and leaves the activations room (`reserve`) when they are unknown."""
+        if not self.fits(layout):
+            return False
+        assert self.usable is not None
+        return self.footprint(layout).total <= self.usable - self.reserve
+
     def largest(self, layout: Layout) -> int:
         """The most parameters `layout` fits here (0: none), by bisection."""
         if self.usable is None:
@@ -156,7 +182,15 @@ class _Model:
 
     def gpus_needed(self) -> int | None:
         """The fewest GPUs of this kind that hold the model sharded (FSDP2), with its
-        activations as given; None when even `MAX_GPUS` would not."""
+        activations as given; None when even `MAX_GPUS` would not. FSDP2 is PyTorch's:
+        a TensorFlow request gets the count of accelkit's PyTorch plan for the same
+        model (its bytes per parameter, foreach step temporaries included), so the two
+        plans name one count."""
+        if self.request.framework is not Framework.TORCH:
+            torch = dataclasses.replace(
+                self.request, framework=Framework.TORCH, distribute=Distribution.AUTO
+            )
+            return _Model(self.hardware, torch, self.precision, self.gpus).gpus_needed()
         if self.usable is None:
             return None
         if self.footprint(Layout()).total <= self.usable:
@@ -225,17 +259,27 @@ def _state_line(model: _Model) -> str:
 
 def _activations_line(model: _Model, layout: Layout) -> str:
     if model.request.activation_bytes is None:
-        left = (
-            ""
-            if model.usable is None
-            else f", {gigabytes(model.usable - model.footprint(layout).total)} left for them"
-        )
-        return f"activations unknown (measured at the first step){left}"
+        return f"activations unknown (measured at the first step){_left(model, layout)}"
     held = model.footprint(layout).activations
     if layout.checkpointing:
         given = gigabytes(model.request.activation_bytes)
         return f"activations {given} -> {gigabytes(held)} checkpointed"
     return f"activations {gigabytes(held)}"
+
+
+def _left(model: _Model, layout: Layout) -> str:
+    """What `layout` leaves the unknown activations, against the share kept for them."""
+    if model.usable is None:
+        return ""
+    left = model.usable - model.footprint(layout).total
+    kept = f"{gigabytes(model.reserve)}, {ACTIVATION_SHARE:.0%} of usable,"
+    if left >= model.reserve:
+        return f", {gigabytes(left)} left for them (at least {kept} kept for them)"
+    return (
+        f", only {gigabytes(left)} left for them, less than the {kept} kept when they are "
+        "unknown: the first step may run out of memory; measure them (activation_bytes) "
+        "before relying on this layout"
+    )
 
 
 def _per_gpu_line(model: _Model, layout: Layout) -> str:
@@ -263,8 +307,7 @@ def _reason(model: _Model, chosen: Layout | None, layouts: list[Layout]) -> str:
     if not chosen.sharded:
         copies = f" (each of the {model.gpus} GPUs holds a whole replica)" if model.gpus > 1 else ""
         return f"{state}; {fits}{copies}"
-    usable = gigabytes(model.usable)
-    why = f"a whole replica needs {gigabytes(whole.total)} per GPU, more than {usable} usable; "
+    why = _why_not_whole(model, whole)
     if chosen.offload:
         host = (
             f"host memory {gigabytes(model.host)}"
@@ -282,6 +325,21 @@ def _reason(model: _Model, chosen: Layout | None, layouts: list[Layout]) -> str:
     return (
         f"{state}; {why}sharded over {model.gpus} GPUs (FSDP2 fully_shard, bf16 params, "
         f"float32 gradient reduction){also}: {fits}"
+    )
+
+
+def _why_not_whole(model: _Model, whole: Footprint) -> str:
+    """Why a whole replica per GPU was not chosen: it does not fit, or it leaves the
+    unknown activations less than the share kept for them."""
+    usable = gigabytes(model.usable or 0)
+    needs = f"a whole replica needs {gigabytes(whole.total)} per GPU"
+    if model.usable is None or whole.total > model.usable:
+        return f"{needs}, more than {usable} usable; "
+    left = gigabytes(model.usable - whole.total)
+    return (
+        f"{needs} of {usable} usable, which leaves the unknown activations {left}, less "
+        f"than the {gigabytes(model.reserve)} ({ACTIVATION_SHARE:.0%} of usable) kept for "
+        "them; "
     )
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import numbers
+import operator
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -190,7 +192,8 @@ class Request:
         optimizer: whose state is counted: ``adamw``, ``adam``, ``adamw_8bit``,
             ``adafactor``, ``sgd_momentum`` or ``sgd`` (`accelkit.planning.memory`).
         activation_bytes: activations one GPU holds at the planned micro-batch,
-            measured; None: unknown (the plan leaves room for them and says so).
+            measured; None: unknown (the plan prefers a layout that leaves them 20% of
+            usable memory, `accelkit.planning.memory.ACTIVATION_SHARE`, and says so).
 
     Example:
         >>> Request(framework="torch", precision="bf16", deterministic=True).deterministic
@@ -264,8 +267,9 @@ def _check_model_size(request: Request) -> None:
         count = _whole_count(value, MAX_PARAMS)
         if count is None:
             raise ValueError(
-                f"{name}={value!r} is not valid; use a whole number of parameters from 1 to "
-                f"{MAX_PARAMS:.0e} such as 8e9 or 8_000_000_000, or None"
+                f"{name}={value!r} is not valid ({_why_not_whole(value)}); use a whole number "
+                f"of parameters from 1 to {MAX_PARAMS:.0e} such as 8e9, 8_000_000_000 or "
+                "np.int64(8_000_000_000), or None"
             )
         object.__setattr__(request, name, count)
     if request.trainable_params is not None:
@@ -280,24 +284,76 @@ def _check_model_size(request: Request) -> None:
                 f"params={request.params:,}"
             )
     activations = request.activation_bytes
-    if activations is not None and (_whole_count(activations, MAX_BYTES, zero=True) is None):
+    whole = None if activations is None else _whole_count(activations, MAX_BYTES, zero=True)
+    if activations is not None and whole is None:
         raise ValueError(
-            f"activation_bytes={activations!r} is not valid; use the bytes of activations "
+            f"activation_bytes={activations!r} is not valid ({_why_not_whole(activations)}); "
+            "use the bytes of activations "
             f"one GPU holds (a whole number from 0 to {MAX_BYTES:.0e}, e.g. measured peak "
             "minus state), or None"
         )
-    if activations is not None:
-        object.__setattr__(request, "activation_bytes", int(activations))
+    if whole is not None:
+        object.__setattr__(request, "activation_bytes", whole)
 
 
 def _whole_count(value: object, maximum: int, *, zero: bool = False) -> int | None:
     """`value` as an int when it is a whole number from 1 (0 with `zero`) to `maximum`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    count = whole_number(value)
+    if count is None:
         return None
-    if not math.isfinite(value) or value != int(value):
-        return None
-    count = int(value)
     return count if (0 if zero else 1) <= count <= maximum else None
+
+
+def whole_number(value: object) -> int | None:
+    """`value` as an int when it is a whole number of any numeric type, else None.
+
+    Integral numbers (`int`, ``numpy.int64``, anything with ``__index__``) are taken
+    exactly; real numbers (``8e9``, ``numpy.float32``, `fractions.Fraction`) when finite
+    and whole. Booleans (Python's and NumPy's) and strings are not numbers here: a
+    ``True`` where a count belongs is a mistake, not 1.
+
+    Example:
+        >>> whole_number(8e9), whole_number(True), whole_number(float("nan"))
+        (8000000000, None, None)
+    """
+    if _is_bool(value) or isinstance(value, (str, bytes)):
+        return None
+    if hasattr(type(value), "__index__"):
+        try:
+            return operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            return None
+    if not isinstance(value, numbers.Real):
+        return None
+    try:
+        number = float(value)  # every Real has __float__ (NumPy's floats no __trunc__)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not math.isfinite(number) or not number.is_integer():
+        return None
+    return int(number) if int(number) == value else None  # a float rounded: not exact
+
+
+def _is_bool(value: object) -> bool:
+    """Python's bool, or NumPy's (``numpy.bool_``, which is no `bool` subclass)."""
+    kind = type(value)
+    return isinstance(value, bool) or (
+        kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_")
+    )
+
+
+def _why_not_whole(value: object) -> str:
+    """What is wrong with `value` as a count, for the message."""
+    if _is_bool(value):
+        return "a bool, not a number"
+    if isinstance(value, (str, bytes)):
+        return f"a {type(value).__name__}: give the number itself"
+    if isinstance(value, numbers.Real) and not math.isfinite(value):
+        return "not finite"
+    if whole_number(value) is None:
+        is_real = isinstance(value, numbers.Real)
+        return "not a whole number" if is_real else f"a {type(value).__name__}, not a number"
+    return "out of range"
 
 
 @dataclasses.dataclass(frozen=True)
