@@ -6,6 +6,7 @@ import importlib.metadata
 from typing import Any
 
 from accelkit.planning import Plan
+from accelkit.planning import sharding
 from accelkit.planning.keys import Key
 from accelkit.planning.types import Distribution, Precision
 from accelkit.utils.log import logger
@@ -69,6 +70,8 @@ def training_arguments(plan: Plan) -> dict[str, Any]:
             arguments.update(_fsdp(plan))
         else:
             logger.warning("accelkit: %s", CPU_NOT_SHARDED)
+    elif why := sharding.alone_sharded(plan, "training_arguments"):
+        logger.warning("accelkit: %s", why)
     return arguments
 
 

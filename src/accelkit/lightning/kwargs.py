@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from accelkit.planning import Distribution, Plan, Precision
+from accelkit.planning import sharding
 from accelkit.planning.keys import Key
 from accelkit.utils.log import logger
 
@@ -91,6 +92,8 @@ def trainer_kwargs(plan: Plan, model: Any = None) -> dict[str, Any]:
         strategy = "ddp"
     elif distribution is Distribution.FSDP:
         strategy = _fsdp_strategy(plan, precision, model)
+    elif why := sharding.alone_sharded(plan, "trainer_kwargs"):
+        logger.warning("%s", why)
     return {
         "precision": _PRECISION[precision],
         "accelerator": "gpu" if gpu else "cpu",

@@ -34,6 +34,7 @@ from accelkit.planning.types import (
     Distribution,
     Framework,
     MemoryEstimate,
+    Plan,
     Precision,
     Request,
     Setting,
@@ -421,4 +422,34 @@ def _checkpoint_reason(estimate: MemoryEstimate, chosen: Layout) -> str:
         )
     return (
         f"activations of {given} fit beside the state: {gigabytes(estimate.per_gpu_bytes)} per GPU"
+    )
+
+
+def alone_sharded(plan: Plan, helper: str) -> str | None:
+    """Why `helper` (a trainer's settings from the plan) leaves out the plan's sharding,
+    or None: one GPU whose plan shards the model with FSDP2 (CPU offload where that is
+    what fits) has no trainer setting for a process group of one, so the trainer would
+    hold the whole replica. The numbers say how far it is from fitting, and the fix.
+
+    Example:
+        >>> import accelkit
+        >>> print(alone_sharded(accelkit.plan_for("H100", params=8e9), "training_arguments"))
+        ... # doctest: +ELLIPSIS
+        training_arguments(plan): the plan shards this model with FSDP2 and CPU offload on one GPU ...
+    """
+    memory = plan.memory
+    if (
+        memory is None
+        or plan.value(Key.SHARDING) != "fsdp2"
+        or Distribution.parse(plan.distribution) is Distribution.FSDP
+    ):
+        return None
+    offload = " and CPU offload" if plan.value(Key.CPU_OFFLOAD, False) else ""
+    return (
+        f"{helper}(plan): the plan shards this model with FSDP2{offload} on one GPU (its "
+        f"weights, gradients and optimizer state need {gigabytes(memory.state_bytes)} where "
+        f"{gigabytes(memory.usable_bytes)} is usable); these settings train the whole "
+        "replica on the GPU and will run out of memory: train with accelkit.torch.fit "
+        "(it shards in a process group of one), or launch under torchrun with the "
+        "trainer's FSDP settings and CPU offload"
     )
