@@ -5,8 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 from typing import Any
 
-from accelkit.planning import Plan
-from accelkit.planning import sharding
+from accelkit.planning import Plan, sharding
 from accelkit.planning.keys import Key
 from accelkit.planning.types import Distribution, Precision
 from accelkit.utils.log import logger

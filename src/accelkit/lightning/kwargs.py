@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelkit.planning import Distribution, Plan, Precision
-from accelkit.planning import sharding
+from accelkit.planning import Distribution, Plan, Precision, sharding
 from accelkit.planning.keys import Key
 from accelkit.utils.log import logger
 
