@@ -41,7 +41,7 @@ class SlowWhenEager(torch.nn.Module):
 
     def forward(self, x: Any) -> Any:
         if not torch.compiler.is_compiling():
-            time.sleep(0.1)  # beyond a load burst on a busy CI machine: every pair says so
+            time.sleep(0.25)  # beyond a load burst on a busy CI machine: every pair says so
         return self.net(x)
 
 
