@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Set up and run accelkit on a fresh machine.
 #   ./run.sh demo   hardware report and plan, a what-if plan, a profiled run of a built-in GPT
+#                   and that run projected onto an H200
 #   ./run.sh test   the test suite (real PyTorch CPU build and TensorFlow)
 # The first call creates .venv and installs what that command runs; later calls reuse it.
-#   demo: the CPU build of PyTorch and accelkit (about 0.9 GB)
+#   demo: the CPU build of PyTorch, NumPy and accelkit (about 0.9 GB)
 #   test: those, TensorFlow and the dev extras: Lightning, transformers, the docs and
 #         lint tools (about 3.5 GB)
 # Each command keeps its own stamp in .venv, so a demo's smaller set never passes for the
@@ -23,7 +24,9 @@ setup() {
     # torch==2.13.0 is the CPU build; a looser pin pulls a multi-GB CUDA build.
     case $profile in
         demo)
-            "$VENV/bin/python" -m pip install -q "torch==2.13.0"
+            # numpy: torch imports it when present and warns "Failed to initialize
+            # NumPy" at the top of the bench when not.
+            "$VENV/bin/python" -m pip install -q "torch==2.13.0" numpy
             "$VENV/bin/python" -m pip install -q -e ".[torch]"
             ;;
         test)
@@ -41,7 +44,9 @@ case "${1:-}" in
         echo
         "$VENV/bin/accelkit" plan --gpu "NVIDIA H200" --count 8 --framework torch
         echo
-        "$VENV/bin/accelkit" bench --model gpt --framework torch --steps 20 --calibrate
+        # then what the same GPT would do on one H200, with the estimate's assumptions
+        "$VENV/bin/accelkit" bench --model gpt --framework torch --steps 20 --calibrate \
+            --project H200
         ;;
     test)
         setup test

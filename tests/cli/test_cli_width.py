@@ -118,7 +118,7 @@ def test_projections_fit_any_width(width, targets) -> None:
 @settings(max_examples=10, deadline=None)
 @given(width=widths)
 def test_the_specs_table_fits_any_width_and_keeps_every_source(width) -> None:
-    text = _stdout(["specs"], width)
+    text = _stdout(["specs", "--long"], width)  # the blocks with sources (issue 39)
     assert fits(text, width)
     assert all(said(spec.source, text) for spec in specs.all_specs())
 

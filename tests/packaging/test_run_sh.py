@@ -75,3 +75,11 @@ def test_each_command_installs_once_and_again_when_pyproject_changes(checkout) -
     with (checkout / "pyproject.toml").open("a") as pyproject:
         pyproject.write("\n# changed\n")
     assert run_sh(checkout, "demo")
+
+
+def test_the_demo_installs_numpy_and_projects_its_gpt_onto_an_h200(checkout) -> None:
+    # torch warns "Failed to initialize NumPy" at the top of the bench without it (issue 39)
+    assert any("numpy" in line.split() for line in run_sh(checkout, "demo"))
+    calls = (checkout / "calls.log").read_text()
+    bench = next(line for line in calls.splitlines() if line.startswith("accelkit bench"))
+    assert "--project H200" in bench

@@ -95,6 +95,8 @@ def _report(**figures) -> RunReport:
         "evaluation_seconds": 1.5,
         "other_seconds": 0.5,
         "evaluation_share": 0.2,
+        "losses": [2.3, 1.9],
+        "eval_losses": [2.2, 2.0],
         "plan": {
             "precision": "bf16",
             "distribution": "single",

@@ -5,19 +5,26 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from accelkit import bench as built_in
+from accelkit import specs
+from accelkit.advisor.projection import project, ranked
 from accelkit.cli.common import (
     JSON_HELP,
     add_command,
     add_framework,
     add_precision,
     emit_json,
+    gpu_target,
     positive_int,
 )
 from accelkit.hardware import environment
+from accelkit.hardware.what_if import UnknownGPUError
 from accelkit.profiling import world
+from accelkit.profiling.run_report import RunReport
+from accelkit.report.render import render_projections
 from accelkit.utils.imports import install_command, is_available
 
 EXAMPLES = (
@@ -25,6 +32,7 @@ EXAMPLES = (
     "accelkit bench --model gpt --steps 100 --calibrate",
     "accelkit bench --model cnn --framework tensorflow --precision fp32 --json",
     "accelkit bench --model gpt2 --save run.json && accelkit report run.json",
+    "accelkit bench --model gpt --steps 20 --project H200 --project H100-SXM:8",
     "torchrun --nproc-per-node 2 -m accelkit bench --model gpt2 --compare-single",
 )
 # Every built-in model, in the order the frameworks list them (one definition: bench).
@@ -70,6 +78,12 @@ def add(commands: Any) -> None:
         action="store_true",
         help="also measure this device's matmul rate and report MFU against it",
     )
+    _add_after_the_run(parser)
+    parser.set_defaults(command=run)
+
+
+def _add_after_the_run(parser: argparse.ArgumentParser) -> None:
+    """The options about the reference, the projections and where the report goes."""
     parser.add_argument(
         "--compare-single",
         action="store_true",
@@ -84,10 +98,18 @@ def add(commands: Any) -> None:
         "saved report of the same bench on one device, or its samples/s",
     )
     parser.add_argument(
+        "--project",
+        action="append",
+        default=[],
+        metavar="NAME[:COUNT]",
+        help="after the run, estimate its step and epoch time on COUNT (default 1) GPUs "
+        "called NAME, with the estimate's assumptions (as `accelkit report --project`); "
+        "repeat to rank several",
+    )
+    parser.add_argument(
         "--save", metavar="PATH", help="write the report as JSON (under torchrun: rank 0 only)"
     )
     parser.add_argument("--json", action="store_true", help=JSON_HELP)
-    parser.set_defaults(command=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     # read (and check) a reference report before the run too; its errors name the field
     single = world.single_device_rate(_rate_or_path(args.single_device))
     _check_installed(args.framework)  # an install hint, not a traceback
+    targets = [_target(text) for text in args.project]  # a wrong name before the run
     result = built_in.run(
         args.model,
         args.framework,
@@ -109,10 +132,7 @@ def run(args: argparse.Namespace) -> int:
         single_device=single,
     )
     if environment.is_rank_zero():  # every rank holds the whole run's report; one prints it
-        if args.json:
-            emit_json(result.to_dict())
-        else:
-            print(result)
+        _show(result, targets, json=args.json)
     if args.save:
         try:
             result.save(args.save)
@@ -120,6 +140,35 @@ def run(args: argparse.Namespace) -> int:
             print(f"accelkit: could not save the report to {args.save}: {error}", file=sys.stderr)
             return 1
     return 0
+
+
+def _target(text: str) -> tuple[str, int]:
+    """A `--project` argument as (name, count); UnknownGPUError (exit 1), before the run, for a
+    name without a datasheet row."""
+    name, count = gpu_target(text)
+    spec, _ = specs.resolve(name)
+    if spec is None:
+        raise UnknownGPUError(specs.unknown_message(name))
+    return name, count
+
+
+def _show(result: RunReport, targets: Sequence[tuple[str, int]], *, json: bool) -> None:
+    """The run's report, then its projections onto `targets` (in the JSON document under
+    ``projections``, as `accelkit report --project --json` writes them)."""
+    projections = [project(result, name, count) for name, count in targets]
+    if json:
+        document = result.to_dict()
+        if projections:
+            document["projections"] = [
+                {**p.to_dict(), "rank_by_time": t, "rank_by_cost": c}
+                for p, t, c in ranked(projections)
+            ]
+        emit_json(document)
+        return
+    print(result)
+    if projections:
+        print()
+        print(render_projections(projections))
 
 
 # The modules each framework's bench imports (the Keras bench: keras on TensorFlow).

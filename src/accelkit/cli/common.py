@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
-from accelkit.hardware.what_if import MAX_GPUS_PER_NODE, check_count
+from accelkit.hardware.what_if import MAX_GPUS, MAX_GPUS_PER_NODE, check_count
 from accelkit.planning import Framework, Precision
 
 EXIT_UNKNOWN_GPU = 1
@@ -97,6 +97,18 @@ def gpu_count(text: str, maximum: int, what: str) -> int:
     except ValueError:
         count = None  # check_count names the valid range
     return check_count(text if count is None else count, maximum, what)
+
+
+def gpu_target(text: str, option: str = "--project") -> tuple[str, int]:
+    """A ``NAME[:COUNT]`` argument as (name, count); the count 1 to `MAX_GPUS`, 1 when
+    left out. A ValueError names the option and the valid range.
+
+    Example:
+        >>> gpu_target("H200:8"), gpu_target("A100-SXM4-80GB")
+        (('H200', 8), ('A100-SXM4-80GB', 1))
+    """
+    name, _, count = text.rpartition(":") if ":" in text else (text, "", "1")
+    return name, gpu_count(count, MAX_GPUS, f"{option} {text!r}: COUNT")
 
 
 def gpus_in_one_server(text: str) -> int:

@@ -95,8 +95,8 @@ def short(rows: Sequence[specs.GpuSpec]) -> str:
     # a name too long for the row is cut, never a number
     widths[0] = min(widths[0], ROW_WIDTH - sum(widths[1:]) - len(widths[1:]))
     lines = [f"{_VENDOR.strip()} GPUs, {_TITLE}"]
-    for name, *numbers in (headers, *body):
-        name = name if len(name) <= widths[0] else name[: widths[0] - 1] + "~"
+    for full, *numbers in (headers, *body):
+        name = full if len(full) <= widths[0] else full[: widths[0] - 1] + "~"
         cells = [name.ljust(widths[0])]
         cells += [cell.rjust(width) for cell, width in zip(numbers, widths[1:], strict=True)]
         lines.append(" ".join(cells).rstrip())

@@ -441,6 +441,7 @@ def alone_sharded(plan: Plan, helper: str) -> str | None:
     memory = plan.memory
     if (
         memory is None
+        or memory.usable_bytes is None
         or plan.value(Key.SHARDING) != "fsdp2"
         or Distribution.parse(plan.distribution) is Distribution.FSDP
     ):

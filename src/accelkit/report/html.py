@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.profiling.clock import EVALUATION, OTHER
 from accelkit.profiling.metrics import label as _label
-from accelkit.report import svg
+from accelkit.report import svg, training
 from accelkit.report.phases import MEANING, TRAINING, describe, run_time
 from accelkit.report.render import (
     describe_hardware,
@@ -36,9 +36,12 @@ if TYPE_CHECKING:
 # Every chart the page has, in order; one without data says why in its place.
 CHARTS = (
     "chart-phases",
+    "chart-loss",
     "chart-throughput",
     "chart-step-breakdown",
+    "chart-step-spread",
     "chart-mfu",
+    "chart-mfu-time",
     "chart-gpu-utilization",
     "chart-gpu-power",
     "chart-gpu-memory",
@@ -87,12 +90,16 @@ def render_html(report: RunReport) -> str:
         _headline(r),
         "<h2>Run time</h2>",
         _phases(r),
+        "<h2>Loss</h2>",
+        _loss(r),
         "<h2>Throughput</h2>",
         _throughput(r),
         "<h2>Step time</h2>",
         _breakdown(r),
+        _spread(r),
         "<h2>Model FLOPs utilisation</h2>",
         _mfu(r),
+        _mfu_time(r),
         "<h2>GPU</h2>",
         *_gpu(r),
         "<h2>Figures</h2>",
@@ -240,13 +247,14 @@ def _throughput(r: RunReport) -> str:
             [(per_second, s["samples_per_second"])],
             x_label="seconds since start",
             y_label=per_second,
+            **_pause_marks(r),
         )
     mean = "-" if r.samples_per_second is None else units.per_second(r.samples_per_second)
     return _figure(
         "chart-throughput",
         chart,
         f"Samples per second of each steady-state window; {mean} {per_second} over the "
-        "steady state.",
+        f"steady state.{_pauses_caption(r)}",
         _why(r, "samples_per_second", default="no steady-state window measured"),
     )
 
@@ -446,3 +454,155 @@ def _advice(advice: Sequence[Mapping[str, Any]]) -> str:
             + "</li>"
         )
     return f'<ol id="advice">{"".join(items)}</ol>'
+
+
+def _loss(r: RunReport) -> str:
+    """Each epoch's mean training loss, and each evaluation's, over the steps."""
+    found = training.losses(r)
+    chart = caption = None
+    if found is not None:
+        xs = sorted({x for x, _ in (*found.train, *found.evaluation)})
+        lines = []
+        for name, points in (("training loss", found.train), ("evaluation loss", found.evaluation)):
+            if points:
+                by_step = dict(points)
+                lines.append((name, [by_step.get(x) for x in xs]))
+        chart = svg.line_chart(
+            "chart-loss",
+            "loss over the steps",
+            xs,
+            lines,
+            x_label="step",
+            y_label="loss",
+            dots=True,
+        )
+        caption = _loss_caption(r, found)
+    return _figure(
+        "chart-loss",
+        chart,
+        caption or "",
+        _why(
+            r,
+            "losses",
+            default="no loss recorded (a loop that does not hand accelkit its loss, or a "
+            "report saved before accelkit kept the losses)",
+        ),
+    )
+
+
+def _loss_caption(r: RunReport, found: training.Losses) -> str:
+    epochs = len(found.train)
+    parts = [
+        f"Mean training loss of each of {epochs} epoch{'s' if epochs != 1 else ''}, at the "
+        "step that ended it (epochs taken as equal in steps: the report keeps a mean per "
+        "epoch, not a loss per step)"
+        if found.train
+        else "No training loss recorded"
+    ]
+    if found.evaluation:
+        count = len(found.evaluation)
+        where = (
+            "after each epoch"
+            if found.evaluations_per_epoch
+            else "spread evenly over the run (the report keeps the losses, not the steps "
+            "they followed)"
+        )
+        parts.append(f"mean loss of each of {count} evaluation{'s' if count != 1 else ''}, {where}")
+    elif r.evaluation_seconds:
+        parts.append("the run evaluated, but its evaluation losses were not recorded")
+    else:
+        parts.append("the run did not evaluate")
+    return "; ".join(parts) + "."
+
+
+def _spread(r: RunReport) -> str:
+    """The windows' step times as a histogram with their p50, p95 and p99."""
+    found = training.spread(r.series.get("step_time_s", ()))
+    chart = caption = None
+    if found is not None:
+        scale, unit = (1.0, "s") if found.edges[-1] >= 1 else (1e3, "ms")
+        marks = [(f"p{p} {units.duration(v)}", v * scale) for p, v in found.percentiles.items()]
+        chart = svg.histogram(
+            "chart-step-spread",
+            "the windows' step times",
+            [e * scale for e in found.edges],
+            found.counts,
+            x_label=f"{unit} per step (each window's mean)",
+            y_label="windows",
+            lines=marks,
+        )
+        mean = f"; {units.duration(r.step_time_s)} over the steady state" if r.step_time_s else ""
+        caption = (
+            f"Step time of the {found.windows} steady-state windows: "
+            + ", ".join(name for name, _ in marks)
+            + f"{mean}. The report keeps each window's mean step time, not each step's: "
+            "these are percentiles of windows, and one slow step is averaged into its window."
+        )
+    return _figure(
+        "chart-step-spread",
+        chart,
+        caption or "",
+        _why(r, "step_time_s", default="no steady-state window measured"),
+    )
+
+
+def _mfu_time(r: RunReport) -> str:
+    """MFU per window over the run; achieved FLOP/s where no peak is known."""
+    found = training.window_mfu(r)
+    chart = caption = None
+    if found is not None and r.series.get("time_s"):
+        name, values = found
+        known = [v for v in values if v is not None]
+        if name == "achieved_tflops":
+            scale, y_label = (1.0, "TFLOP/s") if max(known, default=0) >= 1 else (1e3, "GFLOP/s")
+            what = f"Achieved {y_label} of each window: no peak to take MFU against"
+        else:
+            scale, y_label = 100.0, "MFU (%)"
+            peak = "the datasheet peak" if name == "mfu" else "the measured peak"
+            what = f"{_label(name)} of each window, against {peak}"
+        chart = svg.line_chart(
+            "chart-mfu-time",
+            f"{_label(name)} over the run",
+            r.series["time_s"],
+            [(_label(name), [None if v is None else v * scale for v in values])],
+            x_label="seconds since start",
+            y_label=y_label,
+            **_pause_marks(r),
+        )
+        caption = f"{what} (FLOPs per step / the window's step time).{_pauses_caption(r)}"
+    return _figure(
+        "chart-mfu-time",
+        chart,
+        caption or "",
+        _why(r, "flops_per_step", "achieved_tflops", default="no FLOPs counted or no window"),
+    )
+
+
+def _pause_marks(r: RunReport) -> dict[str, Any]:
+    """The `line_chart` arguments that mark where training paused."""
+    found = training.pauses(r.series)
+    return {"marks": [t for t, _ in found], "marks_name": _pause_name(r)} if found else {}
+
+
+def _pause_name(r: RunReport) -> str:
+    evaluation, other = r.evaluation_seconds or 0.0, r.other_seconds or 0.0
+    if evaluation and evaluation >= 0.9 * (evaluation + other):
+        return "evaluation"
+    return "evaluation or the rest" if evaluation else "paused"
+
+
+def _pauses_caption(r: RunReport) -> str:
+    found = training.pauses(r.series)
+    evaluated = (
+        f"the run evaluated for {r.evaluation_seconds:,.1f} s" if r.evaluation_seconds else ""
+    )
+    if not found:
+        return f" No pause inside the windows' span ({evaluated})." if evaluated else ""
+    stopped = sum(seconds for _, seconds in found)
+    return (
+        f" Dashed lines ({_pause_name(r)}): the {len(found)} window"
+        f"{'s' if len(found) != 1 else ''} in which training stopped, {stopped:,.1f} s in "
+        "all (wall time less training time)"
+        + (f"; {evaluated}" if evaluated else "; the run did not evaluate")
+        + "."
+    )

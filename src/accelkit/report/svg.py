@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 WIDTH, HEIGHT = 640, 240
 _LEFT, _RIGHT, _TOP, _BOTTOM = 64, 16, 12, 40
@@ -155,10 +155,15 @@ def line_chart(
     x_label: str,
     y_label: str,
     y_max: float | None = None,
+    marks: Sequence[float] = (),
+    marks_name: str = "",
+    dots: bool = False,
 ) -> str:
     """Lines over a shared x axis (gaps where a value is None); the y axis from 0 to a
     round tick past the largest value, or to `y_max` (100 for a percentage) when no
-    value passes it."""
+    value passes it. `marks` are x positions drawn as dashed vertical lines (in the
+    legend as `marks_name`, in the colour after the lines'); `dots` puts a dot on each
+    point, for series of a few points that a line alone would not show."""
     known = [v for _, ys in lines for v in ys if v is not None]
     top = max(known, default=0.0)
     y_ticks = ticks(y_max) if y_max is not None and top <= y_max else ticks(top)
@@ -182,8 +187,81 @@ def line_chart(
             f'stroke-width="2" points="{points}"><title>{html.escape(name)}</title>'
             f"</polyline>"
         )
+        if dots:
+            body.append(_dots(points, COLORS[n % len(COLORS)]))
+    legend = [n for n, _ in lines]
+    if marks:
+        body.append(_marks(marks, lambda a: point(a, 0.0), COLORS[len(lines) % len(COLORS)]))
+        legend.append(marks_name)
     labels = (x_label, y_label)
-    return _frame(chart_id, title, body, y_ticks, (x0, x1), labels, [n for n, _ in lines])
+    return _frame(chart_id, title, body, y_ticks, (x0, x1), labels, legend)
+
+
+def _dots(points: str, color: str) -> str:
+    """A dot at each "x,y" of `points`."""
+    circles = "".join(
+        f'<circle cx="{x}" cy="{y}" r="3.5"/>' for x, y in (p.split(",") for p in points.split())
+    )
+    return f'<g class="dots" fill="{color}">{circles}</g>'
+
+
+def _marks(xs: Sequence[float], at: Callable[[float], str], color: str) -> str:
+    """Dashed vertical lines from the x axis to the plot's top at each of `xs`; `at` gives
+    the "x,y" of a value on the x axis."""
+    lines = []
+    for x in xs:
+        px = at(x).split(",")[0]
+        lines.append(
+            f'<line x1="{px}" y1="{_TOP}" x2="{px}" y2="{HEIGHT - _BOTTOM}" stroke="{color}" '
+            f'stroke-width="1.5" stroke-dasharray="4 3"/>'
+        )
+    return f'<g class="marks" data-values="{data_values(xs)}">{"".join(lines)}</g>'
+
+
+def histogram(
+    chart_id: str,
+    title: str,
+    edges: Sequence[float],
+    counts: Sequence[int],
+    *,
+    x_label: str,
+    y_label: str,
+    lines: Sequence[tuple[str, float]] = (),
+) -> str:
+    """Vertical bars, one per bin between neighbouring `edges` (one more than `counts`),
+    on a value axis from the first edge to the last; `lines` are (name, value) drawn as
+    vertical lines (percentiles, a mean), each named in the legend after "bars" (the
+    bars' name is `y_label`). The bars carry their counts in ``data-values``, the edges
+    in the x group's, each line its value in ``data-value``."""
+    y_ticks = ticks(float(max(counts, default=0)))
+    values = [v for _, v in lines]
+    x0, x1 = min([edges[0], *values]), max([edges[-1], *values])
+    plot_w, plot_h = WIDTH - _LEFT - _RIGHT, HEIGHT - _BOTTOM - _TOP
+    scale, y_top = plot_w / ((x1 - x0) or 1.0), y_ticks[-1]
+    rects = []
+    for count, left, right in zip(counts, edges, edges[1:], strict=False):
+        height = count / y_top * plot_h
+        rects.append(
+            f'<rect x="{_LEFT + (left - x0) * scale:.2f}" y="{HEIGHT - _BOTTOM - height:.2f}" '
+            f'width="{max((right - left) * scale - 1, 0.5):.2f}" height="{height:.2f}"/>'
+        )
+    body = [
+        f'<g class="x" data-values="{data_values(edges)}"></g>',
+        (
+            f'<g class="series" data-name="{html.escape(y_label)}" '
+            f'data-values="{data_values(counts)}" fill="{COLORS[0]}">{"".join(rects)}</g>'
+        ),
+    ]
+    for n, (name, value) in enumerate(lines, start=1):
+        px = _LEFT + (value - x0) * scale
+        body.append(
+            f'<line class="mark" data-name="{html.escape(name)}" data-value="{value!r}" '
+            f'x1="{px:.2f}" y1="{_TOP}" x2="{px:.2f}" y2="{HEIGHT - _BOTTOM}" '
+            f'stroke="{COLORS[n % len(COLORS)]}" stroke-width="2">'
+            f"<title>{html.escape(name)}</title></line>"
+        )
+    legend = [y_label, *(name for name, _ in lines)]
+    return _frame(chart_id, title, body, y_ticks, (x0, x1), (x_label, y_label), legend)
 
 
 def stacked_bars(

@@ -1,0 +1,51 @@
+"""`accelkit bench --project`: the run, then what it would do on other GPUs (the demo's
+CPU GPT on an H200), with the estimate's assumptions; in a subprocess, on real PyTorch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+pytestmark = pytest.mark.torch
+BENCH = ("bench", "--model", "gpt", "--framework", "torch", "--steps", "4", "--batch-size", "2")
+
+
+def accelkit(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "accelkit", *args],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": SRC, "COLUMNS": "100"},
+    )
+
+
+def test_the_run_is_projected_onto_an_h200_with_its_assumptions() -> None:
+    done = accelkit(*BENCH, "--project", "H200")
+    assert done.returncode == 0, done.stderr
+    report, _, projection = done.stdout.partition("what-if projection")
+    assert "accelkit run: torch, GPT on cpu" in report
+    assert "NVIDIA H200" in projection
+    assert "assumes: MFU 40.0% (assumed" in projection  # a CPU run's MFU says nothing of a GPU
+    assert "bf16" in projection
+
+
+def test_json_holds_the_projections_beside_the_report() -> None:
+    done = accelkit(*BENCH, "--project", "H200:8", "--json")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)  # one document, nothing else on stdout
+    [h200] = document["projections"]
+    assert h200["key"] == "h200-sxm" and h200["count"] == 8 and h200["rank_by_time"] == 1
+    assert h200["assumptions"]
+
+
+def test_an_unknown_gpu_exits_1_before_the_run() -> None:
+    done = accelkit(*BENCH, "--project", "Voodoo 5")
+    assert done.returncode == 1
+    assert "accelkit run" not in done.stdout and "step 1/" not in done.stderr
