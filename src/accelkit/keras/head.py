@@ -12,9 +12,11 @@ logits, with the same weights, and says so where it can only cast.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from accelkit.frameworks.keras_train_step import overrides_training
@@ -67,6 +69,12 @@ def float32_head(model: Any) -> Any:
     `compute_loss` is returned as it is, with a warning (a wrapper would drop them).
     A model whose outputs are float32 already is returned unchanged.
 
+    The outputs keep their names and structure: each float32 layer takes the name of
+    the output it replaces (the `Dense` whose logits it reads is then wrapped as
+    ``<name>_logits``), a dict of outputs stays a dict with its keys and a list a list,
+    so a compile with ``loss={"cls": ..., "reg": ...}`` and callbacks monitoring
+    ``val_cls_loss`` work unchanged.
+
     Example:
         >>> import accelkit
         >>> import keras
@@ -104,43 +112,130 @@ def with_float32_head(model: Any) -> tuple[Any, list[str]]:
         )
         _log.warning("accelkit: %s", message)
         return _float32_head_class()(model), [message]
-    heads, done = [], []
-    for i, output in enumerate(outputs):
-        head, what = _head(keras, output, i)
-        heads.append(head)
-        done.append(what)
+    taken = _names_upstream(outputs)
+    parts = [_head(keras, output, taken) for output in outputs]
+    names = [_output_name(output) for output in outputs]
+    heads = _named_heads(parts, names)
+    done = [part.what for part in parts]
     for what in done:
         if "stays" in what:
             _log.warning("accelkit: %s", what)
-    wrapped = keras.Model(inputs, heads if len(heads) > 1 else heads[0], name=model.name)
+    wrapped = keras.Model(
+        getattr(model, "_inputs_struct", inputs),
+        keras.tree.pack_sequence_as(_outputs_struct(model, outputs), heads),
+        name=model.name,
+    )
+    # An output whose layer stays in the graph: the head has another name, the output
+    # keeps the model's (compile and logs read `output_names`).
+    wrapped.output_names = names
     return wrapped, done
 
 
-def _head(keras: Any, output: Any, index: int) -> tuple[Any, str]:
-    """One output's float32 head and what it is."""
+@dataclasses.dataclass(frozen=True)
+class _Head:
+    """One output's float32 head before it is named: the tensor it is computed from,
+    the float32 layer computing it (given its name), and what it is."""
+
+    source: Any
+    layer: Callable[[str], Any] | None  # None: the output is float32 already
+    what: str
+
+
+def _head(keras: Any, output: Any, taken: set[str]) -> _Head:
+    """One output's float32 head; `taken` (the graph's layer names) gets the names of
+    the layers added on the way."""
     if _id_paths.dtype_name(output) == "float32":
-        return output, ""
+        return _Head(output, None, "")
     layer, node = _id_paths.producer(output)
     inputs = list(getattr(node, "input_tensors", None) or ())
     kind = type(layer).__name__ if layer is not None else ""
     name = getattr(layer, "name", "output")
     if len(inputs) == 1 and kind in _ACTIVATION_LAYERS and not layer.weights:
-        config = {**layer.get_config(), "dtype": "float32", "name": f"{name}_float32"}
-        return type(layer).from_config(config)(inputs[0]), f"{name}: recomputed in float32"
+        config = {**layer.get_config(), "dtype": "float32"}
+        return _Head(
+            inputs[0],
+            lambda head_name: type(layer).from_config({**config, "name": head_name}),
+            f"{name}: recomputed in float32",
+        )
     activation = getattr(layer, "activation", None)
     linear = activation is None or getattr(activation, "__name__", "") == "linear"
-    if len(inputs) == 1 and kind in _LOGIT_LAYERS and not linear:
-        logits = _logits_class()(layer)(inputs[0])
-        head = keras.layers.Activation(activation, dtype="float32", name=f"float32_head_{index}")
-        return head(logits), f"{name}: {_named(activation)} recomputed in float32 from its logits"
-    cast = keras.layers.Activation("linear", dtype="float32", name=f"float32_head_{index}")
-    if linear and kind in _LOGIT_LAYERS:
-        return cast(output), f"{name}: linear, cast to float32"
-    return cast(output), (
+    if len(inputs) == 1 and kind in _LOGIT_LAYERS:
+        logits_name = _unique(f"{name}_logits", taken)
+        logits = _logits_class()(layer, name=logits_name)(inputs[0])
+        head = functools.partial(
+            keras.layers.Activation, "linear" if linear else activation, dtype="float32"
+        )
+        what = (
+            "linear, cast to float32"
+            if linear
+            else f"{_named(activation)} recomputed in float32 from its logits"
+        )
+        return _Head(logits, lambda head_name: head(name=head_name), f"{name}: {what}")
+    return _Head(
+        output,
+        lambda head_name: keras.layers.Activation("linear", dtype="float32", name=head_name),
         f"{name} ({kind}): cast to float32 after it; whatever activation it applies stays "
         f"{_id_paths.dtype_name(output)}: end the model with its logits and "
-        'keras.layers.Activation(..., dtype="float32")'
+        'keras.layers.Activation(..., dtype="float32")',
     )
+
+
+def _named_heads(parts: list[_Head], names: list[str]) -> list[Any]:
+    """The head tensors, each float32 layer named after its output, as the guide names
+    its float32 `Activation`: the output's layer is no longer in the graph (`Logits`
+    wraps it, or it is rebuilt in float32), so `cls_loss` stays `cls_loss`. An output
+    whose layer stays in the graph (it also feeds another layer, or its head can only
+    cast it) cannot lend its name: its head is ``<name>_float32``, and the model's
+    `output_names` keep the name for compile and logs."""
+    taken = _names_upstream([part.source for part in parts])
+    heads = []
+    for part, name in zip(parts, names, strict=True):
+        if part.layer is None:
+            heads.append(part.source)
+            continue
+        head_name = _unique(f"{name}_float32", taken) if name in taken else name
+        taken.add(head_name)
+        heads.append(part.layer(head_name)(part.source))
+    return heads
+
+
+def _output_name(output: Any) -> str:
+    """The name Keras gives an output in `output_names`: its layer's."""
+    layer, _ = _id_paths.producer(output)
+    return str(getattr(layer, "name", "output"))
+
+
+def _names_upstream(tensors: list[Any]) -> set[str]:
+    """The names of the layers (and ops) computing `tensors`, down to the inputs: the
+    names a functional model over them already uses."""
+    names: set[str] = set()
+    stack, seen = list(tensors), set()
+    while stack:
+        op, node = _id_paths.producer(stack.pop())
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        names.add(op.name)
+        stack.extend(node.input_tensors)
+    return names
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    """`name`, or `name_1`, `name_2`... the first not in `taken`, which then holds it."""
+    candidate, i = name, 0
+    while candidate in taken:
+        i += 1
+        candidate = f"{name}_{i}"
+    taken.add(candidate)
+    return candidate
+
+
+def _outputs_struct(model: Any, outputs: list[Any]) -> Any:
+    """The structure of `model`'s outputs (a dict stays a dict, a list of one a list)."""
+    structure = getattr(model, "_outputs_struct", None)  # functional models
+    if structure is not None:
+        return structure
+    return outputs[0] if len(outputs) == 1 else list(outputs)
 
 
 def _named(activation: Any) -> str:
