@@ -134,9 +134,8 @@ def main() -> int:
             torch.cuda.empty_cache()
     print(f"{'model':28} {'step':>4} {'layers':>6} {'loss rel':>9} {'grads rel':>9}")
     for r in rows:
-        print(
-            f"{r['model']:28} {r['step']:>4} {r['layers']:>6} {r['loss_rel']:>9.4%} {r['grads_rel']:>9.2%}"
-        )
+        loss, grads = f"{r['loss_rel']:.4%}", f"{r['grads_rel']:.2%}"
+        print(f"{r['model']:28} {r['step']:>4} {r['layers']:>6} {loss:>9} {grads:>9}")
     return 0
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
 # The op of a float8 matmul with its scales (torch._scaled_mm), as `by_op` names it.
 FLOAT8_OP = "_scaled_mm"
 
