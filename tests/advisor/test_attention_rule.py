@@ -59,7 +59,7 @@ def test_not_tuned_names_the_lever_with_the_code_and_no_gain() -> None:
 
 def test_a_decision_not_to_tune_is_said() -> None:
     found = verdict(tuning=tuned(decision="not tuned: tune='auto' tunes GPU runs"))
-    assert "tune did not try it (not tuned: tune='auto'" in found.title
+    assert "tune did not try SDPA (not tuned: tune='auto'" in found.title
     assert found.evidence["tune.decision"].startswith("not tuned")
 
 
@@ -107,7 +107,7 @@ def test_a_trial_the_data_ended_before_is_not_tried() -> None:
     trial = candidate("eager+sdpa", "skipped", None, settings=SDPA,
                       why="the data ended before this candidate's turn")  # fmt: skip
     found = verdict(tuning=tuned(trial))
-    assert "tune did not time it (the data ended before" in found.title
+    assert "tune did not time SDPA (the data ended before" in found.title
     assert found.speedup is None and found.expected_gain.startswith("not measured")
 
 

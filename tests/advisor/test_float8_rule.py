@@ -90,7 +90,7 @@ def test_convertible_leaves_the_head_and_odd_dimensions_out() -> None:
 
 def test_a_decision_not_to_tune_and_a_record_without_float8_are_said() -> None:
     found = verdict(tuned(decision="not tuned: tune='auto' tunes GPU runs"))
-    assert "tune did not try them (not tuned: tune='auto'" in found.title
+    assert "tune did not try float8 (not tuned: tune='auto'" in found.title
     assert found.evidence["tune.decision"].startswith("not tuned")
     found = verdict(tuned())
     assert "no float8 trial" in found.title
@@ -100,7 +100,7 @@ def test_a_float8_candidate_not_timed_is_said() -> None:
     queued = candidate("compile+float8", "skipped", None, settings=FLOAT8,
                        why="the data ended before its steps")  # fmt: skip
     found = verdict(tuned(queued))
-    assert "tune did not time them (the data ended before its steps)" in found.title
+    assert "tune did not time float8 (the data ended before its steps)" in found.title
     assert found.speedup is None
 
 

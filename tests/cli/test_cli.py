@@ -9,18 +9,13 @@ import sys
 
 import pytest
 
+from ..helpers.cli import accelkit as run_accelkit
+
 SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
 
 
 def accelkit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "accelkit", *args],
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": SRC},
-    )
+    return run_accelkit(*args, timeout=120)
 
 
 def test_plan_json_for_a_t4_under_tensorflow() -> None:

@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+from ..helpers.cli import accelkit as run_accelkit
+
 pytestmark = pytest.mark.torch
 
 
-def accelkit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "accelkit", *args],
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": SRC},
-    )
+accelkit = run_accelkit
 
 
 def test_bench_gpt_json_and_saved_report(tmp_path) -> None:

@@ -4,26 +4,18 @@ CPU GPT on an H200), with the estimate's assumptions; in a subprocess, on real P
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
-SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
+from ..helpers.cli import accelkit as run_accelkit
+
 pytestmark = pytest.mark.torch
 BENCH = ("bench", "--model", "gpt", "--framework", "torch", "--steps", "4", "--batch-size", "2")
 
 
 def accelkit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "accelkit", *args],
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": SRC, "COLUMNS": "100"},
-    )
+    return run_accelkit(*args, COLUMNS="100")
 
 
 def test_the_run_is_projected_onto_an_h200_with_its_assumptions() -> None:

@@ -145,3 +145,20 @@ def trial(ctx: Context, option: Option) -> Compared | None:
     return Compared(
         **fields, baseline_seconds=base.step_seconds, over_baseline=result.speedup_of(best)
     )
+
+
+def why_not_timed(
+    evidence: dict[str, Any], result: TuneResult | None, trial: Compared | None, lever: str
+) -> str:
+    """Why tune's record has no timed trial of `lever` (``"SDPA"``, ``"float8"``): its
+    turn came after the data ended (`trial` queued, not timed), tune did not run, did
+    not tune, or its record has none; `evidence` gets what the record says."""
+    if trial is not None:
+        return f"tune did not time {lever} ({trial.why or trial.status})"
+    if result is None:
+        evidence["tune"] = "not run"
+        return "tune did not run"
+    evidence["tune.decision"] = result.decision
+    if result.decision != "tuned":
+        return f"tune did not try {lever} ({result.decision})"
+    return f"tune's record has no {lever} trial (its steps ended first, or an older accelkit)"

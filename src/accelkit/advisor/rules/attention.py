@@ -130,17 +130,7 @@ def _timed(evidence: dict[str, Any], trial: tuning.Compared) -> Advice:
 def _not_tried(
     evidence: dict[str, Any], result: TuneResult | None, trial: tuning.Compared | None
 ) -> Advice:
-    if trial is not None:  # its turn came after the data ended
-        why = f"tune did not time it ({trial.why})"
-    elif result is None:
-        evidence["tune"] = "not run"
-        why = "tune did not run"
-    elif result.decision != "tuned":
-        evidence["tune.decision"] = result.decision
-        why = f"tune did not try it ({result.decision})"
-    else:
-        evidence["tune.decision"] = result.decision
-        why = "tune's record has no SDPA trial (its steps ended first, or an older accelkit)"
+    why = tuning.why_not_timed(evidence, result, trial, "SDPA")
     return Advice(
         id="sdpa_attention",
         severity=Severity.INFO,

@@ -234,17 +234,7 @@ def _not_tried(
         if not count:
             return None
         evidence["linear_layers"] = count
-    if trial is not None:
-        why = f"tune did not time them ({trial.why or trial.status})"
-    elif result is None:
-        evidence["tune"] = "not run"
-        why = "tune did not run"
-    elif result.decision != "tuned":
-        evidence["tune.decision"] = result.decision
-        why = f"tune did not try them ({result.decision})"
-    else:
-        evidence["tune.decision"] = result.decision
-        why = "tune's record has no float8 trial (its steps ended first, or an older accelkit)"
+    why = tuning.why_not_timed(evidence, result, trial, "float8")
     return Advice(
         id="float8",
         severity=Severity.INFO,
