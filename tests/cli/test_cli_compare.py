@@ -121,7 +121,7 @@ def test_a_guard_that_cannot_judge_exits_2(folder) -> None:
     ("args", "says"),
     [
         (["run.json", "--compare", "a", "b"], "leave out RUN.json"),
-        (["--compare", "a", "b", "--html", "x.html"], "leave out --html"),
+        (["--compare", "a", "b", "--project", "H100"], "leave out --project"),
         (["run.json", "--fail-if-slower", "5"], "--fail-if-slower goes with --compare"),
         ([], "needs RUN.json, or --compare"),
     ],

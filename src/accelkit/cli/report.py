@@ -74,25 +74,22 @@ def add(commands: Any) -> None:
         "--html",
         default=None,
         metavar="FILE",
-        help="also write the report as one self-contained HTML page with charts",
+        help="also write the report as one self-contained HTML page with charts (with "
+        "--compare: both runs on one page, the differences first, their curves overlaid)",
     )
     parser.set_defaults(command=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.html:
+        for source in args.compare or [args.path]:
+            _refuse_replacing(source, args.html)
     if args.compare:
         return report_compare.run(args)
     if not args.path:
         raise ValueError("accelkit report needs RUN.json, or --compare BASE.json NEW.json")
     if args.fail_if_slower is not None:
         raise ValueError("--fail-if-slower goes with --compare BASE.json NEW.json")
-    if args.html and _same_file(args.path, args.html):
-        root, suffix = os.path.splitext(args.path)
-        page = root + ("-page.html" if suffix == ".html" else ".html")
-        raise ValueError(
-            f"--html {args.html} is the run report {args.path}: the page would replace "
-            f"it; give the page a path of its own, e.g. --html {page}"
-        )
     try:
         result = RunReport.load(args.path)  # a bad file or field: ValueError, naming both
     except OSError as error:
@@ -120,6 +117,18 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(render_projections(projections))
     return 0
+
+
+def _refuse_replacing(report: str | None, page: str) -> None:
+    """Raise ValueError where ``--html`` names the report `report` (RUN.json, or BASE.json
+    or NEW.json of --compare): the page would replace it."""
+    if report and _same_file(report, page):
+        root, suffix = os.path.splitext(report)
+        other = root + ("-page.html" if suffix == ".html" else ".html")
+        raise ValueError(
+            f"--html {page} is the run report {report}: the page would replace "
+            f"it; give the page a path of its own, e.g. --html {other}"
+        )
 
 
 def _same_file(report: str, page: str) -> bool:

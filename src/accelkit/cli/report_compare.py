@@ -14,14 +14,17 @@ import math
 import sys
 
 from accelkit.cli.common import emit_json
-from accelkit.report.comparison import Comparison, Verdict, compare
+from accelkit.report.comparison import Comparison, Verdict, compare, load
+from accelkit.report.comparison.html import render_comparison_html
 from accelkit.report.comparison.text import render_comparison
 from accelkit.report.text import paragraph
+from accelkit.utils.files import write_atomic
 
 EXIT_SLOWER = 1
 EXAMPLES = (
     "accelkit report --compare base.json new.json",
     "accelkit report --compare base.json new.json --fail-if-slower 5%",
+    "accelkit report --compare base.json new.json --html compare.html",
 )
 
 
@@ -49,7 +52,6 @@ def run(args: argparse.Namespace) -> int:
         name
         for name, value in (
             ("RUN.json", args.path),
-            ("--html", args.html),
             ("--project", args.project),
             ("--price", args.price),
             ("--mfu", args.mfu is not None),
@@ -70,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     if share is not None:
         _check_step_time(comparison)
+    if args.html:
+        _write_page(comparison, base, new, args.html)
     slower = share is not None and comparison.slower_by_more_than(share)
     if args.json:
         document = comparison.to_dict()
@@ -84,6 +88,17 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr if args.json else sys.stdout,
         )
     return EXIT_SLOWER if slower else 0
+
+
+def _write_page(comparison: Comparison, base: str, new: str, page: str) -> None:
+    """The comparison's HTML page, with both runs' curves, written to `page`; where, on
+    stderr (``--json``'s stdout holds the document alone)."""
+    runs = [load(path)[0] for path in (base, new)]  # read already: compare() has
+    try:
+        write_atomic(page, render_comparison_html(comparison, *runs))
+    except OSError as error:
+        raise ValueError(f"cannot write {page}: {error}") from None
+    print(f"accelkit: wrote the comparison's HTML page to {page}", file=sys.stderr)
 
 
 def percentage(text: str) -> float:

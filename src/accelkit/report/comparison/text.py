@@ -42,7 +42,7 @@ def render_comparison(comparison: Comparison, width: int | None = None) -> str:
         ),
         table(
             ("figure", "BASE", "NEW", "change", "verdict"),
-            [_figure_row(f) for f in comparison.figures] or [("-", "-", "-", "-", "-")],
+            [figure_row(f) for f in comparison.figures] or [("-", "-", "-", "-", "-")],
             width=width,
         ),
     ]
@@ -68,7 +68,10 @@ def figure_text(name: str, value: float | None) -> str:
     return "-" if value is None else _UNITS[BY_NAME[name].unit](value)
 
 
-def _figure_row(figure: FigureComparison) -> tuple[str, str, str, str, str]:
+def figure_row(figure: FigureComparison) -> tuple[str, str, str, str, str]:
+    """A figure's row as the table and the HTML page show it: its label, each run's value
+    with its spread (``12.30 ms ±1.2%``), the change, and the verdict (the reason, where
+    it is not compared)."""
     base = _with_spread(figure_text(figure.name, figure.base), figure.base_spread)
     new = _with_spread(figure_text(figure.name, figure.new), figure.new_spread)
     change = "-" if figure.change is None else f"{figure.change:+.1%}"
@@ -79,7 +82,17 @@ def _figure_row(figure: FigureComparison) -> tuple[str, str, str, str, str]:
 
 
 def _with_spread(text: str, spread: float | None) -> str:
-    return text if spread is None else f"{text} ±{spread:.1%}"
+    return text if spread is None else f"{text} {spread_text(spread)}"
+
+
+def spread_text(spread: float) -> str:
+    """A run's spread as the table writes it beside its figure.
+
+    Example:
+        >>> spread_text(0.0123)
+        '±1.2%'
+    """
+    return f"±{spread:.1%}"
 
 
 def _changes(comparison: Comparison, width: int) -> str:
