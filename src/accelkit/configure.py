@@ -272,6 +272,8 @@ def plan_for(
         **request: ``precision``, ``distribute``, ``compile``, ``fixed_shapes``,
             ``deterministic``; the model's size for the memory estimate: ``params``
             (parameter count, e.g. 8e9), ``trainable_params`` (default: all),
+            ``frozen_dtype`` (how the others are held: ``"fp32"``, the default,
+            ``"bf16"``, ``"fp16"``, ``"int8"``, ``"int4"``: a LoRA's or QLoRA's base),
             ``optimizer`` (``"adamw"``, ``"adam"``, ``"adamw_8bit"``, ``"adafactor"``,
             ``"sgd_momentum"``, ``"sgd"``), ``activation_bytes`` (per GPU, measured;
             default unknown); and ``environ`` (launcher variables such as torchrun's

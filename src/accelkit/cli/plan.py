@@ -20,7 +20,7 @@ from accelkit.configure import plan_for
 from accelkit.hardware import detect
 from accelkit.hardware.what_if import MAX_GPUS_PER_NODE
 from accelkit.planning import Request, plan
-from accelkit.planning.types import Optimizer
+from accelkit.planning.types import FrozenDtype, Optimizer
 
 EXAMPLES = (
     "accelkit plan",
@@ -32,6 +32,7 @@ EXAMPLES = (
     "accelkit plan --gpu H100 --count 8 --params 8e9",
     "accelkit plan --gpu A100-SXM4-40GB --count 8 --params 8B --activation-bytes 30GB --json",
     "accelkit plan --gpu H200 --params 70B --trainable-params 0.2B --optimizer adamw",
+    "accelkit plan --gpu A100-SXM4-40GB --params 8B --trainable-params 20M --frozen-dtype bf16",
 )
 
 # A count's suffix: 8B = 8e9 parameters (the way model names give sizes), 25GB = 25e9 bytes.
@@ -125,6 +126,13 @@ def add(commands: Any) -> None:
         action="store_true",
         help="plan to compile the train step (torch.compile; XLA under TensorFlow)",
     )
+    _add_model_size(parser)
+    parser.add_argument("--json", action="store_true", help=JSON_HELP)
+    parser.set_defaults(command=run)
+
+
+def _add_model_size(parser: argparse.ArgumentParser) -> None:
+    """The model's size, for the memory estimate: ``--params`` and what qualifies it."""
     parser.add_argument(
         "--params",
         type=parameters,
@@ -140,6 +148,13 @@ def add(commands: Any) -> None:
         "frozen ones hold their weights only",
     )
     parser.add_argument(
+        "--frozen-dtype",
+        choices=values(FrozenDtype),
+        help="how the frozen parameters are held (default: fp32, 4 bytes and a 16-bit "
+        "autocast copy): bf16/fp16 as from_pretrained(torch_dtype=...) loads a LoRA's base, "
+        "int8 or int4 quantised by bitsandbytes (QLoRA)",
+    )
+    parser.add_argument(
         "--optimizer",
         choices=values(Optimizer),
         default=Optimizer.ADAMW.value,
@@ -153,8 +168,6 @@ def add(commands: Any) -> None:
         "without it they are unknown and the plan prefers a layout that leaves them 20%% "
         "of usable memory",
     )
-    parser.add_argument("--json", action="store_true", help=JSON_HELP)
-    parser.set_defaults(command=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -182,13 +195,15 @@ def _model_size(args: argparse.Namespace) -> dict[str, Any]:
         "trainable_params": args.trainable_params,
         "optimizer": args.optimizer,
         "activation_bytes": args.activation_bytes,
+        **({} if args.frozen_dtype is None else {"frozen_dtype": args.frozen_dtype}),
     }
     if args.params is None:
         for flag, name in (
             ("--trainable-params", "trainable_params"),
             ("--activation-bytes", "activation_bytes"),
+            ("--frozen-dtype", "frozen_dtype"),
         ):
-            if given[name] is not None:
+            if given.get(name) is not None:
                 raise ValueError(f"{flag} needs --params (the model's parameter count) as well")
         return {"optimizer": args.optimizer}
     return given

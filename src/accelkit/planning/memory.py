@@ -23,7 +23,7 @@ import itertools
 import math
 from collections.abc import Mapping
 
-from accelkit.planning.types import Framework, Optimizer, Precision
+from accelkit.planning.types import Framework, FrozenDtype, Optimizer, Precision
 
 GB = 1e9  # memory figures are decimal GB, as the datasheets give device memory
 
@@ -51,6 +51,24 @@ OPTIMIZER_BYTES: Mapping[Optimizer, float] = {
 # 8-bit kernels update in place; SGD's foreach update is in place without weight decay.
 # Keras optimizers update one variable at a time (no step-wide temporaries).
 FOREACH_STEP_BYTES: Mapping[Optimizer, float] = {Optimizer.ADAMW: 4, Optimizer.ADAM: 4}
+
+# Bytes per frozen parameter, stored once in its dtype (no float32 master copy, no
+# gradient, no optimizer state: the optimizer never sees it).
+FROZEN_BYTES: Mapping[FrozenDtype, float] = {
+    FrozenDtype.FP32: 4,
+    FrozenDtype.BF16: 2,
+    FrozenDtype.FP16: 2,
+    # LLM.int8() (Dettmers et al. 2022, "LLM.int8(): 8-bit Matrix Multiplication for
+    # Transformers at Scale"; bitsandbytes Linear8bitLt): one int8 byte per weight plus a
+    # float32 scale per row (SCB), 4/h bytes per weight: 0.001 B at h = 4096, not counted.
+    FrozenDtype.INT8: 1,
+    # QLoRA's NF4 (Dettmers et al. 2023, "QLoRA", section 3, Double Quantization): 4 bits
+    # per weight plus the quantisation constants, 0.127 bits per weight when they are
+    # double-quantised (an 8-bit constant per block of 64, a float32 per 256 constants:
+    # 8/64 + 32/(64 x 256)). Counted: 0.5 + 0.127/8 = 0.516 B (without double
+    # quantisation, bitsandbytes' default, the constants take 0.5 bits: 0.5625 B).
+    FrozenDtype.INT4: 0.5 + 0.127 / 8,
+}
 
 # A 16-bit copy of each weight, made by autocast (cached for leaf tensors that require
 # grad: torch/csrc/autograd/autocast_mode.cpp, cached_cast) or by Keras's
@@ -110,8 +128,13 @@ class PerParam:
 
     Attributes:
         weights, gradients, optimizer: kept per trainable parameter (the state).
-        frozen: kept per frozen parameter (its weight only: no gradient, no state).
-        casts: 16-bit copies of the weights made for the forward pass (0 in fp32/tf32).
+        frozen: kept per frozen parameter (its weight only, in its dtype: no gradient,
+            no state; `FROZEN_BYTES`).
+        casts: 16-bit copies of the trainable weights made for the forward pass (0 in
+            fp32/tf32).
+        frozen_casts: the same of the frozen weights: none of weights already in the
+            compute dtype, nor of quantised ones (bitsandbytes dequantises one layer at a
+            time inside its matmul, forward and backward, and keeps none).
         step: temporaries of the optimizer step (foreach implementations).
     """
 
@@ -120,6 +143,7 @@ class PerParam:
     optimizer: float
     frozen: float
     casts: float
+    frozen_casts: float
     step: float
 
     @property
@@ -128,24 +152,39 @@ class PerParam:
         return self.weights + self.gradients + self.optimizer
 
 
-def per_param(optimizer: Optimizer, precision: Precision, framework: Framework) -> PerParam:
-    """The bytes per parameter of `optimizer` under `precision` (see the module docstring).
+def per_param(
+    optimizer: Optimizer,
+    precision: Precision,
+    framework: Framework,
+    frozen: FrozenDtype = FrozenDtype.FP32,
+) -> PerParam:
+    """The bytes per parameter of `optimizer` under `precision`, the frozen parameters
+    held in `frozen` (see the module docstring and `FROZEN_BYTES`).
 
     Example:
         >>> per_param(Optimizer.ADAMW, Precision.BF16, Framework.TORCH).state
         16
+        >>> sizes = per_param(Optimizer.ADAMW, Precision.BF16, Framework.TORCH, FrozenDtype.BF16)
+        >>> sizes.frozen, sizes.frozen_casts
+        (2, 0)
     """
     # fp8 counts as bf16: torchao keeps fp32 weights and casts each layer's weights to
     # float8 as it runs, a transient smaller than the 16-bit casts counted.
-    mixed = precision.without_float8 in (Precision.BF16, Precision.FP16)
+    compute = precision.without_float8
+    mixed = compute in (Precision.BF16, Precision.FP16)
     foreach = framework is Framework.TORCH
+    # autocast casts a floating-point weight not in its dtype (fp32, or bf16 under fp16)
+    cast_frozen = (
+        mixed and frozen.value in ("fp32", "bf16", "fp16") and frozen.value != compute.value
+    )
     return PerParam(
         weights=WEIGHT_BYTES,
         gradients=GRADIENT_BYTES,
         optimizer=OPTIMIZER_BYTES[optimizer],
-        frozen=WEIGHT_BYTES,
+        frozen=FROZEN_BYTES[frozen],
         casts=CAST_BYTES if mixed else 0,
         step=FOREACH_STEP_BYTES.get(optimizer, 0) if foreach else 0,
+        frozen_casts=CAST_BYTES if cast_frozen else 0,
     )
 
 
@@ -246,12 +285,14 @@ def footprint(
         >>> footprint(Layout(), sizes, 10**9, 10**9, None).total / 1e9
         20.0
     """
-    state = trainable * sizes.state + (params - trainable) * sizes.frozen
+    frozen = params - trainable
+    state = trainable * sizes.state + frozen * sizes.frozen
     kept = 0 if activations is None else activations
     if layout.checkpointing and activations is not None:
         kept = checkpointed(activations, params)
     if not layout.sharded:
-        return Footprint(int(state), int(params * sizes.casts), kept, int(trainable * sizes.step))
+        casts = trainable * sizes.casts + frozen * sizes.frozen_casts
+        return Footprint(int(state), int(casts), kept, int(trainable * sizes.step))
     unit = FSDP_UNIT_BYTES * params / blocks(params)
     # offload: the state, and the optimizer step, live in host memory
     own, step = (0.0, 0.0) if layout.offload else (state, trainable * sizes.step)
@@ -261,18 +302,25 @@ def footprint(
 
 
 def activations_from_rise(
-    rise: int, gradient_bytes: int, layout: Layout, sizes: PerParam, params: int
+    rise: int,
+    gradient_bytes: int,
+    layout: Layout,
+    sizes: PerParam,
+    params: int,
+    trainable: int | None = None,
 ) -> int:
     """The activations of a measured forward and backward pass: `rise`, the device
     memory's peak during the pass beyond what was allocated before it, less the
     gradients the pass made (`gradient_bytes`) and the transients `footprint` counts
     apart (its ``compute``: autocast's weight copies, or FSDP2's gathered units), so that
     `footprint` given them adds up to the pass measured (0 when the rise is smaller).
+    `trainable`: the parameters that get gradients (default: all), for the casts of the
+    frozen ones, which may differ.
 
     Example:
         >>> sizes = per_param(Optimizer.ADAMW, Precision.BF16, Framework.TORCH)
         >>> activations_from_rise(10_000, 4_000, Layout(), sizes, 1_000)   # 10k - 4k - 2 x 1k
         4000
     """
-    compute = footprint(layout, sizes, params, 0, None).compute
-    return max(0, rise - gradient_bytes - compute)
+    compute = footprint(layout, sizes, params, params if trainable is None else trainable, None)
+    return max(0, rise - gradient_bytes - compute.compute)

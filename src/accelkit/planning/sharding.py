@@ -115,7 +115,9 @@ class _Model:
         self.trainable = (
             request.params if request.trainable_params is None else request.trainable_params
         )
-        self.sizes: PerParam = per_param(request.optimizer, precision, request.framework)
+        self.sizes: PerParam = per_param(
+            request.optimizer, precision, request.framework, request.frozen_dtype
+        )
         # the smallest GPU bounds every rank; one of unknown memory leaves it unknown
         memories = [gpu.memory_bytes for gpu in hardware.gpus if gpu.memory_bytes]
         known = hardware.gpus and len(memories) == len(hardware.gpus)
@@ -250,7 +252,8 @@ def _params(value: int) -> str:
 def _state_line(model: _Model) -> str:
     sizes = model.sizes
     frozen = model.params - model.trainable
-    of_frozen = f" + {_params(frozen)} frozen x {sizes.frozen:g} B" if frozen else ""
+    dtype = model.request.frozen_dtype.value
+    of_frozen = f" + {_params(frozen)} frozen x {sizes.frozen:.3g} B ({dtype})" if frozen else ""
     return (
         f"{_params(model.trainable)} trainable params x {sizes.state:g} B "
         f"({sizes.weights:g} weights + {sizes.gradients:g} gradients + {sizes.optimizer:g} "

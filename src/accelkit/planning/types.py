@@ -100,6 +100,20 @@ class Optimizer(_Choice):
     SGD = "sgd"
 
 
+class FrozenDtype(_Choice):
+    """How the frozen weights (those the optimizer does not update: a LoRA's base model)
+    are held: ``fp32`` (accelkit's default: float32, with autocast's 16-bit copy under
+    mixed precision), ``bf16`` / ``fp16`` (``from_pretrained(torch_dtype=...)``), or
+    quantised by bitsandbytes: ``int8`` (LLM.int8) and ``int4`` (QLoRA's NF4).
+    `accelkit.planning.memory.FROZEN_BYTES` gives the bytes of each, with sources."""
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    INT8 = "int8"
+    INT4 = "int4"
+
+
 class Status(_Choice):
     """What became of a setting when a plan was applied."""
 
@@ -189,6 +203,9 @@ class Request:
             offload from it (`accelkit.planning.sharding`). None: no memory estimate.
         trainable_params: those the optimizer updates (default: all); frozen ones
             hold their weights only (a LoRA's base model).
+        frozen_dtype: how the frozen ones are held (`FrozenDtype`): ``fp32`` (default,
+            4 bytes and a 16-bit autocast copy), ``bf16``, ``fp16``, ``int8`` or ``int4``
+            (a LoRA or QLoRA base loaded so); no effect when all are trainable.
         optimizer: whose state is counted: ``adamw``, ``adam``, ``adamw_8bit``,
             ``adafactor``, ``sgd_momentum`` or ``sgd`` (`accelkit.planning.memory`).
         activation_bytes: activations one GPU holds at the planned micro-batch,
@@ -211,6 +228,7 @@ class Request:
     trainable_params: int | None = None
     optimizer: Optimizer = Optimizer.ADAMW
     activation_bytes: int | None = None
+    frozen_dtype: FrozenDtype = FrozenDtype.FP32
 
     if TYPE_CHECKING:
         # What the generated __init__ accepts: the choices' names as strings too, and
@@ -227,6 +245,7 @@ class Request:
             trainable_params: float | None = None,
             optimizer: Optimizer | str = Optimizer.ADAMW,
             activation_bytes: int | None = None,
+            frozen_dtype: FrozenDtype | str = FrozenDtype.FP32,
         ) -> None: ...
 
     def __post_init__(self) -> None:
@@ -248,6 +267,8 @@ class Request:
                     f"{name}={getattr(self, name)!r} is not valid; use True or False"
                 )
         object.__setattr__(self, "optimizer", Optimizer.parse(self.optimizer, name="optimizer"))
+        frozen = FrozenDtype.parse(self.frozen_dtype, name="frozen_dtype")
+        object.__setattr__(self, "frozen_dtype", frozen)
         _check_model_size(self)
 
 

@@ -18,12 +18,13 @@ checked on an H200: GPT-2 small to XL, predicted within 1.6% of the measured pea
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any
 
 from accelkit.planning import sharding
 from accelkit.planning.memory import Layout, activations_from_rise, footprint, per_param
-from accelkit.planning.types import Framework, Optimizer, Plan, Request
+from accelkit.planning.types import Framework, FrozenDtype, Optimizer, Plan, Request
 
 # Optimizer classes by name (torch.optim, bitsandbytes, transformers) and the state the
 # memory model counts for them; SGD's momentum is read from its parameter groups.
@@ -160,13 +161,15 @@ def memory_facts(probe: ActivationProbe, model: Any, optimizer: Any, plan: Plan)
             f"{type(optimizer).__name__} (known: {', '.join(o.value for o in Optimizer)})"
         }
     params = list({id(p): p for p in model.parameters()}.values())
-    count = sum(p.numel() for p in params)
-    trainable = sum(p.numel() for p in params if p.requires_grad)
-    sizes = per_param(kind, plan.precision, Framework.TORCH)
+    count = sum(_count(p) for p in params)
+    trainable = sum(_count(p) for p in params if p.requires_grad)
+    frozen = frozen_dtype(params)
+    sizes = per_param(kind, plan.precision, Framework.TORCH, frozen)
     if _implementation(optimizer) != "foreach":  # fused and for-loop steps update in place
         sizes = dataclasses.replace(sizes, step=0)
     layout = _layout(params)
-    activations = activations_from_rise(probe.rise, probe.gradient_bytes, layout, sizes, count)
+    rise, grads = probe.rise, probe.gradient_bytes
+    activations = activations_from_rise(rise, grads, layout, sizes, count, trainable)
     held = footprint(layout, sizes, count, trainable, activations)
     facts: dict[str, Any] = {
         "activation_bytes": activations,
@@ -185,11 +188,49 @@ def memory_facts(probe: ActivationProbe, model: Any, optimizer: Any, plan: Plan)
         trainable_params=trainable,
         optimizer=kind,
         activation_bytes=activations,
+        frozen_dtype=frozen,
     )
     estimate, _ = sharding.choose(plan.hardware, request, plan.precision)
     if estimate is not None:
         facts["memory_choice"] = estimate.choice
     return facts
+
+
+# Frozen weights' dtypes the memory model knows, by torch dtype; bitsandbytes holds its
+# 8-bit weights as int8 (Int8Params) and packs its 4-bit ones two to a byte (Params4bit).
+_FROZEN = {
+    "torch.float32": FrozenDtype.FP32,
+    "torch.bfloat16": FrozenDtype.BF16,
+    "torch.float16": FrozenDtype.FP16,
+    "torch.int8": FrozenDtype.INT8,
+}
+
+
+def frozen_dtype(params: list[Any]) -> FrozenDtype:
+    """The dtype most of the frozen parameters (``requires_grad=False``) are held in,
+    counted by parameters; fp32 when none is frozen or their dtype is not one of
+    `FrozenDtype` (float32, the planner's default, counts the most).
+
+    Example:
+        >>> import torch
+        >>> base, adapter = torch.nn.Linear(8, 8).bfloat16(), torch.nn.Linear(8, 2)
+        >>> base.requires_grad_(False)
+        Linear(in_features=8, out_features=8, bias=True)
+        >>> frozen_dtype([*base.parameters(), *adapter.parameters()]).value
+        'bf16'
+    """
+    held: collections.Counter[FrozenDtype] = collections.Counter()
+    for param in params:
+        if not param.requires_grad:
+            four_bit = type(param).__name__ == "Params4bit"
+            kind = FrozenDtype.INT4 if four_bit else _FROZEN.get(str(param.dtype))
+            held[kind or FrozenDtype.FP32] += _count(param)
+    return held.most_common(1)[0][0] if held else FrozenDtype.FP32
+
+
+def _count(param: Any) -> int:
+    """Parameters `param` holds: bitsandbytes' 4-bit weights pack two to an element."""
+    return param.numel() * (2 if type(param).__name__ == "Params4bit" else 1)
 
 
 def _layout(params: list[Any]) -> Layout:
