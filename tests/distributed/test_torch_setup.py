@@ -340,7 +340,9 @@ def _fit(plan_=None, **kwargs):
 def test_fit_with_several_gpus_and_no_launcher_prints_the_torchrun_command(capsys) -> None:
     four = plan_for("A100-SXM4-80GB", 4, precision="fp32")
     _fit(four, progress=True)
-    assert "relaunch under torchrun" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "planned as launched by torchrun" in err
+    assert "torchrun --nproc-per-node 4 your_script.py" in err
     assert "torchrun --nproc-per-node 4 your_script.py" in four.get("launch").value
     _fit(four, progress=False)
     assert "torchrun" not in capsys.readouterr().err
