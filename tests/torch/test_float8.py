@@ -249,3 +249,22 @@ def test_precision_fp8_converts_every_eligible_layer_and_tune_leaves_them() -> N
     assert trial(report)["why"] == (
         "the model's linear layers run in float8 already (precision='fp8', or the script)"
     )
+
+
+@pytest.mark.usefixtures("float8_here")
+def test_a_torchao_that_refuses_the_layers_is_a_failed_record_not_a_failed_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from torchao.float8.float8_linear import Float8Linear
+
+    def refuse(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("this torchao cannot convert the layer")
+
+    monkeypatch.setattr(Float8Linear, "from_float", refuse)
+    model = wide_net()
+    data = wide_batches(trials.trial_steps(1, cuda=False) + 4)
+    with compiled_as():
+        report = fit(model, data, compile=True)
+    tried = trial(report)
+    assert tried["status"] == "failed" and "cannot convert" in tried["why"]
+    assert report.steps == len(data) and type(model[0]) is torch.nn.Linear

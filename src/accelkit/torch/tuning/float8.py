@@ -40,6 +40,7 @@ from accelkit.hardware import capabilities
 from accelkit.hardware.capabilities import format_capability as _fmt
 from accelkit.planning.precision import FLOAT8_NEEDS
 from accelkit.profiling.tuning import AUTOTUNE_SHARE, UNKNOWN_LENGTH, default_compile
+from accelkit.torch.tuning import trial_guards as guards
 from accelkit.torch.tuning import trials
 from accelkit.torch.tuning.candidate import Candidate, Skipped
 from accelkit.utils.imports import install_command
@@ -185,12 +186,6 @@ class Float8Layers:
         for (parent, attr), layer in zip(self._places, self.originals, strict=True):
             setattr(parent, attr, layer)
 
-    def flops_per_token(self) -> int:
-        """The float8 matmul FLOPs of one token through every converted layer: forward,
-        gradient of the input, gradient of the weight, 2 x in x out each (the
-        tensorwise recipe runs all three in float8)."""
-        return sum(6 * o.in_features * o.out_features for o in self.originals)
-
 
 def _place(module: Any, name: str) -> tuple[Any, str]:
     parent_name, _, attr = name.rpartition(".")
@@ -257,8 +252,12 @@ def lever(engine: Engine) -> Iterator[Candidate | Skipped]:
     if not found.names:
         yield Skipped(NAME, found.why_none())
         return
-    layers = Float8Layers(door.module, found.names, emulate=door.device.type != "cuda")
     settings = engine.best.settings.with_(float8=True)
+    try:
+        layers = Float8Layers(door.module, found.names, emulate=door.device.type != "cuda")
+    except Exception as error:  # noqa: BLE001 - a torchao that refuses: a finding, not a crash
+        yield Skipped(settings.name(), guards.why(error), settings, failed=True)
+        return
     yield Candidate(
         settings, on=layers.on, off=layers.off, checked=True, tolerance=TOLERANCE, stays=True
     )
