@@ -266,5 +266,25 @@ def test_a_torchao_that_refuses_the_layers_is_a_failed_record_not_a_failed_run(
     with compiled_as():
         report = fit(model, data, compile=True)
     tried = trial(report)
-    assert tried["status"] == "failed" and "cannot convert" in tried["why"]
+    assert tried["status"] == "failed" and "cannot convert" in tried["why"], tried["why"]
     assert report.steps == len(data) and type(model[0]) is torch.nn.Linear
+
+
+@given(st.integers(0, 200_000), st.floats(1.0, 600.0), st.floats(0.01, 2.0))
+def test_float8_is_priced_at_its_compile_against_a_tenth_of_the_run_left(
+    planned: int, compile_seconds: float, step_seconds: float
+) -> None:
+    from types import SimpleNamespace
+
+    from accelkit.profiling.tuning import Trial
+
+    compiled = Trial("compile", {"compile": True}, "chosen", step_seconds=step_seconds,
+                     compile_seconds=compile_seconds)  # fmt: skip
+    door = SimpleNamespace(compile_fixed=None, planned=planned, unit=1)
+    engine = SimpleNamespace(door=door, trials=[Trial("eager", {}, "baseline"), compiled],
+                             steps=50, best_trial=lambda: compiled)  # fmt: skip
+    left = max(planned - 50, 0) * step_seconds
+    paid = float8.COMPILE_FACTOR * compile_seconds <= 0.1 * left
+    assert (float8.unpaid(engine) is None) == paid  # type: ignore[arg-type]
+    door.compile_fixed = "compile=True was set by the script or the plan"
+    assert float8.unpaid(engine) is None  # no compile of tune's own to price it by

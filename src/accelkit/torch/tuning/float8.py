@@ -223,8 +223,8 @@ def unpaid(engine: Engine) -> str | None:
     compile time is unknown here and float8 is tried."""
     door, kept = engine.door, engine.best_trial()
     compiled = default_compile(engine.trials)
-    if compiled is None or compiled.compile_seconds is None:
-        return None
+    if door.compile_fixed or compiled is None or compiled.compile_seconds is None:
+        return None  # no compile of tune's own measured
     if door.planned is None:
         return f"{UNKNOWN_LENGTH} (no steps= and no len(loader))"
     if kept.step_seconds is None:
