@@ -193,13 +193,22 @@ class _Counter:
             step.scaler.scale(loss / self.schedule.accumulation_steps).backward()
         return loss
 
+    def _count_again(self, step: Step, batch: Any) -> None:
+        """The kept step's FLOPs in place of the first step's, where they could be
+        counted (a count that failed leaves the first one standing)."""
+        self.recount = False
+        count = step.count_flops(batch)
+        if count.total:
+            self.meter.set_flops(count)
+
     def train_one(self, batch: Any, step: Step, again: bool = False) -> Any:
         """Train one batch, measured, and count it (`accelkit.torch.training.step.TrainOne`)."""
         if again:  # counted already, in the unit of a trial that failed: its gradients only
             return self.micro_step(batch, step, stepping=False)
-        if self.count_flops and (self.done == 0 or self.recount):
-            self.recount = False
+        if self.count_flops and self.done == 0:
             self.meter.set_flops(step.count_flops(batch))
+        elif self.count_flops and self.recount:
+            self._count_again(step, batch)
         stepping = (self.done + 1) % self.schedule.accumulation_steps == 0
         with self.meter.step(batch):
             loss = self.micro_step(batch, step, stepping)
