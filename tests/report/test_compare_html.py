@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -158,25 +157,9 @@ def _chromium_page(tmp_path: Path) -> Path:
 def test_chromium_draws_both_runs(tmp_path: Path) -> None:
     from . import test_html_screenshot as screenshot
 
-    chromium = screenshot._chromium()
     width, height = 1000, 2600
     page, shot = _chromium_page(tmp_path), tmp_path / "compare.png"
-    subprocess.run(
-        [
-            chromium,
-            "--headless",
-            "--no-sandbox",  # CI runs as root, where Chromium's sandbox refuses to start
-            "--disable-gpu",
-            "--hide-scrollbars",
-            f"--window-size={width},{height}",
-            f"--screenshot={shot}",
-            page.as_uri(),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    image = screenshot.Image.open(shot).convert("RGB")
+    image = screenshot.screenshot(page, shot, width, height)
     colors = image.getcolors(maxcolors=width * height)
     assert colors is not None
     count = {rgb: n for n, rgb in colors}

@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,22 +48,16 @@ def _fit_page(path: Path) -> None:
     path.write_text(report.to_html())
 
 
-def _rgb(color: str) -> tuple[int, int, int]:
-    return int(color[1:3], 16), int(color[3:5], 16), int(color[5:7], 16)
-
-
-def test_chromium_draws_the_charts(tmp_path: Path) -> None:
-    chromium = _chromium()
-    page, shot = tmp_path / "report.html", tmp_path / "report.png"
-    _fit_page(page)
+def screenshot(page: Path, shot: Path, width: int, height: int) -> Any:
+    """`page` shot by headless Chromium at `width` x `height`, as an RGB image."""
     subprocess.run(
         [
-            chromium,
+            _chromium(),
             "--headless",
             "--no-sandbox",  # CI runs as root, where Chromium's sandbox refuses to start
             "--disable-gpu",
             "--hide-scrollbars",
-            f"--window-size={WIDTH},{HEIGHT}",
+            f"--window-size={width},{height}",
             f"--screenshot={shot}",
             page.as_uri(),
         ],
@@ -70,7 +65,17 @@ def test_chromium_draws_the_charts(tmp_path: Path) -> None:
         capture_output=True,
         timeout=120,
     )
-    image = Image.open(shot).convert("RGB")
+    return Image.open(shot).convert("RGB")
+
+
+def _rgb(color: str) -> tuple[int, int, int]:
+    return int(color[1:3], 16), int(color[3:5], 16), int(color[5:7], 16)
+
+
+def test_chromium_draws_the_charts(tmp_path: Path) -> None:
+    page, shot = tmp_path / "report.html", tmp_path / "report.png"
+    _fit_page(page)
+    image = screenshot(page, shot, WIDTH, HEIGHT)
     assert image.size == (WIDTH, HEIGHT)
     colors = image.getcolors(maxcolors=WIDTH * HEIGHT)
     assert colors is not None
