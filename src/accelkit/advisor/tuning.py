@@ -162,3 +162,12 @@ def why_not_timed(
     if result.decision != "tuned":
         return f"tune did not try {lever} ({result.decision})"
     return f"tune's record has no {lever} trial (its steps ended first, or an older accelkit)"
+
+
+def why_dropped(trial: Compared, against: str) -> str:
+    """Why tune dropped `trial`: its failed check against `against` (``"the bf16 step"``)
+    with the figures, else the error it recorded."""
+    check = trial.check
+    if check is not None and check.failed:
+        return f"its {check.failed} check against {against}: {check.describe()}"
+    return trial.why or "it failed"

@@ -87,11 +87,7 @@ def _switchable(entry: Any) -> bool:
 
 
 def _dropped(evidence: dict[str, Any], trial: tuning.Compared) -> Advice:
-    check = trial.check
-    if check is not None and check.failed:
-        why = f"its {check.failed} check against the eager attention: {check.describe()}"
-    else:
-        why = trial.why
+    why = tuning.why_dropped(trial, "the eager attention")
     return Advice(
         id="sdpa_attention",
         severity=Severity.INFO,

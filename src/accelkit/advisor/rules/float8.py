@@ -121,11 +121,7 @@ def _lever_record(result: TuneResult | None) -> tuning.Compared | None:
 
 
 def _dropped(evidence: dict[str, Any], trial: tuning.Compared) -> Advice:
-    check = trial.check
-    if check is not None and check.failed:
-        why = f"its {check.failed} check against the bf16 step: {check.describe()}"
-    else:
-        why = trial.why or "it failed"
+    why = tuning.why_dropped(trial, "the bf16 step")
     return Advice(
         id="float8",
         severity=Severity.INFO,
