@@ -6,7 +6,8 @@ its config: random weights, nothing downloaded) on tokenized, padded rows, with
 (`accelkit.hf.training_arguments(plan)`: bf16 or fp16 mixed precision for the
 GPU, TF32, pinned memory) and one callback. The callback measures every
 optimizer step, counts the FLOPs of a step itself, adds `accelkit/...` figures
-(samples/s, tokens/s, MFU) to the Trainer's logs and `state.log_history`, and
+(samples/s, tokens/s, MFU) to each of the Trainer's logs and `state.log_history`, the
+whole run's to the final log (`accelkit/run/...`), and
 leaves the run's `RunReport`, with advice, in `callback.report`. Put first among
 the callbacks, it runs before the `report_to` loggers, so they record its keys.
 
@@ -91,8 +92,8 @@ def main() -> None:
         trainer.train()
 
     print(callback.report)
-    final = trainer.state.log_history[-1]
-    print({key: value for key, value in final.items() if key.startswith("accelkit/")})
+    final = trainer.state.log_history[-1]  # the run's figures, beside train_runtime
+    print({key: value for key, value in final.items() if key.startswith("accelkit/run/")})
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ plan (`accelkit.lightning.trainer_kwargs(plan)`: "bf16-mixed" on A100/H100/H200,
 "16-mixed" on T4/V100, DDP under torchrun) and one callback added. The callback
 counts a training step's FLOPs through your `training_step` (no FLOP formula to
 supply), logs throughput, MFU and input wait to the Trainer's loggers every
-`window` steps (`accelkit/samples_per_second`, ...), and leaves the run's
+`log_every_n_steps` steps (`accelkit/samples_per_second`, ...) and the whole run's
+figures at the end (`accelkit/run/samples_per_second`, ...), and leaves the run's
 `RunReport`, with advice, in `callback.report`.
 
 Run on a GPU (or several: `torchrun --nproc-per-node 4 examples/lightning_callback.py`):

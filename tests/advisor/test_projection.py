@@ -12,7 +12,7 @@ import pytest
 import accelkit
 from accelkit import what_if
 from accelkit.advisor.context import DEFAULT_MFU
-from accelkit.advisor.projection import project, ranked
+from accelkit.advisor.projection import LAUNCH_GAP_S, NotProjected, project, ranked
 from accelkit.hardware.info import HardwareInfo
 from accelkit.planning import Request, plan
 from accelkit.profiling.run_report import RunReport
@@ -39,7 +39,7 @@ GPU_RUN = {
     "steps": 100,
     "matmul_dtype": "bf16",
     "hardware": A100.to_dict(),
-    "facts": {"steps_per_epoch": 400},
+    "facts": {"steps_per_epoch": 400, "parameters": 125_000_000},
 }
 
 
@@ -58,7 +58,9 @@ def test_measured_input_wait_is_kept_and_the_mfu_excludes_it() -> None:
     # 33% over the 30 ms of compute.
     waiting = dict(GPU_RUN, input_wait_share=0.25, step_time_s=0.040, mfu=0.25)
     same = project(waiting, "A100-SXM4-80GB")
-    assert same.mfu == pytest.approx(1 / 3) and "(1 - 0.250)" in same.mfu_source
+    assert same.mfu == pytest.approx(1 / 3) and "(without input wait): 25.0% x 1.333" in (
+        same.mfu_source
+    )
     assert same.input_wait_s == pytest.approx(0.010)
     assert same.step_time_s == pytest.approx(0.040)  # the same GPU gives back the run
     faster = project(waiting, "H100 SXM")
@@ -70,11 +72,15 @@ def test_measured_input_wait_is_kept_and_the_mfu_excludes_it() -> None:
 def test_several_gpus_split_the_epoch_and_multiply_the_cost() -> None:
     one = project(GPU_RUN, "H100 SXM", 1, price_per_hour=3.0)
     eight = project(GPU_RUN, "H100 SXM", 8, price_per_hour=3.0)
+    # 500 MB of float32 gradients, 2 x 7/8 of them over NVLink at 450 GB/s each way: 1.9 ms,
+    # hidden behind the 4.2 ms of backward (2/3 of the 6.3 ms of compute)
+    assert eight.allreduce_s == pytest.approx(2 * 7 / 8 * 125e6 * 4 / 450e9)
+    assert eight.exposed_allreduce_s == 0.0 and one.allreduce_s == 0.0
     assert eight.step_time_s == pytest.approx(one.step_time_s)
     assert eight.epoch_time_s == pytest.approx(one.epoch_time_s / 8)
-    assert eight.cost_per_epoch == pytest.approx(one.cost_per_epoch)  # perfect scaling
+    assert eight.cost_per_epoch == pytest.approx(one.cost_per_epoch)
     assert one.cost_per_epoch == pytest.approx(one.epoch_time_s / 3600 * 3.0)
-    assert any("perfect scaling" in a for a in eight.assumptions)
+    assert any("ring all-reduce of 500 MB" in a and "NVLink" in a for a in eight.assumptions)
 
 
 def test_a_cpu_run_projects_at_an_assumed_mfu_with_the_targets_plan() -> None:
@@ -97,7 +103,8 @@ def test_a_bf16_run_projected_to_a_gpu_without_bf16_uses_its_plan() -> None:
 
 
 def test_keras_replicas_count_as_devices() -> None:
-    mirrored = dict(GPU_RUN, facts={"steps_per_epoch": 400, "devices_used": 2, "batch_size": 64})
+    facts = {"steps_per_epoch": 400, "devices_used": 2, "batch_size": 64, "parameters": 1e6}
+    mirrored = dict(GPU_RUN, facts=facts)
     p = project(mirrored, "A100-SXM4-80GB", 2)
     assert p.flops_per_step == pytest.approx(3.12e12 / 2)
     assert p.steps_per_epoch == pytest.approx(400)  # same devices: same steps per epoch
@@ -122,9 +129,26 @@ def test_bad_arguments_raise(kwargs, error) -> None:
         project(CPU_RUN, **kwargs)
 
 
-def test_a_report_without_flops_cannot_be_projected() -> None:
-    with pytest.raises(ValueError, match="flops_per_step"):
-        project(dict(CPU_RUN, flops_per_step=None), "A100-SXM4-80GB")
+def test_a_report_without_flops_is_not_projected_and_says_why() -> None:
+    p = project(dict(CPU_RUN, flops_per_step=None), "A100-SXM4-80GB", price_per_hour=1.5)
+    assert isinstance(p, NotProjected) and "no FLOPs per step" in p.reason
+    assert "flops_per_step=" in p.reason and p.floor_s is None and p.price_per_hour == 1.5
+    assert ranked([p]) == [] and str(p).startswith("what-if: 1 x NVIDIA A100 SXM4 80GB: not")
+
+
+@pytest.mark.parametrize(
+    ("run", "gpu", "says"),
+    [
+        (dict(CPU_RUN, steps=0, facts={}), "L4", "no steps"),
+        (dict(CPU_RUN, steps=5, steady_steps=0, step_time_s=None), "L4", "all warm-up"),
+        (CPU_RUN, "NVIDIA H800", "no dense bf16 peak"),
+        (dict(CPU_RUN, facts={"steps_per_epoch": 400}), "L4:2", "counts no parameters"),
+    ],
+)
+def test_what_the_report_lacks_is_the_reason(run, gpu, says) -> None:
+    name, _, count = gpu.partition(":")
+    p = project(run, name, int(count or 1))
+    assert isinstance(p, NotProjected) and says in p.reason, p
 
 
 def test_ranking_by_time_and_by_cost() -> None:
@@ -172,15 +196,30 @@ def saved_run(tmp_path_factory):
 
 
 @torch_only
-def test_report_project_on_a_real_cpu_run(saved_run) -> None:
+def test_a_real_tiny_cpu_run_is_not_projected_its_launches_outlast_its_kernels(saved_run) -> None:
     report, _ = saved_run
     p = project(report, "H100 SXM", count=8, price_per_hour=3.0)
+    assert isinstance(p, NotProjected) and p.reason.startswith("host-bound: its kernels")
+    wait = report.input_wait_share * report.step_time_s
+    optimizer = report.facts["optimizer"]
+    looped = optimizer["implementation"] == "for-loop"
+    kernels = 2 * len(report.facts["layers"]) + looped * optimizer["parameter_tensors"]
+    assert p.floor_s == pytest.approx(wait + kernels * LAUNCH_GAP_S)
+
+
+@torch_only
+def test_report_project_on_a_real_cpu_run_with_a_large_step(saved_run) -> None:
+    report, _ = saved_run
+    large = dict(report.to_dict(), flops_per_step=1e13)  # as if the model were 1e6 times wider
+    p = project(large, "H100 SXM", count=8, price_per_hour=3.0)
     assert p.steps_per_epoch == pytest.approx(20 / 8)
     wait = report.input_wait_share * report.step_time_s
     assert p.input_wait_s == pytest.approx(wait)
-    assert p.step_time_s == pytest.approx(
-        report.flops_per_step / (DEFAULT_MFU * 989.4e12) + wait, rel=1e-3
-    )
+    compute = 1e13 / (DEFAULT_MFU * 989.4e12)
+    assert p.compute_s == pytest.approx(compute, rel=1e-3)
+    allreduce = 2 * 7 / 8 * report.facts["parameter_bytes"] / 450e9  # hidden by backward
+    assert p.allreduce_s == pytest.approx(allreduce) and p.exposed_allreduce_s == 0.0
+    assert p.step_time_s == pytest.approx(wait + p.host_s + compute, rel=1e-3)
     assert p.cost_per_epoch == pytest.approx(p.epoch_time_s / 3600 * 3.0 * 8)
 
 
@@ -196,8 +235,10 @@ def accelkit_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @torch_only
-def test_cli_report_ranks_projections(saved_run) -> None:
-    _, path = saved_run
+def test_cli_report_ranks_projections(saved_run, tmp_path) -> None:
+    report, _ = saved_run
+    path = tmp_path / "large.json"  # the same run with a step large enough to project
+    path.write_text(json.dumps(dict(report.to_dict(), flops_per_step=1e13), default=str))
     done = accelkit_cli(
         "report",
         str(path),
@@ -215,7 +256,7 @@ def test_cli_report_ranks_projections(saved_run) -> None:
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "what-if projection" in out and "by time" in out and "by cost" in out
-    assert "fastest: 8 x NVIDIA H100 SXM5 80GB" in out
+    assert "fastest: 8 x NVIDIA H100 SXM5 80GB" in out and "not projected" not in out
     assert "assumes: MFU 40.0% (assumed" in out
 
     as_json = accelkit_cli(
@@ -225,6 +266,20 @@ def test_cli_report_ranks_projections(saved_run) -> None:
     ranks = [(p["key"], p["rank_by_time"]) for p in document["projections"]]
     assert ranks == [("l4", 1), ("t4", 2)]
     assert document["projections"][0]["rank_by_cost"] is None
+    assert all(p["projected"] for p in document["projections"])
+
+
+@torch_only
+def test_cli_report_says_which_were_not_projected_and_why(saved_run) -> None:
+    _, path = saved_run  # the tiny MLP itself: its launches outlast its kernels anywhere
+    done = accelkit_cli("report", str(path), "--project", "H100 SXM:8", "--project", "L4")
+    assert done.returncode == 0, done.stderr
+    assert "not projected: 8 x NVIDIA H100 SXM5 80GB: host-bound" in done.stdout
+    assert "fastest" not in done.stdout and "by time" not in done.stdout
+    as_json = accelkit_cli("report", str(path), "--project", "H100 SXM:8", "--json")
+    [h100] = json.loads(as_json.stdout)["projections"]
+    assert h100["projected"] is False and h100["rank_by_time"] is None
+    assert h100["reason"].startswith("host-bound") and h100["floor_s"] > 0
 
 
 @torch_only

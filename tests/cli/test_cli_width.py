@@ -109,7 +109,8 @@ def test_a_run_report_fits_any_width_and_keeps_its_notes_and_advice(report, widt
 @settings(max_examples=20, deadline=None)
 @given(width=widths, targets=st.lists(st.sampled_from(PROJECTABLE), min_size=1, max_size=4))
 def test_projections_fit_any_width(width, targets) -> None:
-    report = RunReport.from_dict({**saved_report(), "flops_per_step": 1e12})
+    measured = {"flops_per_step": 1e12, "step_time_s": 0.05, "steady_steps": 4}
+    report = RunReport.from_dict({**saved_report(), **measured, "facts": {"parameters": 1e8}})
     keys = [specs.lookup(name).key for name in targets]
     text = render_projections([project(report, key, 8, 2.5) for key in keys], width)
     assert fits(text, width), text

@@ -163,7 +163,7 @@ def test_hf_trainer_callback() -> None:
     _needs("transformers", "accelerate")
     out = _smoke("hf_trainer_callback.py")
     assert re.search(rf"{THROUGHPUT}, [\d,]+ tokens/s \([\d,]+ real", out), out
-    assert "'accelkit/samples_per_second':" in out  # in the Trainer's log_history
+    assert "'accelkit/run/samples_per_second':" in out  # in the Trainer's log_history
 
 
 def test_every_example_is_tested_and_documented() -> None:

@@ -26,11 +26,12 @@ def test_figures_reach_the_log_history_and_the_report(tmp_path) -> None:
     callback = AccelkitCallback(plan=CPU_PLAN, warmup=1)
     trainer = train(tmp_path, callback)
     logged = [e for e in trainer.state.log_history if "accelkit/samples_per_second" in e]
-    assert [e["step"] for e in logged] == [4, 8, 12, 12]  # each log, then the whole run
-    final = logged[-1]
-    assert "train_runtime" in final and final["accelkit/flops_per_step"] > 0
-    assert final["accelkit/evaluation_share"] == 0.0
-    for window in logged[:-1]:
+    assert [e["step"] for e in logged] == [4, 8, 12]  # each log; none after the last step
+    final = trainer.state.log_history[-1]
+    assert "train_runtime" in final and final["accelkit/run/flops_per_step"] > 0
+    assert final["accelkit/run/evaluation_share"] == 0.0
+    assert "accelkit/samples_per_second" not in final  # no step since the last log
+    for window in logged:
         # the figures of exactly the steps since the last log: BATCH samples a step
         assert window["accelkit/samples_per_second"] * window["accelkit/step_time_s"] == (
             pytest.approx(BATCH)

@@ -130,3 +130,30 @@ def test_mfu_of_each_epoch_is_the_reports_arithmetic(monkeypatch) -> None:
         [report.flops_per_step / s / 1e12 for s in logs[STEP_TIME]]
     )
     assert min(logs[MFU]) * 0.999 <= report.mfu <= max(logs[MFU]) * 1.001
+
+
+def test_tensorboard_series_hold_each_epochs_window_the_last_included(tmp_path) -> None:
+    pytest.importorskip("tensorboard", reason="Keras' TensorBoard callback needs it")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+
+    x, y = classification_data(320)  # 10 steps an epoch, the last epoch's window closed too
+    callback = accelkit.keras.ProfileCallback(CPU_PLAN, warmup=1, window=4, sample_gpu=False)
+    board = keras.callbacks.TensorBoard(str(tmp_path))
+    history = keras_models.mlp().fit(
+        x, y, batch_size=32, epochs=3, verbose=0, callbacks=[callback, board]
+    )
+    (events,) = (tmp_path / "train").glob("events.out.tfevents*")
+    accumulator = EventAccumulator(str(events), size_guidance={"tensors": 0})
+    accumulator.Reload()
+    tags = accumulator.Tags()["tensors"]
+    points = [
+        (e.step, float(make_ndarray(e.tensor_proto)))
+        for e in accumulator.Tensors(f"epoch_{STEP_TIME}")
+    ]
+    assert [step for step, _ in points] == [0, 1, 2]
+    assert [value for _, value in points] == pytest.approx(history.history[STEP_TIME], rel=1e-6)
+    # The epochs' windows are the whole steady run, the last epoch's included.
+    seconds = sum(n * value for n, (_, value) in zip([9, 10, 10], points, strict=True))
+    assert seconds == pytest.approx(callback.report.steady_seconds, rel=1e-5)
+    assert not any("run" in tag for tag in tags), tags  # the run's figures: the report's

@@ -96,6 +96,7 @@ def test_a_projection_costs_dollars_and_cents_not_an_exponent() -> None:
             "batch_size": 8.0,
             "achieved_tflops": 0.1,
             "input_wait_share": 0.0,
+            "facts": {"parameters": 1_000_000},
         }
     )
     key = specs.lookup("L4").key

@@ -263,6 +263,29 @@ def test_interconnect_and_ecc_rules():
     assert len(rtx_40_50) == 15 and not any(s.p2p for s in rtx_40_50)
 
 
+def test_interconnect_figures_say_where_they_come_from():
+    # NVLink domains are bridges (2, 4) or boards and racks (8, 16, 72); PCIe figures are
+    # the x16 links of Gen3, 4 and 5 (32, 64, 128 GB/s both ways), or Gen4 x8 (32).
+    for spec in SPECS:
+        if spec.nvlink_gbps is None:
+            assert spec.nvlink_gpus is None, spec.key
+        else:
+            assert spec.nvlink_gpus in {2, 4, 8, 16, 72} or spec.key.startswith("gh200"), spec.key
+        assert spec.pcie_gbps in {None, 32, 64, 128}, spec.key
+        if spec.nvlink_gpus is not None or spec.pcie_gbps is not None:
+            assert spec.interconnect_source.strip(), spec.key
+    cards = [
+        s
+        for s in SPECS
+        if s.segment != "geforce" and (s.nvlink_gpus or 0) < 8 and not s.key.startswith("gh200")
+    ]
+    assert len(cards) > 20
+    for spec in cards:  # a ring of cards beyond a bridge runs over PCIe: a figure, or why not
+        assert spec.pcie_gbps is not None or "no" in spec.interconnect_source, spec.key
+    assert by_key("l4").pcie_gbps == 64 and by_key("h100-sxm").nvlink_gpus == 8
+    assert by_key("a100-pcie-80gb").nvlink_gpus == 2 and by_key("h200-nvl").nvlink_gpus == 4
+
+
 def test_to_dict_is_json_ready():
     data = by_key("h100-nvl").to_dict()
     assert json.loads(json.dumps(data))["compute_capability"] == [9, 0]

@@ -16,7 +16,8 @@ verdicts for the hardware it ran on; for another GPU, pass that GPU's plan:
     mixed precision
 
 `accelkit.advisor.project(report, gpu=...)` (`accelkit.advisor.projection`)
-estimates step and epoch time on other GPUs at the same MFU.
+estimates step and epoch time on other GPUs at the same MFU, with the host time and
+the gradient all-reduce, or says why it cannot (`NotProjected`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from accelkit.advisor.context import DEFAULT_MFU, Context
-from accelkit.advisor.projection import Projection, project
+from accelkit.advisor.projection import NotProjected, Projection, project
 from accelkit.advisor.rules import FALLBACK, RULES, FallbackRule, Rule
 from accelkit.advisor.rules.needs import may_run
 from accelkit.advisor.types import Advice, Severity, rank
@@ -82,6 +83,7 @@ __all__ = [
     "DEFAULT_MFU",
     "Advice",
     "Context",
+    "NotProjected",
     "Projection",
     "Severity",
     "advise",

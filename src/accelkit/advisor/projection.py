@@ -1,18 +1,58 @@
-"""What-if projection: a measured run's step and epoch time on other GPUs, at the same MFU.
+"""What-if projection: a measured run's step and epoch time on other GPUs, or why not.
 
-MFU = FLOPs per step / (step time x peak) (PaLM, appendix B), so on GPU X
+One step of the run on `count` GPUs of model X, all figures per step and GPU:
 
-    step time = FLOPs per device step / (MFU x peak_X(dtype)) + input wait per step
+    step_X    = input wait + host + compute_X + exposed all-reduce_X
+    compute_X = FLOPs per GPU step / (MFU x peak_X(dtype))
+    all-reduce_X = 2 (N - 1) / N x gradient bytes / link bandwidth each way     (N > 1)
+    exposed   = max(0, all-reduce_X - 2/3 compute_X)   PyTorch (DDP)
+              = all-reduce_X                           TensorFlow (tf.distribute)
+    epoch     = steps per epoch x measured GPUs / N x step_X
 
-The MFU is the run's own when it was measured against a datasheet peak, taken
-over the time not spent waiting for input (mfu / (1 - input share)), else an
-assumed one (`DEFAULT_MFU`, or `mfu=`): a CPU run's efficiency says nothing
-about a GPU. The input wait per step is the measured one: the host prepares
-batches no faster on a faster GPU. Several GPUs are data parallel with the
-same per-GPU batch and perfect scaling, so an epoch takes steps_per_epoch x
-measured devices / N steps. Every projection lists these assumptions.
+Input wait and host are the floor: the part of the measured step that a faster GPU's
+FLOP/s does not shorten (Amdahl, "Validity of the single processor approach", AFIPS
+1967), so no projected step is shorter than it.
 
-    >>> run = {"flops_per_step": 1e12, "batch_size": 32, "steps": 100, "framework": "torch"}
+- **input wait**: the measured share of the step spent waiting for input, x the step.
+- **host**: on a GPU run with NVML samples, the time the GPU sat idle not waiting for
+  input: step x (1 - utilisation) - input wait (NVML's utilisation is the share of time
+  a kernel was running: `nvmlDeviceGetUtilizationRates`). Elsewhere (a CPU run, no
+  NVML samples) a least one: the kernels launched one by one, at least 2 per layer the
+  report lists (its forward and its weight gradient) plus one per parameter tensor of a
+  for-loop optimizer, x `LAUNCH_GAP_S`; none where tune kept CUDA graphs.
+- **MFU** (FLOPs / (time x peak), PaLM appendix B): the run's own where it was measured
+  against a datasheet peak, over the time its kernels computed (step - input wait -
+  NVML idle - the all-reduce it waited for); else `DEFAULT_MFU` or `mfu=`: a CPU run's
+  efficiency says nothing about a GPU.
+- **all-reduce**: data parallel with the run's per-GPU batch; a ring all-reduce moves
+  2 (N - 1) / N of the gradients through each GPU each way (Patarasuk and Yuan,
+  "Bandwidth optimal all-reduce algorithms", JPDC 2009; nccl-tests' bus bandwidth).
+  Gradient bytes are the report's trainable parameter bytes (a gradient has its
+  parameter's dtype), else 4 per parameter. The link is the datasheet row's NVLink or
+  PCIe figure for that many GPUs (`accelkit.hardware.interconnect.ring_link`), at its
+  rated bandwidth: the least the all-reduce can take. DDP all-reduces gradient buckets
+  while backward runs (Li et al., "PyTorch Distributed", VLDB 2020), and backward is
+  2/3 of a step's FLOPs (4N of 6N per token, PaLM appendix B): only what outlasts it is
+  added, the best case. tf.distribute all-reduces in `apply_gradients`, after backward:
+  all of it is added.
+
+The terms add up rather than overlap (no max): input wait and NVML idle time were
+measured in series with the kernels, and the launch gap is what each launch adds
+beyond its kernel even when the host runs ahead. The all-reduce is taken at its best
+(rated link bandwidth, hidden behind backward where DDP can hide it), so it is the
+least it can cost: a projection it slows is slowed at least that much, and more GPUs
+never rank ahead of fewer on an all-reduce the link cannot carry.
+
+Where the model cannot stand behind a figure, `project` returns `NotProjected` with
+the reason, and rankings leave it out: no FLOP count, no steps, no steady-state step,
+no datasheet peak for the dtype, no parameter count or no link figure for several
+GPUs (across servers: the network's bandwidth is in no datasheet row), and a step
+bound by its host on X (host > compute_X: the GPU would wait for the host between
+kernels, the MFU would not hold, and how host and GPU overlap there is not measured;
+the floor is then the least a step takes).
+
+    >>> run = {"flops_per_step": 1e12, "batch_size": 32, "steps": 100, "framework": "torch",
+    ...        "facts": {"parameters": 125_000_000}}
     >>> print(project(run, "H100 SXM", count=8, price_per_hour=2.5))  # doctest: +ELLIPSIS
     what-if: 8 x NVIDIA H100 SXM5 80GB, ...
 """
@@ -26,13 +66,28 @@ from typing import Any
 
 from accelkit import specs
 from accelkit.advisor.context import DEFAULT_MFU, Context
+from accelkit.hardware.interconnect import ring_link
 from accelkit.hardware.what_if import UnknownGPUError, what_if
 from accelkit.planning import Precision, Request, plan
+from accelkit.specs.types import GpuSpec
 from accelkit.utils.units import duration, money
 
 # Projections whose epoch times (or costs, or step times) differ by less than this share
 # are equal: the estimate is not that precise.
 EQUAL_WITHIN = 0.01
+
+# What a kernel launched on its own costs a step beyond its run: NVIDIA measured 20
+# kernels of 2.9 µs launched back to back in one stream at 3.8 µs each, 3.4 µs as one
+# CUDA graph (A. Gray, "Getting Started with CUDA Graphs", NVIDIA Technical Blog, 2019,
+# https://developer.nvidia.com/blog/cuda-graphs/). A floor: PyTorch's eager dispatch
+# adds its own time per op on top, and a step launches more kernels than it counts.
+LAUNCH_GAP_S = 3.8e-6 - 2.9e-6
+
+# Backward's share of a step's FLOPs: 4N of the 6N per token (PaLM appendix B).
+BACKWARD_SHARE = 2 / 3
+# Bytes of a gradient where the report counts parameters but not their bytes: float32,
+# the dtype mixed precision keeps parameters (and so their gradients) in.
+GRADIENT_BYTES = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,9 +98,14 @@ class Projection:
         gpu, key: the datasheet row's name and key.
         count: GPUs, data parallel.
         dtype: the matmul dtype assumed there; peak_tflops: its dense peak per GPU.
-        mfu, mfu_source: the MFU assumed, and where it comes from.
+        mfu, mfu_source: the MFU of the kernels assumed, and where it comes from.
         flops_per_step: FLOPs of one step on one GPU.
         input_wait_s: the measured wait for input per step, part of `step_time_s`.
+        host_s: the host time per step that a faster GPU does not shorten (NVML idle
+            time, or the least launch time), part of `step_time_s`.
+        compute_s: the kernels' time per step at `mfu`, part of `step_time_s`.
+        allreduce_s: the gradient all-reduce per step (0 on one GPU); exposed_allreduce_s:
+            the part of it that backward does not hide, part of `step_time_s`.
         step_time_s: one step on one GPU (all GPUs step together).
         samples_per_second: across the `count` GPUs, when the batch is known.
         steps_per_epoch: steps of one epoch on `count` GPUs; epoch_time_s: their time.
@@ -69,11 +129,20 @@ class Projection:
     price_per_hour: float | None = None
     cost_per_epoch: float | None = None
     assumptions: tuple[str, ...] = ()
+    host_s: float = 0.0
+    compute_s: float = 0.0
+    allreduce_s: float = 0.0
+    exposed_allreduce_s: float = 0.0
+
+    @property
+    def floor_s(self) -> float:
+        """The part of `step_time_s` that a faster GPU does not shorten."""
+        return self.input_wait_s + self.host_s
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["assumptions"] = list(self.assumptions)
-        return data
+        return {"projected": True, **data, "floor_s": self.floor_s}
 
     def __str__(self) -> str:
         cost = (
@@ -84,15 +153,43 @@ class Projection:
         rate = (
             "" if self.samples_per_second is None else f", {self.samples_per_second:,.0f} samples/s"
         )
-        wait = (
-            f" ({self.input_wait_s / self.step_time_s:.0%} input wait)" if self.input_wait_s else ""
-        )
+        parts = [
+            (self.input_wait_s, "input wait"),
+            (self.host_s, "host"),
+            (self.exposed_allreduce_s, "all-reduce"),
+        ]
+        shares = ", ".join(f"{s / self.step_time_s:.0%} {what}" for s, what in parts if s)
         head = (
             f"what-if: {self.count} x {self.gpu}, {self.dtype} at MFU {self.mfu:.1%}: step "
-            f"{duration(self.step_time_s)}{wait}, epoch {duration(self.epoch_time_s)} "
-            f"({self.steps_per_epoch:,.0f} steps){rate}{cost}"
+            f"{duration(self.step_time_s)}{f' ({shares})' if shares else ''}, epoch "
+            f"{duration(self.epoch_time_s)} ({self.steps_per_epoch:,.0f} steps){rate}{cost}"
         )
         return head + "".join(f"\n  assumes: {a}" for a in self.assumptions)
+
+
+@dataclasses.dataclass(frozen=True)
+class NotProjected:
+    """A projection the model cannot stand behind, and why.
+
+    Attributes:
+        gpu, key, count: as in `Projection`.
+        reason: why there is no figure, with the numbers it rests on.
+        floor_s: the least one step would take there (input wait + host), where known.
+        price_per_hour: as given.
+    """
+
+    gpu: str
+    key: str
+    count: int
+    reason: str
+    floor_s: float | None = None
+    price_per_hour: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"projected": False, **dataclasses.asdict(self)}
+
+    def __str__(self) -> str:
+        return f"what-if: {self.count} x {self.gpu}: not projected: {self.reason}"
 
 
 def project(
@@ -103,22 +200,26 @@ def project(
     *,
     mfu: float | None = None,
     precision: str | None = None,
-) -> Projection:
-    """Estimate a measured run on `count` GPUs called `gpu`.
+) -> Projection | NotProjected:
+    """Estimate a measured run on `count` GPUs called `gpu`, or say why it cannot be.
 
     Args:
-        report: a `RunReport` or its `to_dict()`; needs `flops_per_step`.
+        report: a `RunReport` or its `to_dict()`.
         gpu: a name or alias from the datasheet table (`accelkit specs`).
         count: GPUs, data parallel with the run's per-GPU batch.
         price_per_hour: price of one GPU-hour, for the cost of an epoch.
-        mfu: the MFU of the compute (input wait excluded) to assume; default the run's
-            own (measured against a datasheet peak), else `DEFAULT_MFU`.
+        mfu: the MFU of the kernels to assume; default the run's own (measured against a
+            datasheet peak), else `DEFAULT_MFU`.
         precision: the precision to assume there; default the run's matmul dtype when
             the run was on a GPU and the target has it, else accelkit's plan for the target.
 
+    Returns:
+        A `Projection`, or `NotProjected` with the reason where the report or the model
+        cannot give a figure (the module docstring lists when).
+
     Raises:
         UnknownGPUError: no datasheet row for `gpu`.
-        ValueError: the report has no FLOP count, or a bad count, MFU or precision.
+        ValueError: a bad count, MFU, price or precision.
 
     Example:
         >>> p = project({"flops_per_step": 1e12, "batch_size": 32, "framework": "torch",
@@ -128,29 +229,39 @@ def project(
     """
     data = report.to_dict() if hasattr(report, "to_dict") else dict(report)
     _check(count, mfu, price_per_hour)
-    flops = data.get("flops_per_step")
-    if not flops:
-        raise ValueError(
-            "projection needs the run's FLOPs per step, which this report lacks "
-            "(pass flops_per_step= to the fit)"
-        )
-    spec, variant, dtype, dtype_note, peak = _target(data, gpu, count, precision)
-    share = float(data.get("input_wait_share") or 0.0)
-    wait = share * float(data.get("step_time_s") or 0.0)
-    chosen_mfu, mfu_source = _mfu(data, mfu, share)
-    per_gpu_flops, per_gpu_batch, measured_devices = _per_gpu(data, float(flops))
-    step = per_gpu_flops / (chosen_mfu * peak * 1e12) + wait
+    spec, variant = specs.resolve(gpu)  # "H100": the most deployed variant, noted
+    if spec is None:
+        raise UnknownGPUError(specs.unknown_message(gpu))
+    dtype, dtype_note = _dtype(data, spec, count, precision)
+    peak = spec.peak(dtype)
+    why_not = _unmeasured(data) or _no_peak(spec, dtype, peak)
+    if why_not or not peak:
+        return NotProjected(spec.name, spec.key, count, why_not, None, price_per_hour)
+    wait = _input_wait(data)
+    host = _host(data, wait)
+    chosen_mfu, mfu_source = _mfu(data, mfu, wait, host)
+    per_gpu_flops, per_gpu_batch, measured_devices = _per_gpu(data, float(data["flops_per_step"]))
+    compute = per_gpu_flops / (chosen_mfu * peak * 1e12)
+    allreduce = _allreduce(data, spec, count, compute)
+    floor = wait + host.seconds
+    if isinstance(allreduce, str):
+        return NotProjected(spec.name, spec.key, count, allreduce, floor, price_per_hour)
+    if host.seconds > compute:
+        why = _host_bound(host, compute, floor, mfu_source)
+        return NotProjected(spec.name, spec.key, count, why, floor, price_per_hour)
+    step = floor + compute + allreduce.exposed
     steps, steps_note = _steps_per_epoch(data, data.get("facts") or {})
     steps_here = steps * measured_devices / count
     epoch = steps_here * step
-    cost = None if price_per_hour is None else epoch / 3600 * price_per_hour * count
     assumptions = [
         f"MFU {chosen_mfu:.1%} ({mfu_source})",
         dtype_note,
         f"{per_gpu_flops:.3e} FLOPs per GPU step"
         + (f", {per_gpu_batch:g} samples per GPU" if per_gpu_batch else ""),
         steps_note,
-        *_input_and_scaling(wait, count, measured_devices),
+        *_wait_note(wait),
+        host.note,
+        *([allreduce.note] if allreduce.note else []),
         *([variant] if variant else []),
     ]
     return Projection(
@@ -168,56 +279,42 @@ def project(
         steps_per_epoch=steps_here,
         epoch_time_s=epoch,
         price_per_hour=price_per_hour,
-        cost_per_epoch=cost,
+        cost_per_epoch=None if price_per_hour is None else epoch / 3600 * price_per_hour * count,
         assumptions=tuple(assumptions),
+        host_s=host.seconds,
+        compute_s=compute,
+        allreduce_s=allreduce.seconds,
+        exposed_allreduce_s=allreduce.exposed,
     )
 
 
-def _target(
-    data: Mapping[str, Any], gpu: str, count: int, precision: str | None
-) -> tuple[Any, str, str, str, float]:
-    """The GPU projected to: its datasheet row, which variant a bare name like "H100"
-    was taken for ("" for a full name), the matmul dtype assumed there and why, and
-    that dtype's dense peak.
-
-    Raises:
-        UnknownGPUError: no datasheet row for `gpu`.
-        ValueError: no dense peak for the dtype (or a bad precision).
-    """
-    spec, variant = specs.resolve(gpu)  # "H100": the most deployed variant, noted
-    if spec is None:
-        raise UnknownGPUError(specs.unknown_message(gpu))
-    dtype, dtype_note = _dtype(data, spec, count, precision)
-    peak = spec.peak(dtype)
-    if not peak:
-        raise ValueError(f"{spec.name} has no dense {dtype} peak in its datasheet")
-    return spec, variant, dtype, dtype_note, peak
+# -- what the report must hold ------------------------------------------------------
 
 
-def _per_gpu(data: Mapping[str, Any], flops: float) -> tuple[float, float | None, int]:
-    """The measured run per GPU: FLOPs and samples of one GPU's step (a process that drove
-    several GPUs split its step among them), and the GPUs the run measured in all."""
+def _unmeasured(data: Mapping[str, Any]) -> str:
+    """Why the report cannot be projected at all ("" when it can)."""
+    if not data.get("flops_per_step"):
+        return (
+            "the report has no FLOPs per step: the compute cannot be scaled to another GPU "
+            "(pass flops_per_step= to the fit)"
+        )
+    steps = data.get("steps") or 0
     facts = data.get("facts") or {}
-    devices = int(facts.get("devices_used") or 1)
-    batch = float(facts.get("batch_size") or data.get("batch_size") or 0)
-    measured_devices = devices * int(data.get("world_size") or 1)
-    return flops / devices, batch / devices or None, measured_devices
+    if not steps and not facts.get("steps_per_epoch"):
+        return "the report has no steps: there is no epoch to time"
+    if steps and data.get("steady_steps") == 0 and data.get("step_time_s") is None:
+        return (
+            f"the run measured no steady-state step (its {steps} step(s) were all warm-up): "
+            "no step time, input wait or host time to project from; run more steps"
+        )
+    return ""
 
 
-def _input_and_scaling(wait: float, count: int, measured_devices: int) -> list[str]:
-    """The assumptions about the input wait and data parallelism, where they apply."""
-    notes = []
-    if wait:
-        notes.append(
-            f"{duration(wait)} per step waiting for input, as measured "
-            "(host-side: a faster GPU does not shorten it)"
-        )
-    if count > 1 or measured_devices > 1:
-        notes.append(
-            f"data parallel over {count} GPU(s) with perfect scaling "
-            "(NCCL all-reduce adds a few percent)"
-        )
-    return notes
+def _no_peak(spec: GpuSpec, dtype: str, peak: float | None) -> str:
+    if peak:
+        return ""
+    why = f": {spec.notes}" if spec.peaks_unknown and spec.notes else ""
+    return f"{spec.name} has no dense {dtype} peak in its datasheet row{why}"
 
 
 def _check(count: int, mfu: float | None, price_per_hour: float | None) -> None:
@@ -233,6 +330,151 @@ def _check(count: int, mfu: float | None, price_per_hour: float | None) -> None:
         raise ValueError(f"mfu={mfu!r} must be in (0, 1]")
     if price_per_hour is not None and not (math.isfinite(price_per_hour) and price_per_hour >= 0):
         raise ValueError(f"price_per_hour={price_per_hour!r} must be a finite number >= 0")
+
+
+# -- the floor: what a faster GPU does not shorten ----------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Host:
+    """The host time per step a faster GPU does not shorten, as assumed.
+
+    `measured`: NVML's idle time of the run's own GPU (True), or a least launch time
+    (False); `what` names it in a sentence, `note` is the assumption's text.
+    """
+
+    seconds: float
+    measured: bool
+    what: str
+    note: str
+
+
+def _input_wait(data: Mapping[str, Any]) -> float:
+    return float(data.get("input_wait_share") or 0.0) * float(data.get("step_time_s") or 0.0)
+
+
+def _wait_note(wait: float) -> list[str]:
+    if not wait:
+        return []
+    text = (
+        f"{duration(wait)} per step waiting for input, as measured (host-side: a faster GPU "
+        "does not shorten it)"
+    )
+    return [text]
+
+
+def _host(data: Mapping[str, Any], wait: float) -> _Host:
+    """The measured GPU idle time per step where NVML sampled it, else the least launch
+    time of the step's kernels."""
+    util = data.get("gpu_utilization")
+    step = float(data.get("step_time_s") or 0.0)
+    if util is None or not step:
+        return _launches(data)
+    busy = min(step * float(util) / 100, step - wait)
+    idle = max(0.0, step - wait - busy)
+    return _Host(
+        idle,
+        True,
+        f"{duration(idle)} a step the run's GPU sat idle, not waiting for input",
+        f"{duration(idle)} per step of host time, the measured GPU's idle time not spent "
+        f"waiting for input: {duration(step)} x (1 - {float(util):.0f}% NVML utilisation) - "
+        f"{duration(wait)} input wait, on {data.get('device')} (a faster GPU does not "
+        "shorten it)",
+    )
+
+
+def _launches(data: Mapping[str, Any]) -> _Host:
+    """At least `LAUNCH_GAP_S` per kernel launched: 2 per listed layer (forward, weight
+    gradient) and one per parameter tensor of a for-loop optimizer (not compiled)."""
+    if (data.get("tuning") or {}).get("cudagraphs"):
+        return _Host(
+            0.0,
+            False,
+            "",
+            "no launch time counted: tune kept CUDA graphs, which "
+            "replay the step's kernels in one launch",
+        )
+    facts = data.get("facts") or {}
+    layers = len(facts.get("layers") or ())
+    optimizer = facts.get("optimizer") or {}
+    looped = optimizer.get("implementation") == "for-loop" and not facts.get("compiled")
+    tensors = int(optimizer.get("parameter_tensors") or 0) if looped else 0
+    kernels = 2 * layers + tensors
+    if not kernels:
+        return _Host(
+            0.0,
+            False,
+            "",
+            "no host time counted: the report has neither NVML utilisation nor the model's layers",
+        )
+    seconds = kernels * LAUNCH_GAP_S
+    counted = f"2 for each of the {layers} layers listed (forward, weight gradient)" + (
+        f" and {tensors} for the for-loop optimizer's parameter tensors" if tensors else ""
+    )
+    return _Host(
+        seconds,
+        False,
+        f"least time to launch its {kernels} kernels one by one ({duration(seconds)})",
+        f"at least {duration(seconds)} per step of host time launching kernels one by "
+        f"one: {kernels} kernels ({counted}) x {LAUNCH_GAP_S * 1e6:.1f} µs each, what a "
+        "launch costs beyond its kernel (NVIDIA, Getting Started with CUDA Graphs, 2019: "
+        "3.8 µs per 2.9 µs kernel)",
+    )
+
+
+def _host_bound(host: _Host, compute: float, floor: float, mfu_source: str) -> str:
+    """Why a step whose host time outlasts its kernels gets no figure."""
+    assumed = "" if "measured" in mfu_source else " at an MFU no GPU measured for this run"
+    return (
+        f"host-bound: its kernels would take {duration(compute)} a "
+        f"step{assumed}, less than the {host.what}: the step would follow the host, not "
+        f"the GPU's FLOP/s, and how the two overlap there is not measured; at least "
+        f"{duration(floor)} a step. Cut the host time first (torch.compile, CUDA graphs, "
+        "a larger batch)"
+    )
+
+
+# -- the kernels ----------------------------------------------------------------------
+
+
+def _mfu(
+    data: Mapping[str, Any], given: float | None, wait: float, host: _Host
+) -> tuple[float, str]:
+    """The MFU of the kernels, and where it comes from."""
+    if given is not None:
+        return float(given), "given"
+    measured = data.get("mfu")
+    if not measured:
+        return DEFAULT_MFU, (
+            "assumed, typical of well-tuned training: the run had no MFU against a "
+            "GPU datasheet peak (pass mfu= to change it)"
+        )
+    step = float(data.get("step_time_s") or 0.0)
+    allreduce = float(data.get("communication_s") or 0.0)
+    idle = host.seconds if host.measured else 0.0
+    kernels = step - wait - idle - allreduce
+    if not step or kernels <= 0 or kernels >= step:
+        return float(measured), f"the run's, measured on {data.get('device')}"
+    taken = [
+        what
+        for seconds, what in ((wait, "input wait"), (idle, "GPU idle"), (allreduce, "all-reduce"))
+        if seconds
+    ]
+    return min(float(measured) * step / kernels, 1.0), (
+        f"the run's, measured on {data.get('device')}, over the {duration(kernels)} of its "
+        f"{duration(step)} step its kernels computed (without {', '.join(taken)}): "
+        f"{measured:.1%} x {step / kernels:.3f}"
+    )
+
+
+def _per_gpu(data: Mapping[str, Any], flops: float) -> tuple[float, float | None, int]:
+    """The measured run per GPU: FLOPs and samples of one GPU's step (a process that drove
+    several GPUs split its step among them), and the GPUs the run measured in all."""
+    facts = data.get("facts") or {}
+    devices = int(facts.get("devices_used") or 1)
+    batch = float(facts.get("batch_size") or data.get("batch_size") or 0)
+    measured_devices = devices * int(data.get("world_size") or 1)
+    return flops / devices, batch / devices or None, measured_devices
 
 
 def _dtype(
@@ -271,22 +513,70 @@ def _counted(dtype: str) -> str:
     return "bf16" if dtype == "fp8" else dtype
 
 
-def _mfu(data: Mapping[str, Any], mfu: float | None, share: float) -> tuple[float, str]:
-    if mfu is not None:
-        return float(mfu), "given"
-    measured = data.get("mfu")
-    if measured:
-        if not share:
-            return float(measured), f"the run's, measured on {data.get('device')}"
-        compute = min(float(measured) / max(1.0 - share, 1e-9), 1.0)
-        return compute, (
-            f"the run's, measured on {data.get('device')}, over the time not "
-            f"spent waiting for input: {measured:.1%} / (1 - {share:.3f})"
+# -- the all-reduce -------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _AllReduce:
+    """One step's gradient all-reduce: all of it, the part backward does not hide, and
+    the assumption's text ("" on one GPU)."""
+
+    seconds: float
+    exposed: float
+    note: str
+
+
+_ONE_GPU = _AllReduce(0.0, 0.0, "")
+
+
+def _allreduce(
+    data: Mapping[str, Any], spec: GpuSpec, count: int, compute: float
+) -> _AllReduce | str:
+    """The gradient all-reduce of one step on `count` GPUs, or why it cannot be estimated."""
+    if count == 1:
+        return _ONE_GPU
+    size, size_note = _gradient_bytes(data.get("facts") or {})
+    if size is None:
+        return (
+            f"the report counts no parameters: the gradient all-reduce over {count} GPUs "
+            "cannot be estimated"
         )
-    return DEFAULT_MFU, (
-        "assumed, typical of well-tuned training: the run had no MFU against a "
-        "GPU datasheet peak (pass mfu= to change it)"
+    link = ring_link(spec, count)
+    if link.gbps_each_way is None:
+        return f"the gradient all-reduce over {count} x {spec.name} has no figure: {link.why}"
+    seconds = 2 * (count - 1) / count * size / (link.gbps_each_way * 1e9)
+    if str(data.get("framework") or "torch") == "torch":
+        backward = BACKWARD_SHARE * compute
+        exposed = max(0.0, seconds - backward)
+        adds = f"{duration(exposed)} of it adds to the step" if exposed else "none of it adds"
+        overlap = f"DDP overlaps it with backward ({duration(backward)}) at best: {adds}"
+    else:
+        exposed = seconds
+        overlap = "tf.distribute runs it after backward: all of it adds to the step"
+    return _AllReduce(
+        seconds,
+        exposed,
+        f"data parallel over {count} GPUs: a ring all-reduce of {size_note} a step, "
+        f"2 x ({count} - 1) / {count} of it each way over {link.why}: {duration(seconds)}; "
+        f"{overlap}",
     )
+
+
+def _gradient_bytes(facts: Mapping[str, Any]) -> tuple[float | None, str]:
+    """The gradients' bytes per step, and how they were counted."""
+    if facts.get("parameter_bytes"):
+        size = float(facts["parameter_bytes"])
+        return size, f"{size / 1e6:,.4g} MB of gradients (the trainable parameters' bytes)"
+    if facts.get("parameters"):
+        size = float(facts["parameters"]) * GRADIENT_BYTES
+        return size, (
+            f"{size / 1e6:,.4g} MB of gradients ({float(facts['parameters']):,.0f} "
+            f"parameters x {GRADIENT_BYTES} bytes, float32)"
+        )
+    return None, ""
+
+
+# -- the epoch ------------------------------------------------------------------------
 
 
 def _steps_per_epoch(data: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple[float, str]:
@@ -294,8 +584,6 @@ def _steps_per_epoch(data: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple
         steps = float(facts["steps_per_epoch"])
         return steps, f"{steps:,.0f} steps per epoch on the measured devices (counted)"
     steps = float(data.get("steps") or 0)
-    if not steps:
-        raise ValueError("projection needs the run's steps; this report has none")
     return steps, (
         f"one 'epoch' is the measured run's {steps:,.0f} steps (steps per epoch unknown)"
     )
@@ -304,8 +592,21 @@ def _steps_per_epoch(data: Mapping[str, Any], facts: Mapping[str, Any]) -> tuple
 # -- ranking -------------------------------------------------------------------------
 
 
-def ranked(projections: Sequence[Projection]) -> list[tuple[Projection, int, int | None]]:
-    """The projections fastest first, each with its rank by time and by cost (None: no price).
+def projected(found: Sequence[Projection | NotProjected]) -> list[Projection]:
+    """The projections with a figure, in the order given."""
+    return [p for p in found if isinstance(p, Projection)]
+
+
+def not_projected(found: Sequence[Projection | NotProjected]) -> list[NotProjected]:
+    """The projections without a figure, in the order given."""
+    return [p for p in found if isinstance(p, NotProjected)]
+
+
+def ranked(
+    projections: Sequence[Projection | NotProjected],
+) -> list[tuple[Projection, int, int | None]]:
+    """The projections with a figure, fastest first, each with its rank by time and by
+    cost (None: no price). `NotProjected` ones are left out: there is nothing to rank.
 
     Equal epoch times (or costs) share a rank, the next one skipping as many ("1, 1, 3"):
     8 x H100 SXM and 8 x H200 have the same peaks, so at one MFU neither is faster.
@@ -316,14 +617,26 @@ def ranked(projections: Sequence[Projection]) -> list[tuple[Projection, int, int
         >>> [(p.key, by_time, by_cost) for p, by_time, by_cost in ranked(found)]
         [('l4', 1, None), ('t4', 2, 1)]
     """
-    by_time = sorted(projections, key=lambda p: p.epoch_time_s)
+    figures = projected(projections)
+    by_time = sorted(figures, key=lambda p: p.epoch_time_s)
     priced = sorted(
-        (p for p in projections if p.cost_per_epoch is not None),
+        (p for p in figures if p.cost_per_epoch is not None),
         key=lambda p: p.cost_per_epoch or 0.0,  # priced ones only: never None
     )
     time_rank = _ranks(by_time, lambda p: p.epoch_time_s)
     cost_rank = _ranks(priced, lambda p: p.cost_per_epoch or 0.0)
     return [(p, time_rank[id(p)], cost_rank.get(id(p))) for p in by_time]
+
+
+def to_json(found: Sequence[Projection | NotProjected]) -> list[dict[str, Any]]:
+    """The projections as ``--json`` lists them: those with a figure fastest first with
+    ``rank_by_time`` and ``rank_by_cost``, then the others with ``projected: false``,
+    their ``reason`` and null ranks."""
+    ranks = [{**p.to_dict(), "rank_by_time": t, "rank_by_cost": c} for p, t, c in ranked(found)]
+    left = [
+        {**p.to_dict(), "rank_by_time": None, "rank_by_cost": None} for p in not_projected(found)
+    ]
+    return ranks + left
 
 
 def _ranks(ordered: Sequence[Projection], figure: Any) -> dict[int, int]:
@@ -346,22 +659,31 @@ def _equal(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=EQUAL_WITHIN)
 
 
-def leaders(projections: Sequence[Projection]) -> list[str]:
-    """The lines naming the fastest and the cheapest projections. Several sharing the
-    first place are named together as equal, never one of them as the fastest; a fastest
-    one whose step takes as long as others' is said to lead by its GPU count alone.
+def leaders(projections: Sequence[Projection | NotProjected]) -> list[str]:
+    """The lines naming the fastest and the cheapest projections with a figure. Several
+    sharing the first place are named together as equal, never one of them as the
+    fastest; a fastest one whose step takes as long as others' is said to lead by its GPU
+    count alone. Where some have no figure (`NotProjected`), the lines say "of those
+    projected": nothing is known of the others' speed.
 
     Example:
-        >>> run = {"flops_per_step": 1e12, "steps": 100}
+        >>> run = {"flops_per_step": 1e12, "steps": 100, "facts": {"parameters": 1e8}}
         >>> leaders([project(run, "H100 SXM", 8), project(run, "H200", 8)])
         ['equally fast: 8 x NVIDIA H100 SXM5 80GB, 8 x NVIDIA H200 SXM 141GB (same epoch time)']
     """
     order = ranked(projections)
     fastest = [p for p, by_time, _ in order if by_time == 1]
     cheapest = [p for p, _, by_cost in order if by_cost == 1]
+    among = " of those projected" if not_projected(projections) else ""
     lines = (
-        _first(fastest, "fastest", "equally fast", "epoch time") + _by_count(fastest, order),
-        _first(cheapest, "cheapest per epoch", "equally cheap per epoch", "cost per epoch"),
+        _first(fastest, f"fastest{among}", f"equally fast{among}", "epoch time")
+        + _by_count(fastest, order),
+        _first(
+            cheapest,
+            f"cheapest per epoch{among}",
+            f"equally cheap per epoch{among}",
+            "cost per epoch",
+        ),
     )
     return [line for line in lines if line]
 

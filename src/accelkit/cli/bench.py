@@ -10,7 +10,7 @@ from typing import Any
 
 from accelkit import bench as built_in
 from accelkit import specs
-from accelkit.advisor.projection import project, ranked
+from accelkit.advisor.projection import project, to_json
 from accelkit.cli.common import (
     JSON_HELP,
     add_command,
@@ -159,10 +159,7 @@ def _show(result: RunReport, targets: Sequence[tuple[str, int]], *, json: bool) 
     if json:
         document = result.to_dict()
         if projections:
-            document["projections"] = [
-                {**p.to_dict(), "rank_by_time": t, "rank_by_cost": c}
-                for p, t, c in ranked(projections)
-            ]
+            document["projections"] = to_json(projections)
         emit_json(document)
         return
     print(result)

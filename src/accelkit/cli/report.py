@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from accelkit import specs
-from accelkit.advisor.projection import project, ranked
+from accelkit.advisor.projection import project, to_json
 from accelkit.cli import report_compare
 from accelkit.cli.common import JSON_HELP, add_command, emit_json, gpu_target
 from accelkit.hardware.what_if import MAX_GPUS, UnknownGPUError
@@ -52,8 +52,8 @@ def add(commands: Any) -> None:
         default=[],
         metavar="NAME[:COUNT]",
         help=f"estimate step and epoch time on COUNT (default 1, at most "
-        f"{MAX_GPUS:,}) GPUs called NAME at the run's MFU; repeat to "
-        "rank several",
+        f"{MAX_GPUS:,}) GPUs called NAME at the run's MFU, with the host time and the "
+        "gradient all-reduce, or say why not (not projected); repeat to rank several",
     )
     parser.add_argument(
         "--price",
@@ -106,10 +106,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         document = result.to_dict()
         if projections:
-            document["projections"] = [
-                {**p.to_dict(), "rank_by_time": t, "rank_by_cost": c}
-                for p, t, c in ranked(projections)
-            ]
+            document["projections"] = to_json(projections)
         emit_json(document)
         return 0
     print(result)

@@ -9,7 +9,9 @@ tokens. Nothing here changes what the Trainer computes, nor runs the model more 
 than the Trainer does: the first step's FLOPs are counted as that step trains (a
 `flop_counter` from ``on_step_begin`` to ``on_step_end``: every micro-batch's forward,
 loss and backward, under the Trainer's own autocast and ``compute_loss``), not in a
-pass of their own.
+pass of their own. A later step whose batches have other shapes (dynamic padding,
+length-grouped sampling) gets its own FLOPs: one sample of each new shape counted apart
+from the step's time (`Meter.step_flops`).
 
 A step that a break follows (the Trainer logs, evaluates, saves, or the epoch or the
 training ends) is closed after a device synchronisation: the Trainer waits for that
@@ -114,7 +116,9 @@ class TrainerSteps:
         self.samples += samples
         self.tokens += tokens
         self.meter.last_batch_size = samples
-        self.meter.step_done(samples=samples, tokens=tokens, real_tokens=real if tokens else None)
+        flops = self.meter.step_flops(batches) if batches else None
+        real = real if tokens else None
+        self.meter.step_done(samples=samples, tokens=tokens, real_tokens=real, flops=flops)
 
     def _first(self, batches: list[dict[str, Any]], samples: int) -> None:
         from accelkit.torch.measuring.facts import half_integer_inputs
@@ -128,7 +132,7 @@ class TrainerSteps:
             return
         count = counted(counter, method=_METHOD)
         self.flops = count.total
-        self.meter.set_flops(count)
+        self.meter.set_flops(count, batches=batches)
 
     def _start_counting(self) -> None:
         try:

@@ -43,11 +43,16 @@ read its loss), keyed as `accelkit.profiling.metrics` spells them for Hugging Fa
 ``accelkit/step_time_s``, ``accelkit/samples_per_second``, ``accelkit/tokens_per_second``,
 ``accelkit/achieved_tflops``, ``accelkit/mfu``, ``accelkit/hfu`` (the recomputed forward
 counted, under activation checkpointing), ``accelkit/input_wait_share`` and, with
-NVML, the GPU figures (numbers only; a figure not known is left out). The final log
-(with ``train_runtime``) carries the whole run's under the same keys plus
-``accelkit/evaluation_share``, ``accelkit/real_tokens_per_second``,
-``accelkit/flops_per_step``, ``accelkit/peak_memory_bytes`` and ``accelkit/advice``
-(how many items).
+NVML, the GPU figures (numbers only; a figure not known is left out). So the Trainer's
+``logging_steps`` is their cadence, and each series holds windows to the end: the final
+log (with ``train_runtime``) gets the last one, the steps since the last log, if any.
+The whole run's figures go in that final log under their own names,
+``accelkit/run/<figure>`` (`metrics.RUN_FIGURES`: ``accelkit/run/step_time_s``,
+``accelkit/run/mfu``, ``accelkit/run/flops_per_step``, ``accelkit/run/advice_count``...),
+beside the Trainer's own run figures (``train_runtime``, ``train_samples_per_second``,
+``train_loss``) and as they are: that log is where Hugging Face users read a run's
+summary, each ``report_to`` logger records it as it records those (TensorBoard: one
+point each under ``train/``; W&B: its summary takes each key's last value).
 
 **Every logger.** The ``report_to`` loggers (TensorBoard, W&B, MLflow...) come before
 the callbacks you pass in the Trainer's list, and write ``logs`` in their own
@@ -82,14 +87,6 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from accelkit.profiling.run_report import RunReport
-
-# The whole run's figures in the final log: the logged window figures, and these.
-_RUN = (
-    *(metric.name for metric in metrics.METRICS),
-    "real_tokens_per_second",
-    "flops_per_step",
-    "peak_memory_bytes",
-)
 
 
 class AccelkitCallback(transformers.TrainerCallback):
@@ -129,7 +126,7 @@ class AccelkitCallback(transformers.TrainerCallback):
         >>> callback.report.steps, callback.report.evaluation_seconds > 0
         (4, True)
         >>> final = trainer.state.log_history[-1]
-        >>> final.get("accelkit/step_time_s", 0) > 0
+        >>> final.get("accelkit/run/step_time_s", 0) > 0
         True
     """
 
@@ -269,15 +266,9 @@ class AccelkitCallback(transformers.TrainerCallback):
             return
         assert self.meter is not None
         self._break(OTHER)  # the Trainer's logging: the loss read, the logs built
-        figures: dict[str, Any]
-        if "train_runtime" in logs:  # the final log: the whole run
-            report = self._close()
-            figures = {name: getattr(report, name) for name in _RUN}
-            figures["advice"] = len(report.advice)
-        else:
-            figures = self.meter.take_figures(close=True)
-        numbers = {k: v for k, v in figures.items() if isinstance(v, (int, float))}
-        added = metrics.spelled(numbers, "hf")
+        added = metrics.spelled(self.meter.take_figures(close=True), "hf")
+        if "train_runtime" in logs:  # the final log: the run's figures beside the last window
+            added.update(metrics.spelled(metrics.run_figures(self._close()), "hf", run=True))
         logs.update(added)
         # Trainer.log appended {**logs, "step": ...} to the history before calling on_log.
         last = state.log_history[-1] if state.log_history else None

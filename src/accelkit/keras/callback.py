@@ -104,7 +104,11 @@ class ProfileCallback(keras.callbacks.Callback):
     ``accelkit_input_wait_share``... as `accelkit.profiling.metrics` spells them), so
     `History`, `CSVLogger` and `TensorBoard` record them. Keras calls callbacks in list
     order with one ``logs`` dict: put this callback before `CSVLogger` and `TensorBoard`
-    (`accelkit.keras.fit` puts it first).
+    (`accelkit.keras.fit` puts it first). Each series holds one window an epoch, the last
+    epoch's included (its window closes at its end), never the whole run's figure. Those
+    are `callback.report`'s (`report.history` under `accelkit.keras.fit`): Keras' loggers
+    keep one row an epoch and no run summary (`CSVLogger` fixes its columns at the first
+    epoch's end; `TensorBoard` writes at epoch and batch ends only).
 
     Under a distribution strategy the figures are this process's: its replicas'
     samples (MirroredStrategy: all of them). Under MultiWorkerMirroredStrategy each

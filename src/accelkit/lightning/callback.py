@@ -14,10 +14,11 @@ come from the training steps alone.
 
 The first batch's FLOPs are counted as the Trainer trains it (`Meter`'s count on its
 first step: forward, loss and backward under the Trainer's precision), so the module's
-`training_step` runs only when the Trainer runs it, also with `tune` on. At
-every window boundary, where the meter synchronises the device anyway, rank 0 logs the
-windows' figures to the Trainer's loggers, named as every accelkit logger integration
-names them (`accelkit.profiling.metrics`: ``accelkit/step_time_s``...). Under DDP every
+`training_step` runs only when the Trainer runs it, also with `tune` on. Rank 0 logs
+the figures to the Trainer's loggers at the Trainer's ``log_every_n_steps``, in rows of
+Lightning's own step and ``epoch``, named as every accelkit logger integration names
+them (`accelkit.profiling.metrics`: ``accelkit/step_time_s``...); when the fit ends,
+the last window and the whole run's figures (``accelkit/run/...``) (`_rows`). Under DDP every
 rank closes its meter at the end of the fit, so every rank's `report` holds the whole
 run's figures, and the gradient all-reduce of the Trainer's `DistributedDataParallel`
 is timed as `accelkit.torch.fit` times its own
@@ -34,9 +35,9 @@ from typing_extensions import override
 
 from accelkit.lightning._framework import lightning_pytorch
 from accelkit.lightning._meter_steps import OpenStep
+from accelkit.lightning._rows import LoggerRows
 from accelkit.lightning._tune import trials_for
 from accelkit.planning import Plan
-from accelkit.profiling import metrics
 from accelkit.profiling.clock import EVALUATION, OTHER
 from accelkit.profiling.options import MeterOptions
 from accelkit.profiling.recorder import Recorder
@@ -65,8 +66,9 @@ class AccelkitCallback(_Callback):
         **options: the measurement options of every door, checked here
             (`accelkit.profiling.options.MeterOptions`): ``flops_per_step`` (counted on
             the first batch otherwise), ``tokens_per_sample``, ``warmup``, ``window``
-            (steps between device synchronisations, and between logged rows),
-            ``sample_gpu``, ``calibrate``, ``single_device``.
+            (at most this many steps between device synchronisations),
+            ``sample_gpu``, ``calibrate``, ``single_device``. The figures are logged at
+            the Trainer's ``log_every_n_steps``, whatever ``window`` is (`_rows`).
 
     The callback runs the module's ``training_step`` only when the Trainer does: the FLOPs
     are counted on the first batch as it trains, and tune's check against the eager step
@@ -111,7 +113,7 @@ class AccelkitCallback(_Callback):
         self.report: RunReport | None = None
         self.meter: Meter | None = None
         self._steps: OpenStep | None = None
-        self._trainer: Any = None
+        self._rows: LoggerRows | None = None
         self._epochs = 0
         self._loss_sum: Any = None  # this epoch's losses, summed on the device
         self._loss_steps = 0
@@ -125,9 +127,9 @@ class AccelkitCallback(_Callback):
         the first batch's FLOPs as that batch trains (no pass of its own)."""
         optimizers = getattr(trainer, "optimizers", None) or [None]
         self.meter = Meter(pl_module, optimizer=optimizers[0], **self.options.to_kwargs())
-        self.meter.on_window = self._log_window
         self._steps = OpenStep(self.meter)
-        self._trainer, self._epochs, self.report = trainer, 0, None
+        self._rows = LoggerRows(self.meter, trainer)
+        self._epochs, self.report = 0, None
         self._loss_sum, self._loss_steps = None, 0
         # Lightning's DDP strategies have wrapped the module by now
         trainer_timing.time_all_reduce(getattr(trainer.strategy, "model", None), self.meter)
@@ -159,10 +161,12 @@ class AccelkitCallback(_Callback):
     ) -> None:
         if self._steps is None or self.report is not None:
             return
+        assert self._rows is not None  # made with the steps
         self._steps.end()
         if self._trials is not None:
             self._trials.end()
             self._keep_trials()
+        self._rows.batch_end()
         loss: Any = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if getattr(loss, "ndim", None) == 0:  # summed where it lies: no sync per step
             loss = loss.detach().float()
@@ -183,12 +187,13 @@ class AccelkitCallback(_Callback):
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         if self.meter is None or self._steps is None or self.report is not None:
             return
+        assert self._rows is not None  # made with the meter
         self._steps.end()
         if self._trials is not None:
             self._trials.stop()
             self._keep_trials()
         self.meter.epochs = self._epochs
-        self.report = self.meter.close()
+        self.report = self._rows.fit_end(self.meter.close)
 
     @override
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
@@ -314,12 +319,3 @@ class AccelkitCallback(_Callback):
         if not getattr(pl_module, "automatic_optimization", True):
             return 1
         return int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
-
-    def _log_window(self, step_s: float, step: int) -> None:
-        """At a window's end (the device synchronised): rank 0 logs the figures of the
-        windows since the last row, spelled as every Lightning logger of accelkit's."""
-        assert self.meter is not None  # the meter calls this
-        figures = metrics.spelled(self.meter.take_figures(), "lightning")
-        if figures and self._trainer.is_global_zero:
-            for logger in self._trainer.loggers:
-                logger.log_metrics(figures, step=self._trainer.global_step)

@@ -13,7 +13,7 @@ from accelkit.hardware.info import HardwareInfo
 from accelkit.planning.types import Plan, Precision
 from accelkit.profiling import metrics, mfu, world
 from accelkit.profiling.clock import EVALUATION, OTHER, ClockSummary
-from accelkit.profiling.flop_count import FlopCount
+from accelkit.profiling.flop_count import FlopCount, StepFlops
 from accelkit.profiling.run_report import RunReport
 from accelkit.profiling.sampler import SamplerSummary
 from accelkit.utils.versions import versions
@@ -174,9 +174,20 @@ def _flops_per_step(report: RunReport, m: Measurements) -> None:
             report.note("flops_per_step", "; ".join(m.flops.notes))
         hardware = m.flops.hardware
         report.hardware_flops_per_step = float(hardware) if hardware is not None else None
+        if (own := _steps_own(m)) is not None:  # each step's batch counted: their mean
+            report.flops_per_step, report.hardware_flops_per_step = own.model, own.hardware
     else:
         why = "; ".join(m.flops.notes) if m.flops is not None else "not counted"
         report.note("flops_per_step", why + " (pass flops_per_step= to give it)")
+
+
+def _steps_own(m: Measurements) -> StepFlops | None:
+    """The mean of the steady steps' own FLOPs, where the door gave each step its own
+    (its batch's shape: `accelkit.profiling.flops_shapes`; the door's note says how)."""
+    steps = m.clock.steady_steps
+    if m.clock.steady_flops is None or not steps:
+        return None
+    return m.clock.steady_flops.times(1.0 / steps)
 
 
 def _flops(report: RunReport, m: Measurements) -> None:
@@ -209,7 +220,8 @@ def _float8(report: RunReport, m: Measurements) -> None:
     """The float8 share and the utilisation against the peaks its FLOPs could reach
     (`metrics.float8_figures`, the windows' formula); nothing, not even a note, where no
     matmul ran in float8."""
-    float8 = m.float8_flops_per_step
+    own = _steps_own(m) if m.flops_per_step is None else None
+    float8 = own.float8 if own is not None else m.float8_flops_per_step
     if not float8:
         return
     fp8 = mfu.peak(m.hardware, mfu.FLOAT8, devices=m.devices, gpu=m.gpu)

@@ -18,12 +18,16 @@ loops), or the time spent in the iterator's `next()` (fits that own the loop).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
+from accelkit.profiling.flop_count import StepFlops
+
 _now = time.perf_counter
+_NO_FLOPS = StepFlops(0.0, 0.0, 0.0)
 
 SERIES_POINTS = 512  # the most points a saved series holds, however long the run
 
@@ -145,8 +149,15 @@ class WindowSums:
     tokens: int = 0
     input_wait_s: float = 0.0
     seconds: float = 0.0
+    # The steps' own FLOPs added up, where every step of the windows had them (a door
+    # that counts each batch's shape: `accelkit.profiling.flops_shapes`); else None.
+    flops: StepFlops | None = None
 
     def add(self, other: WindowSums) -> None:
+        if not self.steps:
+            self.flops = other.flops
+        elif other.steps:
+            self.flops = self.flops + other.flops if self.flops and other.flops else None
         self.steps += other.steps
         self.samples += other.samples
         self.tokens += other.tokens
@@ -172,6 +183,8 @@ class ClockSummary:
     # Tokens that are not padding, when every steady step that had tokens said how
     # many (from an attention mask); else None.
     steady_real_tokens: int | None = None
+    # The steady steps' own FLOPs added up, when every one had them (`StepClock.step_done`).
+    steady_flops: StepFlops | None = None
     # One point per steady-state window (bounded: `BoundedSeries`): its end in seconds
     # since `started`, the step count there, seconds per step, samples per second and
     # input wait per step.
@@ -257,6 +270,8 @@ class StepClock:
         self._tokens = 0
         self._real_tokens: Any = 0  # an int, or a count still on the device
         self._real_seen = self._real_missing = False
+        self._flops: StepFlops | None = _NO_FLOPS  # None once a steady step came without
+        self._window_flops: StepFlops | None = _NO_FLOPS  # at the last boundary
         self._input_wait = 0.0
         self._window_step_s: list[float] = []
         self._series = BoundedSeries(WINDOW_COLUMNS)
@@ -288,7 +303,7 @@ class StepClock:
         if self._after_break:
             self._after_break = False
             self._stop_hands(OTHER, self._t() - self._last_step_end)
-        elif self._steady():
+        elif self.steady:
             self._input_wait += self._t() - self._last_step_end
 
     def fetched(self, wait_s: float) -> None:
@@ -299,12 +314,20 @@ class StepClock:
         if self._after_break:
             self._after_break = False
             self._stop_hands(OTHER, wait_s)
-        elif self._steady():
+        elif self.steady:
             self._input_wait += wait_s
 
-    def step_done(self, samples: int = 0, tokens: int = 0, real_tokens: Any = None) -> None:
+    def step_done(
+        self,
+        samples: int = 0,
+        tokens: int = 0,
+        real_tokens: Any = None,
+        flops: StepFlops | None = None,
+    ) -> None:
         """Count one step: its samples, its tokens (padding included) and, when known,
-        its real tokens (padding excluded).
+        its real tokens (padding excluded) and its own FLOPs (`flops`: the windows and
+        the run then add up every step's own; one step without them, and the figures
+        fall back on the one count of the run, `Recorder.flops_per_step`).
 
         `real_tokens` may be an int or a count still on the device (a 0-d tensor such
         as ``mask.sum()``): it is added where it lives, with no synchronisation, and
@@ -323,6 +346,7 @@ class StepClock:
                 self._real_seen = True
             elif tokens:
                 self._real_missing = True
+            self._flops = self._flops + flops if self._flops and flops else None
         if self.steps == self.warmup:
             self._boundary()
             self._steady_start, self._steady_wall = self._window_start, _now()
@@ -330,7 +354,9 @@ class StepClock:
             self._boundary()
         self._last_step_end = self._t()
 
-    def _steady(self) -> bool:
+    @property
+    def steady(self) -> bool:
+        """Whether warm-up is over: the next step counts in the steady figures."""
         return self._steady_start is not None
 
     # -- the other phases ------------------------------------------------------------
@@ -398,6 +424,24 @@ class StepClock:
         if self.on_break is not None:
             self.on_break(end - seconds, end)
 
+    @contextlib.contextmanager
+    def apart(self, phase: str = OTHER) -> Iterator[None]:
+        """``with clock.apart():`` what runs inside is not training, even within a step
+        (a FLOP count's own pass): the device is synchronised before and after, and the
+        seconds between count in `phase`, in no step, window or input wait."""
+        self.synchronize()
+        began = _now()
+        try:
+            yield
+        finally:
+            self.synchronize()
+            self._stop_hands(phase, _now() - began)
+
+    @property
+    def elapsed_s(self) -> float:
+        """Wall seconds since the clock started (training and every other phase)."""
+        return _now() - self._wall_start
+
     def synchronize(self) -> None:
         """Wait for the device's queued work (nothing on the CPU)."""
         if self._sync is not None:
@@ -430,6 +474,7 @@ class StepClock:
                 tokens=self._tokens - self._window_tokens,
                 input_wait_s=self._input_wait - self._window_wait,
                 seconds=seconds,
+                flops=_less(self._flops, self._window_flops),
             )
             self._taken.add(window)
             self._series.add(
@@ -447,6 +492,7 @@ class StepClock:
         self._last_boundary_step = self.steps
         self._window_samples, self._window_tokens = self._samples, self._tokens
         self._window_wait = self._input_wait
+        self._window_flops = self._flops
 
     def take(self, *, close: bool = False) -> WindowSums:
         """The steady windows that ended since the last call, added up; the sums start
@@ -498,8 +544,17 @@ class StepClock:
             steady_real_tokens=(
                 int(self._real_tokens) if self._real_seen and not self._real_missing else None
             ),
+            steady_flops=self._flops if self._flops and self._flops.model else None,
             series=self._series.columns() if len(self._series) else {},
             started=self._wall_start,
             phase_s=dict(self._phase_s),
             breaks=list(self._breaks),
         )
+
+
+def _less(now: StepFlops | None, then: StepFlops | None) -> StepFlops | None:
+    """The FLOPs added between two readings of the running sum: None where a step in
+    between had none (or no step had any)."""
+    if now is None or then is None or now.model <= then.model:
+        return None
+    return now + then.times(-1.0)

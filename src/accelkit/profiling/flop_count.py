@@ -65,3 +65,43 @@ class FlopCount:
             6
         """
         return sum(n for op, n in self.by_op.items() if op.rpartition(".")[2] == FLOAT8_OP)
+
+
+@dataclass(frozen=True)
+class StepFlops:
+    """The FLOPs of one training step as the clock adds them up, window by window: model
+    FLOPs (MFU's), hardware FLOPs (HFU's: the recomputed forward included; None when
+    not known) and the FLOPs that ran in float8.
+
+    Example:
+        >>> one = StepFlops.of(FlopCount(total=6, forward=2, by_op={"aten.mm": 8}, recomputed=2))
+        >>> one
+        StepFlops(model=6.0, hardware=8.0, float8=0.0)
+        >>> one.times(3) + one
+        StepFlops(model=24.0, hardware=32.0, float8=0.0)
+    """
+
+    model: float
+    hardware: float | None = None
+    float8: float = 0.0
+
+    @classmethod
+    def of(cls, count: FlopCount) -> StepFlops:
+        """The figures of `count` (whose `total` is known)."""
+        hardware = count.hardware
+        return cls(
+            float(count.total or 0), float(hardware) if hardware else None, float(count.float8)
+        )
+
+    def times(self, factor: float) -> StepFlops:
+        """Every figure `factor` times over (a batch of `factor` samples of one shape)."""
+        hardware = self.hardware * factor if self.hardware is not None else None
+        return StepFlops(self.model * factor, hardware, self.float8 * factor)
+
+    def __add__(self, other: StepFlops) -> StepFlops:
+        hardware = (
+            self.hardware + other.hardware
+            if self.hardware is not None and other.hardware is not None
+            else None
+        )
+        return StepFlops(self.model + other.model, hardware, self.float8 + other.float8)

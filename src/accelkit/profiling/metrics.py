@@ -16,15 +16,24 @@ Hugging Face loggers group ``accelkit/`` keys in one TensorBoard or W&B section.
 A figure that is not known over a window (MFU without a datasheet peak, the float8
 share where no matmul ran in float8, GPU figures without NVML, input wait where it is
 not timed) is left out of that window's row, never logged as 0.
+
+Those series hold windows only, to the end of the run. The whole run's figures
+(`RUN_FIGURES`: the run's step time, MFU, FLOPs per step, how many advice items...) are
+another kind of number, a figure of every steady step at once: a logger gets them once,
+when the run ends, under names of their own (``spell(name, ecosystem, run=True)``:
+``accelkit/run/mfu``, ``accelkit_run_mfu``), never as the last point of a window series.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from accelkit.profiling.clock import WindowSums
+
+if TYPE_CHECKING:
+    from accelkit.profiling.run_report import RunReport
 
 Ecosystem = Literal["keras", "lightning", "hf", "report"]
 
@@ -80,7 +89,20 @@ LABELS = {
     "mfu_calibrated": "MFU (measured peak)",
     "calibrated_tflops": "measured peak",
     "peak_tflops": "datasheet peak",
+    "advice_count": "advice items",
 }
+# The whole run's figures a logger gets once, at the run's end (`run_figures`): every
+# window figure over the whole steady run, and those only the run has.
+RUN_FIGURES = (
+    *(metric.name for metric in METRICS),
+    "real_tokens_per_second",
+    "flops_per_step",
+    "peak_memory_bytes",
+    "global_samples_per_second",  # of all ranks, where there are several
+    "scaling_efficiency",
+    "advice_count",  # len(report.advice)
+)
+_ALL_RANKS = ("global_samples_per_second", "scaling_efficiency")
 
 
 def label(name: str) -> str:
@@ -97,21 +119,53 @@ def label(name: str) -> str:
 
 
 _PREFIX = {"keras": "accelkit_", "lightning": "accelkit/", "hf": "accelkit/", "report": ""}
+_RUN_PREFIX = {"keras": "run_", "lightning": "run/", "hf": "run/", "report": ""}
 
 
-def spell(name: str, ecosystem: Ecosystem) -> str:
-    """`name` (a `METRICS` entry or another `RunReport` field) as `ecosystem` logs it.
+def spell(name: str, ecosystem: Ecosystem, *, run: bool = False) -> str:
+    """`name` (a `METRICS` entry or another `RunReport` field) as `ecosystem` logs it;
+    with `run`, the whole run's figure of that name (`RUN_FIGURES`), whose name is its
+    own, apart from the windows' series.
 
     Example:
-        >>> spell("mfu", "keras"), spell("mfu", "hf")
-        ('accelkit_mfu', 'accelkit/mfu')
+        >>> spell("mfu", "keras"), spell("mfu", "hf"), spell("mfu", "lightning", run=True)
+        ('accelkit_mfu', 'accelkit/mfu', 'accelkit/run/mfu')
     """
-    return _PREFIX[ecosystem] + name
+    return _PREFIX[ecosystem] + (_RUN_PREFIX[ecosystem] if run else "") + name
 
 
-def spelled(figures: Mapping[str, float], ecosystem: Ecosystem) -> dict[str, float]:
-    """`figures` keyed as `ecosystem` logs them."""
-    return {spell(name, ecosystem): value for name, value in figures.items()}
+def spelled(
+    figures: Mapping[str, float], ecosystem: Ecosystem, *, run: bool = False
+) -> dict[str, float]:
+    """`figures` keyed as `ecosystem` logs them (`spell`)."""
+    return {spell(name, ecosystem, run=run): value for name, value in figures.items()}
+
+
+def run_figures(report: RunReport) -> dict[str, float]:
+    """The whole run's figures (`RUN_FIGURES`) of `report` that are numbers: what a door
+    logs once, at the run's end, spelled with ``run=True``. A figure not measured (None)
+    is left out, as from a window's row, and so are the figures of all ranks in a run of
+    one (its own figures).
+
+    Example:
+        >>> from accelkit.profiling.run_report import RunReport
+        >>> report = RunReport(framework="torch", model="m", device="cpu",
+        ...                    precision="fp32", matmul_dtype="fp32", step_time_s=0.5)
+        >>> run_figures(report)
+        {'step_time_s': 0.5, 'advice_count': 0.0}
+    """
+    several = report.world_size > 1
+    figures = {
+        name: getattr(report, name, None)
+        for name in RUN_FIGURES
+        if several or name not in _ALL_RANKS
+    }
+    figures["advice_count"] = len(report.advice)
+    return {
+        name: float(value)
+        for name, value in figures.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
 
 
 def window_figures(
@@ -131,7 +185,9 @@ def window_figures(
     peak, HFU the same with hardware FLOPs (PaLM, appendix B).
 
     Args:
-        sums: the windows' steps, samples, tokens, input wait and training seconds.
+        sums: the windows' steps, samples, tokens, input wait and training seconds, and
+            the steps' own FLOPs where the door counted each batch's (`sums.flops`: they
+            then stand for the three per-step FLOP figures below).
         flops_per_step: model FLOPs of one step, or None when not known.
         peak_tflops: the dense peak of the devices used, or None when not known.
         hardware_flops_per_step: FLOPs of one step with the forward activation
@@ -152,6 +208,10 @@ def window_figures(
     """
     if sums.seconds <= 0 or not sums.steps:
         return {}
+    if sums.flops is not None:  # the steps' own, in the place of the run's one count
+        per_step = sums.flops.times(1.0 / sums.steps)
+        flops_per_step, hardware_flops_per_step = per_step.model, per_step.hardware
+        float8_flops_per_step = per_step.float8 or None
     achieved, hardware = (
         flops * sums.steps / sums.seconds / 1e12 if flops else None
         for flops in (flops_per_step, hardware_flops_per_step)

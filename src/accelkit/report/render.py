@@ -13,7 +13,14 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from accelkit.advisor.projection import Projection, leaders, ranked
+from accelkit.advisor.projection import (
+    NotProjected,
+    Projection,
+    leaders,
+    not_projected,
+    projected,
+    ranked,
+)
 from accelkit.profiling.metrics import label
 from accelkit.profiling.tuning import Check
 from accelkit.report.phases import describe, run_time
@@ -432,9 +439,12 @@ def _ends(values: list[float]) -> list[float]:
     return values if len(values) <= 4 else [values[0], values[1], values[-2], values[-1]]
 
 
-def render_projections(projections: Sequence[Projection], width: int | None = None) -> str:
-    """A table of the projections ranked by epoch time, with the rank by cost, fitted to
-    `width` (default: the terminal's)."""
+def render_projections(
+    projections: Sequence[Projection | NotProjected], width: int | None = None
+) -> str:
+    """A table of the projections with a figure, ranked by epoch time, with the rank by
+    cost, fitted to `width` (default: the terminal's); then each one without a figure,
+    with the reason."""
     width = terminal_width(width)
     rows = []
     for p, by_time, by_cost in ranked(projections):
@@ -447,34 +457,37 @@ def render_projections(projections: Sequence[Projection], width: int | None = No
                 f"{p.mfu:.0%}",
                 units.duration(p.step_time_s),
                 f"{p.input_wait_s / p.step_time_s:.0%}",
+                f"{p.host_s / p.step_time_s:.0%}",
+                f"{p.exposed_allreduce_s / p.step_time_s:.0%}" if p.count > 1 else "-",
                 units.duration(p.epoch_time_s),
                 "-" if p.cost_per_epoch is None else units.money(p.cost_per_epoch),
                 str(by_time),
                 "-" if by_cost is None else str(by_cost),
             )
         )
-    body = table(
-        (
-            "gpu",
-            "n",
-            "dtype",
-            "peak TFLOP/s",
-            "MFU",
-            "step",
-            "input",
-            "epoch",
-            "cost/epoch",
-            "by time",
-            "by cost",
-        ),
-        rows,
-        width=width,
+    headers = (
+        "gpu",
+        "n",
+        "dtype",
+        "peak TFLOP/s",
+        "MFU",
+        "step",
+        "input",
+        "host",
+        "all-reduce",
+        "epoch",
+        "cost/epoch",
+        "by time",
+        "by cost",
     )
+    body = table(headers, rows, width=width) if rows else ""
     lines = ["what-if projection: the same run on other GPUs", body, *leaders(projections)]
+    lines += [f"not projected: {p.count} x {p.gpu}: {p.reason}" for p in not_projected(projections)]
     lines += [
-        f"assumes{f' for {who}' if who else ''}: {text}" for text, who in _assumptions(projections)
+        f"assumes{f' for {who}' if who else ''}: {text}"
+        for text, who in _assumptions(projected(projections))
     ]
-    return "\n".join(line if line is body else paragraph(line, width) for line in lines)
+    return "\n".join(line if line is body else paragraph(line, width) for line in lines if line)
 
 
 def _assumptions(projections: Sequence[Projection]) -> list[tuple[str, str]]:

@@ -115,6 +115,9 @@ def _row(entry: dict[str, Any]) -> _Row:
         peak_tflops=dict(entry["peak_tflops"]),
         source=entry["source"],
         notes=entry.get("notes", ""),
+        nvlink_gpus=entry.get("nvlink_gpus"),
+        pcie_gbps=entry.get("pcie_gbps"),
+        interconnect_source=entry.get("interconnect_source", ""),
     )
     names = [*entry["nvml_names"], entry["name"], entry["key"], *entry.get("aliases", ())]
     return _Row(

@@ -26,6 +26,13 @@ class GpuSpec:
             source gives it.
         bandwidth_gbps: memory bandwidth in GB/s; None when unknown.
         nvlink_gbps: total NVLink bandwidth per GPU in GB/s (both directions), None without NVLink.
+        nvlink_gpus: how many GPUs one NVLink domain joins: 2 or 4 for cards joined by a
+            bridge, 8 or more for modules on an NVSwitch board or rack (HGX, DGX, NVL72);
+            None without NVLink, or where the source fixes no count (GH200).
+        pcie_gbps: the PCIe link to the host in GB/s, both directions, as datasheets state
+            it (PCIe Gen4 x16: 64); None where the source gives none.
+        interconnect_source: where `nvlink_gpus` and `pcie_gbps` come from when not from
+            `source` alone ("" when the row's datasheet states both).
         p2p: whether peer-to-peer over PCIe/NVLink is supported between two of these
             cards (False for GeForce 40/50 series).
         ecc: whether the memory has ECC.
@@ -50,6 +57,9 @@ class GpuSpec:
     peak_tflops: dict[str, float]
     source: str
     notes: str = ""
+    nvlink_gpus: int | None = None
+    pcie_gbps: float | None = None
+    interconnect_source: str = ""
 
     def peak(self, dtype: str) -> float | None:
         """The dense peak in TFLOP/s for `dtype`; None when the chip has no such path or no

@@ -431,6 +431,25 @@ def is_fsdp1_root(module: Any) -> bool:
     return isinstance(module, fsdp.FullyShardedDataParallel)
 
 
+def gathers_in_forward(module: Any) -> bool:
+    """Whether a forward of `module` runs collectives because its parameters are
+    sharded (FSDP2's DTensors, FSDP1's units, DeepSpeed ZeRO-3's partitions): a pass on
+    one rank alone, such as a FLOP count of a shape only that rank saw, would wait for
+    the other ranks forever.
+
+    Example:
+        >>> import torch
+        >>> gathers_in_forward(torch.nn.Linear(2, 2))
+        False
+    """
+    if any(type(m).__name__ == "FullyShardedDataParallel" for m in module.modules()):
+        return True
+    return any(
+        hasattr(p, "ds_id") or type(p).__name__ in ("DTensor", "FlatParameter")
+        for p in module.parameters()
+    )
+
+
 def _local(parameter: Any) -> Any:
     """This rank's shard of a DTensor parameter (a plain tensor: itself)."""
     to_local = getattr(parameter, "to_local", None)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from accelkit.configure import current_plan
@@ -31,12 +31,14 @@ from accelkit.planning import Request
 from accelkit.planning import plan as make_plan
 from accelkit.profiling import calibrate, torch_batches
 from accelkit.profiling.clock import StepClock
-from accelkit.profiling.flop_count import FlopCount
+from accelkit.profiling.flop_count import FlopCount, StepFlops
+from accelkit.profiling.flops_shapes import ShapeFlops
 from accelkit.profiling.flops_torch import counted
 from accelkit.profiling.options import MeterOptions
 from accelkit.profiling.recorder import Recorder
 from accelkit.profiling.run_report import RunReport
 from accelkit.report.assemble import build_report
+from accelkit.torch.distributed import sharding
 from accelkit.torch.distributed.communication import GradientTimer, steady_totals
 from accelkit.torch.measuring.facts import half_integer_inputs, model_device
 from accelkit.torch.measuring.memory_probe import ActivationProbe, memory_facts
@@ -60,6 +62,13 @@ class Meter:
         count_flops: count the first step's FLOPs with
             `torch.utils.flop_counter.FlopCounterMode` (unless ``flops_per_step`` is
             given); False when the caller counts them (`set_flops`) or they are not wanted.
+            A step whose batch has other shapes than the first's gets its own count
+            (`accelkit.profiling.flops_shapes`), by `count_batch`.
+        count_batch: counts one training step's FLOPs on a batch of the loop (one of a
+            few samples); None: `model`'s forward and backward on it, the batch taken
+            as `step` documents (a dict as keywords, a tuple's first item, a tensor),
+            the loss the model returns or the sum of its outputs. Checked once against
+            the first step's count, which holds what the step really did.
         gather: gather every rank's figures into the report when it is built (a
             collective: every rank must build it). None: when a process group of
             more than one rank is initialised.
@@ -106,6 +115,7 @@ class Meter:
         count_flops: bool = True,
         gather: bool | None = None,
         epochs: int | None = None,
+        count_batch: Callable[[Any], FlopCount] | None = None,
         **options: Any,
     ) -> None:
         self._torch = require("torch")
@@ -149,6 +159,7 @@ class Meter:
         self.tuning: dict[str, Any] | None = None
         self._warmup_after_trials: int | None = None
         self._activations = ActivationProbe(self._torch, self._device, model)
+        self._shapes = self._shape_flops(count_batch)
         self.communication: GradientTimer | None = None  # communication.timed sets it
 
     @property
@@ -249,7 +260,8 @@ class Meter:
                 self._count_first = False
                 with counter:
                     yield
-                self.set_flops(counted(counter, method="torch FlopCounterMode on the first step"))
+                count = counted(counter, method="torch FlopCounterMode on the first step")
+                self.set_flops(count, batches=None if batch is None else [batch])
             self.step_counted(batch, samples)
         finally:
             self._activations.abandon()  # a step that raised: its hooks go, nothing measured
@@ -275,12 +287,35 @@ class Meter:
             if found_half := half_integer_inputs(batch):
                 self._batch_facts["half_integer_inputs"] = found_half
         tokens, real = self._tokens(batch, count, ids)
-        self.step_done(samples=count or 0, tokens=tokens, real_tokens=real)
+        flops = self.step_flops([batch]) if batch is not None else None
+        self.step_done(samples=count or 0, tokens=tokens, real_tokens=real, flops=flops)
 
-    def step_done(self, *, samples: int, tokens: int, real_tokens: Any = None) -> None:
-        """Close a step begun with `step_begin`, counted by the door itself."""
+    def step_done(
+        self, *, samples: int, tokens: int, real_tokens: Any = None, flops: StepFlops | None = None
+    ) -> None:
+        """Close a step begun with `step_begin`, counted by the door itself (`flops`: the
+        step's own, `step_flops`)."""
         self.step_work_done()
-        self.clock.step_done(samples=samples, tokens=tokens, real_tokens=real_tokens)
+        self.clock.step_done(samples=samples, tokens=tokens, real_tokens=real_tokens, flops=flops)
+
+    def step_flops(self, batches: list[Any]) -> StepFlops | None:
+        """The FLOPs of a steady step that trained `batches` (its micro-batches), from
+        their shapes (`accelkit.profiling.flops_shapes`): a new shape is counted apart
+        from the step's time. None in warm-up, without a first count, or where the
+        shapes cannot be read (the run's one count stands for the step)."""
+        if self._shapes is None or not self.clock.steady:
+            return None
+        return self._shapes.step(batches)
+
+    def _shape_flops(self, count_batch: Callable[[Any], FlopCount] | None) -> ShapeFlops | None:
+        """Counts by shape, unless the user gave the FLOPs, there is no model to count,
+        or a count on one rank would wait for the others (sharded parameters)."""
+        model = self.model
+        if self.options.flops_per_step is not None or not isinstance(model, self._torch.nn.Module):
+            return None
+        if sharding.gathers_in_forward(model):
+            return None
+        return ShapeFlops(count_batch or functools.partial(_model_pass, model), self.clock)
 
     def step_work_done(self) -> None:
         """The step's own forward, backward and optimizer step are over: what a door runs
@@ -326,10 +361,23 @@ class Meter:
         """The figures of the windows since the last call (`Recorder.take_figures`)."""
         return self.recorder.take_figures(close=close)
 
-    def set_flops(self, count: FlopCount) -> None:
-        """Use `count` (e.g. from `count_train_step_flops`) instead of counting inline."""
+    def set_flops(
+        self,
+        count: FlopCount,
+        *,
+        batches: list[Any] | None = None,
+        count_batch: Callable[[Any], FlopCount] | None = None,
+    ) -> None:
+        """Use `count` (e.g. from `count_train_step_flops`) instead of counting inline;
+        with the `batches` it was counted on (a step's micro-batches), later steps of
+        other shapes get their own counts (`step_flops`), by `count_batch` where given
+        (the way `count` was taken), else the meter's."""
         self.recorder.set_flops(count)
         self._count_first = False
+        if count_batch is not None:
+            self._shapes = self._shape_flops(count_batch)
+        if self._shapes is not None and batches:
+            self._shapes.start(batches, count)
 
     def hold_warmup(self) -> None:
         """Keep the warm-up open until `warmup` steps after the next one (at least one):
@@ -385,6 +433,8 @@ class Meter:
             facts = self._facts()
         except Exception as error:  # noqa: BLE001 - facts feed advice, never fail a run
             facts = {"facts_error": f"{type(error).__name__}: {error}"}
+        if self._shapes is not None and (how := self._shapes.note()):
+            self.note("flops_per_step", how)
         measurements = self.recorder.measurements(
             framework="torch",
             model=type(self.model).__name__ if self.model is not None else "-",
@@ -468,3 +518,14 @@ class Meter:
         if planned is not None and "predicted_memory_bytes" in measured:
             measured["planned_memory_bytes"] = planned
         return measured
+
+
+def _model_pass(model: Any, batch: Any) -> FlopCount:
+    """One training step's FLOPs of `model` on a `Meter.step` batch: a dict as keywords,
+    a tuple's or list's first item, a tensor as it is; the loss the model returns, else
+    the sum of its outputs (their FLOPs are not counted either way)."""
+    from accelkit.profiling.flops_torch import count_train_step_flops
+
+    plain = isinstance(batch, Mapping) or torch_batches.is_tensor(batch)
+    inputs = batch if plain or not isinstance(batch, (list, tuple)) else batch[0]
+    return count_train_step_flops(model, inputs, sliced=False)

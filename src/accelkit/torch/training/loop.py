@@ -199,14 +199,15 @@ class _Counter:
         self.recount = False
         count = step.count_flops(batch)
         if count.total:
-            self.meter.set_flops(count)
+            self.meter.set_flops(count, batches=[batch], count_batch=step.count_flops)
 
     def train_one(self, batch: Any, step: Step, again: bool = False) -> Any:
         """Train one batch, measured, and count it (`accelkit.torch.training.step.TrainOne`)."""
         if again:  # counted already, in the unit of a trial that failed: its gradients only
             return self.micro_step(batch, step, stepping=False)
         if self.count_flops and self.done == 0:
-            self.meter.set_flops(step.count_flops(batch))
+            count = step.count_flops(batch)
+            self.meter.set_flops(count, batches=[batch], count_batch=step.count_flops)
         elif self.count_flops and self.recount:
             self._count_again(step, batch)
         stepping = (self.done + 1) % self.schedule.accumulation_steps == 0
