@@ -132,6 +132,18 @@ def test_gpus_without_peer_to_peer_say_so() -> None:
     assert "no peer-to-peer path" in found.action
 
 
+def test_bridged_pairs_are_not_called_an_nvlink_machine() -> None:
+    """8 x A100 PCIe are four NVLink-bridged pairs over PCIe (before: "NVLink", and the
+    action's "NVLink joins these GPUs"); 8 x A100 SXM are one NVLink board."""
+    eight = [(0.030, 0.01)] * 8
+    bridged = rule(what_if("A100 PCIe", 8), efficiency=0.6, world=8, per_rank=eight)
+    assert bridged.evidence["interconnect"] == "NVLink between some pairs, PCIe between others"
+    assert "NVLink joins these GPUs" not in bridged.action
+    board = rule(what_if("A100-SXM4-80GB", 8), efficiency=0.6, world=8, per_rank=eight)
+    assert board.evidence["interconnect"] == "NVLink"
+    assert "NVLink joins these GPUs" in board.action
+
+
 def test_two_nodes_without_infiniband_get_socket_advice() -> None:
     hardware = what_if("H100 SXM", 8, environ=TWO_NODES)
     found = rule(hardware, efficiency=0.5, world=16)

@@ -34,7 +34,9 @@ def test_links_join_every_pair_of_a_server_and_none_across(count) -> None:
     pairs = {(link.a, link.b) for link in hardware.links}
     expected = {(a, b) for a in range(count) for b in range(a + 1, count) if server[a] == server[b]}
     assert pairs == expected
-    assert all(link.p2p and link.nvlink for link in hardware.links)
+    # NVLink within each HGX board of 8 (the row's nvlink_gpus), PCIe peer-to-peer beyond
+    assert all(link.p2p for link in hardware.links)
+    assert all(link.nvlink is (link.a // 8 == link.b // 8) for link in hardware.links)
 
 
 def test_one_server_is_every_pair() -> None:

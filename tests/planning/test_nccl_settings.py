@@ -43,6 +43,9 @@ CASES = [
     ("RTX 3080 Ti", 2, 1, False, {"NCCL_P2P_DISABLE": "1"}),
     ("RTX 5090", 2, 1, False, {"NCCL_P2P_DISABLE": "1"}),
     ("RTX 3090", 2, 1, False, {}),  # GeForce with an NVLink bridge: P2P
+    ("RTX 3090", 4, 1, False, {"NCCL_P2P_DISABLE": "1"}),  # two bridges, no PCIe P2P
+    ("A100 PCIe", 8, 1, False, {}),  # NVLink bridges of 2, PCIe P2P between them
+    ("H200 NVL", 8, 1, False, {}),  # NVLink bridges of 4, PCIe P2P between them
     ("H200 SXM", 8, 2, True, {}),  # InfiniBand between the nodes: NCCL finds it
     ("H200 SXM", 8, 2, False, {"NCCL_SOCKET_IFNAME": "<fast interface>"}),
     ("RTX 4090", 4, 2, False, {"NCCL_P2P_DISABLE": "1", "NCCL_SOCKET_IFNAME": "<fast interface>"}),

@@ -85,7 +85,7 @@ def ring_link(spec: GpuSpec, count: int) -> RingLink:
             "all-reduce between servers runs over the network, whose bandwidth no "
             "datasheet row gives"
         )
-    if spec.segment == "geforce":
+    if not spec.pcie_p2p:  # GeForce, by the table's convention
         return _none(
             "GeForce cards have no PCIe peer-to-peer (NVIDIA does not enable it): NCCL "
             "stages the all-reduce through host memory, at a rate no datasheet row gives"

@@ -12,6 +12,15 @@ Counts are bounded by what exists, so a what-if stays a few thousand objects at 
 
 Links are built within a node only (pairs across nodes meet over the network, not
 peer-to-peer), so the topology is O(count), never count x (count - 1) / 2 pairs.
+
+NVLink joins GPUs within one NVLink domain only, of the row's ``nvlink_gpus``: a 2- or
+4-way bridge (A100 PCIe, H200 NVL, RTX 3090), an 8- or 16-GPU NVSwitch board (HGX,
+DGX), a 72-GPU NVL72 rack. Eight A100 PCIe cards are four bridged pairs that reach
+each other over PCIe, not one NVLink fabric. GPUs ``i`` and ``j`` of a server share a
+domain when ``i // nvlink_gpus == j // nvlink_gpus``; between domains they are PCIe
+peers where the model allows PCIe peer-to-peer (`GpuSpec.pcie_p2p`: never GeForce).
+A row with NVLink but no domain size (GH200) is taken as NVLink between every pair of
+a server, as before the table had the count, and the snapshot's notes say so.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from collections.abc import Mapping
 from accelkit import specs
 from accelkit.hardware.environment import read_launcher
 from accelkit.hardware.info import GpuInfo, HardwareInfo, Link
+from accelkit.specs.types import GpuSpec
 
 MAX_GPUS_PER_NODE = 16
 MAX_GPUS = 16_384
@@ -73,10 +83,13 @@ def what_if(
 ) -> HardwareInfo:
     """A `HardwareInfo` for `count` GPUs of the model `gpu`, as its datasheet describes it.
 
-    The topology comes from the datasheet: every pair in a server has peer-to-peer
-    access when the model supports it (GeForce RTX 40/50-series do not), over NVLink
-    when the model has NVLink. More than `MAX_GPUS_PER_NODE` GPUs fill servers of
-    that many, with links only within each (O(count) links).
+    The topology comes from the datasheet: GPUs of one NVLink domain (the row's
+    ``nvlink_gpus``: a bridge of 2 or 4, a board of 8 or 16) are joined by NVLink;
+    other pairs of a server are PCIe peers when the model allows PCIe peer-to-peer
+    (GeForce does not), else not peers at all. A row with NVLink but no domain size is
+    taken as NVLink between every pair of a server, and a note says it is assumed.
+    More than `MAX_GPUS_PER_NODE` GPUs fill servers of that many, with links only
+    within each (O(count) links). A note says the topology in words.
 
     Args:
         gpu: a name or alias from the table (`accelkit specs` lists them), or None
@@ -91,8 +104,10 @@ def what_if(
         ValueError: `count` is not a whole number from 1 to `MAX_GPUS`.
 
     Example:
-        >>> what_if("H100 SXM", count=8).gpu_count
-        8
+        >>> what_if("H100 SXM", count=8).all_nvlink
+        True
+        >>> [(link.a, link.b) for link in what_if("A100 PCIe", count=4).links if link.nvlink]
+        [(0, 1), (2, 3)]
     """
     check_count(count)
     launcher = read_launcher(environ or {})
@@ -116,10 +131,9 @@ def what_if(
         )
         for i in range(count)
     )
+    domain = _nvlink_domain(spec)
     links = tuple(
-        Link(
-            a=a, b=b, p2p=spec.p2p, nvlink=spec.nvlink_gbps is not None, common_ancestor="datasheet"
-        )
+        _link(spec, a, b, domain)
         for first in range(0, count, MAX_GPUS_PER_NODE)
         for a, b in itertools.combinations(range(first, min(first + MAX_GPUS_PER_NODE, count)), 2)
     )
@@ -142,6 +156,63 @@ def what_if(
                 f"what-if: {count} x {spec.name}{across}, figures and topology from the "
                 f"datasheet ({spec.source}){unknown}"
             ),
+            *([_topology(spec, count)] if count > 1 else []),
             *([variant] if variant else []),
         ),
+    )
+
+
+def _nvlink_domain(spec: GpuSpec) -> int:
+    """GPUs one NVLink domain joins in a what-if: the row's `nvlink_gpus`; a whole server
+    where the row has NVLink but no count (assumed: `_topology` says so); 1 without NVLink."""
+    if not spec.nvlink_gbps:
+        return 1
+    return spec.nvlink_gpus or MAX_GPUS_PER_NODE
+
+
+def _link(spec: GpuSpec, a: int, b: int, domain: int) -> Link:
+    """GPUs `a` and `b` of one server: NVLink peers within a domain, PCIe peers beyond it
+    where the model allows PCIe peer-to-peer."""
+    nvlink = a // domain == b // domain
+    return Link(
+        a=a,
+        b=b,
+        p2p=spec.p2p if nvlink else spec.pcie_p2p,
+        nvlink=nvlink,
+        common_ancestor="datasheet",
+    )
+
+
+def _topology(spec: GpuSpec, count: int) -> str:
+    """The links of a what-if of `count` (>= 2) GPUs in words, with their source."""
+    cited = f" ({spec.interconnect_source})" if spec.interconnect_source else ""
+    if not spec.nvlink_gbps:
+        gpus = "the GPUs" if count <= MAX_GPUS_PER_NODE else "the GPUs of a server"
+        return f"what-if topology: no NVLink, {_beyond(spec, gpus)}{cited}"
+    pairs = "every pair" if count <= MAX_GPUS_PER_NODE else "every pair of a server"
+    domain = spec.nvlink_gpus
+    if not domain:
+        return (
+            f"what-if topology: NVLink between {pairs}, assumed: the datasheet row does not "
+            f"say how many GPUs one NVLink domain joins{cited}"
+        )
+    server = min(count, MAX_GPUS_PER_NODE)
+    if domain >= server:
+        return (
+            f"what-if topology: NVLink between {pairs}, one NVLink domain of up to {domain}{cited}"
+        )
+    ends = [(i, min(i + domain, server) - 1) for i in range(0, server, domain)]
+    groups = [f"{first}-{last}" if last > first else f"{first}" for first, last in ends]
+    shown = ", ".join(groups[:4]) + (", ..." if len(groups) > 4 else "")
+    return (
+        f"what-if topology: NVLink within each group of {domain} (GPUs {shown}), "
+        f"{_beyond(spec, 'the groups')}{cited}"
+    )
+
+
+def _beyond(spec: GpuSpec, who: str) -> str:
+    if spec.pcie_p2p:
+        return f"PCIe peer-to-peer between {who}"
+    return (
+        f"no peer-to-peer between {who}: NVIDIA does not enable PCIe peer-to-peer on GeForce cards"
     )

@@ -299,13 +299,22 @@ def nccl_settings(hardware: HardwareInfo, nodes: int | None = None) -> list[Sett
     out: list[Setting] = []
     blocked = [(link.a, link.b) for link in hardware.links if link.p2p is False]
     if blocked:
-        pairs = ", ".join(f"{a}-{b}" for a, b in blocked[:4]) + (" ..." if len(blocked) > 4 else "")
+        # a what-if's links are the datasheet's (`what_if`), a detected machine's NVML's
+        seen = "the datasheet" if hardware.source == WHAT_IF else "NVML"
+        bridged = [(link.a, link.b) for link in hardware.links if link.nvlink and link.p2p]
+        unused = (
+            f"; the NVLink between GPUs {_pairs(bridged)} goes unused too (NCCL_P2P_DISABLE "
+            "turns off every P2P path)"
+            if bridged
+            else ""
+        )
         out.append(
             Setting(
                 Key.NCCL_P2P_DISABLE,
                 "1",
-                f"no peer-to-peer access between GPUs {pairs} (NVML): NCCL goes through host "
-                "memory instead of trying P2P, which hangs on e.g. GeForce RTX 40-series",
+                f"no peer-to-peer access between GPUs {_pairs(blocked)} ({seen}): NCCL goes "
+                "through host memory instead of trying P2P, which hangs on e.g. GeForce "
+                f"RTX 40-series{unused}",
             )
         )
     if nodes > 1 and not hardware.infiniband:
@@ -319,3 +328,8 @@ def nccl_settings(hardware: HardwareInfo, nodes: int | None = None) -> list[Sett
             )
         )
     return out
+
+
+def _pairs(pairs: list[tuple[int, int]]) -> str:
+    """GPU pairs for a reason: the first four, then "..."."""
+    return ", ".join(f"{a}-{b}" for a, b in pairs[:4]) + (" ..." if len(pairs) > 4 else "")

@@ -67,6 +67,13 @@ class GpuSpec:
         return self.peak_tflops.get(dtype)
 
     @property
+    def pcie_p2p(self) -> bool:
+        """Whether two of these cards reach each other peer-to-peer over PCIe: the row's
+        `p2p`, never on GeForce, where NVIDIA does not enable it (a GeForce row's `p2p`
+        is its NVLink bridge's, RTX 2080 and 3090; the file's ``convention`` says so)."""
+        return self.p2p and self.segment != "geforce"
+
+    @property
     def peaks_unknown(self) -> bool:
         """True for a row that names a known GPU whose peaks no public source gives."""
         return not self.peak_tflops
