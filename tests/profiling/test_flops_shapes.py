@@ -211,9 +211,25 @@ def test_fixed_shapes_say_nothing_and_count_once():
 
 
 def test_lengths_are_told_from_other_dimensions():
-    sample, size = flops_shapes.sample_of((torch.zeros(8, 16, dtype=torch.long), torch.zeros(8)))
+    sample, size = flops_shapes.TORCH.read((torch.zeros(8, 16, dtype=torch.long), torch.zeros(8)))
     assert (sample.length, size) == (16, 8)
-    images, size = flops_shapes.sample_of((torch.zeros(4, 3, 32, 32), torch.zeros(4)))
+    images, size = flops_shapes.TORCH.read((torch.zeros(4, 3, 32, 32), torch.zeros(4)))
     assert images.length is None and images.elements == 3 * 32 * 32 + 1
     assert all(d == flops_shapes.BATCH for d in itertools.chain([images.shape[0][0]]))
     assert math.prod(images.shape[0][1:]) == 3 * 32 * 32
+
+
+def test_a_step_whose_batch_cannot_be_read_leaves_the_first_count_and_says_so():
+    model = gpt2(vocab=VOCAB, context=64)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    batches = [_batch(16), _batch(32, seed=1), _batch(64, seed=2)]
+    meter = Meter(model, warmup=1, window=1, sample_gpu=False)
+    with meter:
+        for i, batch in enumerate(batches):
+            with meter.step(None if i == 2 else batch, samples=8):
+                model(**batch).loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+    report = meter.report()
+    assert report.flops_per_step == count_train_step_flops(model, batches[0]).total
+    assert "1 batch whose shapes could not be read" in report.notes["flops_per_step"]

@@ -9,6 +9,11 @@ iterators. The step itself is unchanged. With `steps_per_execution > 1` only the
 first call goes that way; later calls run Keras' compiled loop as they are and
 count the batches it runs (`accelkit.keras.train_function`).
 
+Each steady step whose batch it sees gets the FLOPs of its own batch's shapes
+(`accelkit.profiling.flops_shapes`): a new shape is counted on one sample of it, apart
+from the training time; the steps of Keras' compiled loop, whose batches it does not
+see, fall back on the first batch's count, and the report's note says so.
+
 The timing, the NVML figures, the precision the layers ran in and the checks
 work on any Keras backend. What reads TensorFlow itself is measured on the
 TensorFlow backend only (on JAX or PyTorch backends the report says so under
@@ -33,13 +38,14 @@ from accelkit.frameworks import keras_train_step as loss_scaling
 from accelkit.hardware import detect, environment
 from accelkit.keras import batches, checks, head, strategies
 from accelkit.keras.facts import device_label, loss_scale, weights_finite
-from accelkit.keras.train_function import StepCounter
+from accelkit.keras.train_function import StepCounter, steps_per_execution
 from accelkit.planning import Plan, Request
 from accelkit.planning import plan as make_plan
 from accelkit.profiling import metrics, world
 from accelkit.profiling.assemble import Measurements
 from accelkit.profiling.clock import EVALUATION, OTHER
-from accelkit.profiling.flop_count import FlopCount
+from accelkit.profiling.flop_count import FlopCount, StepFlops
+from accelkit.profiling.flops_shapes import ShapeFlops
 from accelkit.profiling.options import MeterOptions
 from accelkit.profiling.recorder import Recorder
 from accelkit.profiling.run_report import RunReport
@@ -75,7 +81,7 @@ class ProfileCallback(keras.callbacks.Callback):
             `accelkit.keras.checks.UnsafeMixedPrecision` at the first batch that shows them
             (`accelkit.keras.fit` passes False unless told otherwise).
         options: the measurement options of every door (`accelkit.profiling.options`):
-            ``flops_per_step`` (counted from the first batch otherwise),
+            ``flops_per_step`` (counted otherwise: the first batch, then each new shape),
             ``tokens_per_sample`` (found for integer (B, T) inputs), ``warmup=3``,
             ``window=50``, ``sample_gpu=True``, ``calibrate=False``, ``single_device``
             (``single_device_samples_per_second=`` is its former name).
@@ -331,6 +337,11 @@ class ProfileCallback(keras.callbacks.Callback):
         elif self._count_first and getattr(self.model, "run_eagerly", False):
             notes["flops_per_step"] = "not counted with run_eagerly=True: pass flops_per_step="
             self._count_first = False
+        self._shapes = (
+            ShapeFlops(self._count_batch, self._recorder.clock, batches=batches.KERAS)
+            if self._count_first
+            else None
+        )
         self._steps = StepCounter(
             self.model,
             self._recorder.clock,
@@ -338,14 +349,16 @@ class ProfileCallback(keras.callbacks.Callback):
             tokens_per_sample=self.options.tokens_per_sample,
             first_batch=self._first_batch,
             notes=notes,
+            step_flops=self._step_flops if self._shapes is not None else None,
         )
         self._steps.wrap()
 
     def _first_batch(self, data: Any, samples: int | None) -> None:
         """Once per fit: its batch size, the 16-bit checks, the FLOP count."""
         self._first_batch_size = samples
+        first = batches.first_replica(data)
         # Integers past float16's exact range fed to a float input: a fact, or an error.
-        x, _, _ = keras.utils.unpack_x_y_sample_weight(batches.first_replica(data))
+        x, _, _ = keras.utils.unpack_x_y_sample_weight(first)
         if found := checks.check_first_batch(x, self.model, allow_float_ids=self.allow_float_ids):
             self.facts["ids_over_float16"] = found
         if not self.facts.get("float16_outputs") and (
@@ -362,17 +375,26 @@ class ProfileCallback(keras.callbacks.Callback):
             )
         if self._count_first:
             self._count_first = False
-            self._recorder.set_flops(self._count(data))
+            count = self._count_batch(first)
+            self._recorder.set_flops(count)
+            if self._shapes is not None:
+                self._shapes.start([first], count)
+
+    def _step_flops(self, data: Any) -> StepFlops | None:
+        """A steady step's FLOPs from its batch's shapes (`ShapeFlops`)."""
+        assert self._shapes is not None
+        return self._shapes.step([batches.first_replica(data)])
 
     def _restore_train_function(self) -> None:
         steps = getattr(self, "_steps", None)
         if steps is not None:
             steps.restore()
 
-    def _count(self, data: Any) -> FlopCount:
+    def _count_batch(self, batch: Any) -> FlopCount:
+        """One training step's FLOPs on `batch`, one replica's, times the replicas."""
         from accelkit.profiling.flops_tensorflow import count_train_step_flops
 
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(batches.first_replica(data))
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(batch)
         count = count_train_step_flops(self.model, x, y, sample_weight=sample_weight)
         replicas = self._replicas()
         if count.total is None or replicas == 1:
@@ -401,6 +423,7 @@ class ProfileCallback(keras.callbacks.Callback):
     # -- report ------------------------------------------------------------------------
 
     def _build(self) -> RunReport:
+        self._note_shapes()
         measured = self._measurements()
         report = build_report(measured)
         notes = measured.notes
@@ -423,6 +446,23 @@ class ProfileCallback(keras.callbacks.Callback):
                 world.aggregate(report, ranks, self.options.single_device)
                 with_advice(report, measured.hardware, measured.plan)
         return report
+
+    def _note_shapes(self) -> None:
+        """How the steps' FLOPs followed their batches' shapes (`ShapeFlops.note`), or
+        why they could not: steps whose batches stayed inside Keras' compiled loop."""
+        shapes, steps = self._shapes, self._steps
+        if shapes is None:
+            return
+        if steps.unseen_steps:
+            self._recorder.note(
+                "flops_per_step",
+                f"the first batch's count stands for every step: {steps.unseen_steps} steps "
+                f"ran inside Keras' compiled loop (steps_per_execution="
+                f"{steps_per_execution(self.model)} on a tf.data input), where their "
+                "batches' shapes cannot be read",
+            )
+        elif (how := shapes.note()) is not None:
+            self._recorder.note("flops_per_step", how)
 
     def _measurements(self) -> Measurements:
         """What the recorder measured, with what only Keras can say."""

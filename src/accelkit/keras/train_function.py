@@ -10,6 +10,11 @@ loop untouched (taking its batches in Python would undo what the setting is
 for); their batches are counted from the epoch's length and sized by the first
 batch.
 
+Each steady step whose batch is seen here gets its own FLOPs (`step_flops`: the
+callback's count by shape, `accelkit.profiling.flops_shapes`); a step of Keras'
+compiled loop gets none, so the run's FLOPs fall back to the first batch's count
+(`unseen_steps` says how many such steps there were).
+
 The first call after a break (validation, an epoch's boundary: the clock paused by
 `accelkit.keras.ProfileCallback`) resumes the clock, so the time until this call is
 the rest of the run, not training, and so is its first batch's wait (a new iterator).
@@ -27,6 +32,7 @@ import numpy as np
 from accelkit.keras import batches
 from accelkit.keras.policy_notes import add_policy_note
 from accelkit.profiling.clock import StepClock
+from accelkit.profiling.flop_count import StepFlops
 
 Sizes = tuple[int | None, int]  # (samples, tokens) of one batch
 
@@ -63,6 +69,12 @@ class StepCounter:
         tokens_per_sample: see `ProfileCallback`.
         first_batch: called once per fit with the first batch and its sample count.
         notes: where to say what could not be measured, by report field.
+        step_flops: the FLOPs of a steady step on the batch it trained (each replica's
+            share, as Keras hands it over); None: the run's one count stands for every step.
+
+    Attributes:
+        unseen_steps: steady steps that could have had their own FLOPs but whose batch
+            stayed inside Keras' compiled loop (`steps_per_execution > 1` on tf.data).
 
     Example:
         >>> import keras
@@ -96,11 +108,14 @@ class StepCounter:
         tokens_per_sample: int | None,
         first_batch: Callable[[Any, int | None], None],
         notes: dict[str, str],
+        step_flops: Callable[[Any], StepFlops | None] | None = None,
     ) -> None:
         self.model, self.clock, self._tf = model, clock, tensorflow
         self._tokens_per_sample = tokens_per_sample
         self._first_batch = first_batch
         self._notes = notes
+        self._step_flops = step_flops
+        self.unseen_steps = 0
         self._first: Sizes | None = None  # the first batch's sizes, once seen
         self._left: int | None = None  # batches left in this epoch, when Keras knows
         self._original: Any = None
@@ -145,7 +160,7 @@ class StepCounter:
             if not hasattr(source, "__next__"):  # PyTorch trainer: the batch, fetched already
                 sizes = batches.sizes(source, self._tokens_per_sample)
                 self._see_first(source, sizes)
-                return self._counted(original(*args), [sizes])
+                return self._counted(original(*args), [sizes], [source])
             start = time.perf_counter()
             data = []
             try:
@@ -163,7 +178,7 @@ class StepCounter:
             if first_call and per_call > 1 and self._compiled_loop(source) and self.clock.warmup:
                 # Keras traces its compiled loop at the next call: keep that one in warm-up.
                 self.clock.warmup = max(self.clock.warmup, self.clock.steps + len(data) + per_call)
-            return self._counted(result, sizes_each)
+            return self._counted(result, sizes_each, data)
 
         model.train_function = counted
 
@@ -202,14 +217,27 @@ class StepCounter:
         batches_run = per_call if self._left is None else max(1, min(per_call, self._left))
         return self._counted(result, [self._first or (None, 0)] * batches_run)
 
-    def _counted(self, result: Any, sizes_each: list[Sizes]) -> Any:
+    def _counted(self, result: Any, sizes_each: list[Sizes], data: list[Any] | None = None) -> Any:
+        """Count the steps of one call: each batch's sizes and, where `data` holds the
+        batches themselves, each steady step's own FLOPs."""
         self.last_logs = result
         clock, count = self.clock, len(sizes_each)
         if clock.steps < clock.warmup < clock.steps + count:
             # The batches of one call finish together: steady state starts between calls.
             clock.warmup = clock.steps + count
-        for samples, tokens in sizes_each:
-            clock.step_done(samples=samples or 0, tokens=tokens)
+        for i, (samples, tokens) in enumerate(sizes_each):
+            flops = self._flops(data[i] if data is not None else None)
+            clock.step_done(samples=samples or 0, tokens=tokens, flops=flops)
         if self._left is not None:
             self._left -= count
         return result
+
+    def _flops(self, batch: Any) -> StepFlops | None:
+        """The next step's own FLOPs: None in warm-up, without `step_flops`, or where the
+        batch was not seen (counted in `unseen_steps`)."""
+        if self._step_flops is None or not self.clock.steady:
+            return None
+        if batch is None:
+            self.unseen_steps += 1
+            return None
+        return self._step_flops(batch)

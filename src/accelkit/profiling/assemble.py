@@ -187,7 +187,9 @@ def _steps_own(m: Measurements) -> StepFlops | None:
     steps = m.clock.steady_steps
     if m.clock.steady_flops is None or not steps:
         return None
-    return m.clock.steady_flops.times(1.0 / steps)
+    flops = m.clock.steady_flops
+    hardware = flops.hardware / steps if flops.hardware is not None else None
+    return StepFlops(flops.model / steps, hardware, flops.float8 / steps)
 
 
 def _flops(report: RunReport, m: Measurements) -> None:

@@ -28,6 +28,10 @@ FLOPs of one on (8, 256)). `ShapeFlops` gives each step the FLOPs of its own bat
   less than `BUDGET` of the run's time so far, and at most `MAX_SHAPES` shapes are
   counted. A shape neither counted nor fitted is scaled from the counted shape of its
   structure nearest in elements (else the first step's), and the note counts those steps.
+
+Batches are read through the door's framework (`Batches`): `TORCH` here, duck-typed like
+`accelkit.profiling.torch_batches`; Keras' in `accelkit.keras.batches`, where Keras is
+imported. This module imports neither framework.
 """
 
 from __future__ import annotations
@@ -82,30 +86,69 @@ class Sample:
     length: int | None
     elements: int
 
+    @classmethod
+    def of(cls, shapes: Sequence[tuple[int, ...]], size: int, length: int | None) -> Sample:
+        """The sample of a batch of `size` samples whose tensors have `shapes` (in order)
+        and whose token ids have `length` (None: no token ids).
 
-def sample_of(batch: Any) -> tuple[Sample, int] | None:
-    """The batch's `Sample` and its batch size; None when it has no tensor or no size.
+        Example:
+            >>> sample = Sample.of([(8, 16), (8, 16), (8,)], 8, 16)
+            >>> sample.shape, sample.structure, sample.elements
+            (((-1, 16), (-1, 16), (-1,)), ((-1, -2), (-1, -2), (-1,)), 33)
+        """
+        shape = tuple((BATCH, *dims[1:]) if dims and dims[0] == size else dims for dims in shapes)
+        return cls(shape, _structure(shape, length), length, _elements(shape))
+
+
+class Batches(Protocol):
+    """How `ShapeFlops` reads a framework's batches: `TORCH` below, Keras' in
+    `accelkit.keras.batches.KERAS`."""
+
+    def read(self, batch: Any) -> tuple[Sample, int] | None:
+        """The batch's `Sample` and its batch size; None when they cannot be told."""
+        ...
+
+    def one_sample(self, batch: Any, size: int) -> Any:
+        """The batch with every tensor whose first dimension is `size` cut to its first
+        sample: what a per-sample count is taken on."""
+        ...
+
+    def copy(self, batch: Any) -> Any:
+        """The batch with tensors of its own (a probe kept past the loader's next batch)."""
+        ...
+
+
+class TorchBatches:
+    """PyTorch's batches, as `accelkit.profiling.torch_batches` reads them (duck-typed:
+    no torch import): tensors in tuples, lists and mappings, the batch size and the token
+    ids found as every door finds them.
 
     Example:
         >>> import torch
         >>> ids = torch.zeros(8, 16, dtype=torch.long)
-        >>> sample, size = sample_of({"input_ids": ids, "labels": ids})
+        >>> sample, size = TORCH.read({"input_ids": ids, "labels": ids})
         >>> sample.shape, sample.structure, sample.length, sample.elements, size
         (((-1, 16), (-1, 16)), ((-1, -2), (-1, -2)), 16, 32, 8)
+        >>> TORCH.one_sample({"input_ids": ids, "labels": ids}, 8)["input_ids"].shape
+        torch.Size([1, 16])
     """
-    size = torch_batches.batch_size(batch)
-    shapes = [tuple(int(d) for d in tensor.shape) for tensor in _tensors(batch)]
-    if not size or not shapes:
-        return None
-    ids = torch_batches.token_ids(batch)
-    length = int(ids.shape[1]) if ids is not None and ids.dim() == 2 else None
-    shape = tuple((BATCH, *dims[1:]) if dims and dims[0] == size else dims for dims in shapes)
-    structure = tuple(
-        tuple(LENGTH if axis and d == length else d for axis, d in enumerate(dims))
-        for dims in shape
-    )
-    elements = sum(math.prod(d for d in dims if d != BATCH) for dims in shape)
-    return Sample(shape, structure, length, elements), size
+
+    def read(self, batch: Any) -> tuple[Sample, int] | None:
+        size, ids = torch_batches.sizes(batch)
+        shapes = [tuple(int(d) for d in tensor.shape) for tensor in _tensors(batch)]
+        if not size or not shapes:
+            return None
+        length = int(ids.shape[1]) if ids is not None and ids.dim() == 2 else None
+        return Sample.of(shapes, size, length), size
+
+    def one_sample(self, batch: Any, size: int) -> Any:
+        return flops_sliced.head(batch, 1, size)[0]
+
+    def copy(self, batch: Any) -> Any:
+        return _copied(batch)
+
+
+TORCH = TorchBatches()
 
 
 class ShapeFlops:
@@ -116,6 +159,8 @@ class ShapeFlops:
             (`count_train_step_flops` with the door's loss and autocast); called on
             batches of one sample.
         clock: the door's clock, which times the counts apart from the steps.
+        batches: how the door's batches are read and cut (`Batches`): `TORCH`, or
+            `accelkit.keras.batches.KERAS`.
 
     Example:
         >>> import torch
@@ -130,9 +175,12 @@ class ShapeFlops:
         True
     """
 
-    def __init__(self, count: Callable[[Any], FlopCount], clock: Clock) -> None:
+    def __init__(
+        self, count: Callable[[Any], FlopCount], clock: Clock, *, batches: Batches = TORCH
+    ) -> None:
         self._count = count
         self._clock = clock
+        self._batches = batches
         self._reset()
 
     def _reset(self) -> None:
@@ -146,19 +194,20 @@ class ShapeFlops:
         self._spent_s = self._last_s = 0.0
         self._counts = 0
         self._steps: collections.Counter[str] = collections.Counter()
+        self._unread = 0  # batches whose shapes could not be read: no step figure
 
     def start(self, batches: Sequence[Any], count: FlopCount) -> None:
         """The first step's batches and its count (as the door counted it): the reference,
         given to every step of the same shapes; one sample of each batch is kept aside
         (a copy) for the per-sample check."""
         self._reset()  # a recount (the kept float8 step's): everything afresh
-        keys = [sample_of(batch) for batch in batches]
+        keys = [self._batches.read(batch) for batch in batches]
         if count.total is None or not keys or any(key is None for key in keys):
             return
         found = [key for key in keys if key is not None]
         self._first, self._first_flops = tuple(found), StepFlops.of(count)
         self._probes = [
-            (sample, size, _copied(flops_sliced.head(batch, 1, size)[0]))
+            (sample, size, self._batches.copy(self._batches.one_sample(batch, size)))
             for (sample, size), batch in zip(found, batches, strict=True)
         ]
 
@@ -167,11 +216,12 @@ class ShapeFlops:
         reference, or a batch whose shape cannot be read): the run's one count then."""
         if self._first is None or self._first_flops is None:
             return None
-        keys = [sample_of(batch) for batch in batches]
+        keys = [self._batches.read(batch) for batch in batches]
         if tuple(keys) == self._first:
             self._steps[FIRST] += len(batches)
             return self._first_flops
         if any(key is None for key in keys):
+            self._unread += len(batches)
             return None
         found = [key for key in keys if key is not None]
         if not self._checked:
@@ -197,6 +247,12 @@ class ShapeFlops:
         """
         if self._first is None or not set(self._steps) - {FIRST}:
             return None
+        if self._unread:
+            batches = "1 batch" if self._unread == 1 else f"{self._unread} batches"
+            return (
+                f"the first step's count stands for every step: {batches} whose shapes "
+                "could not be read had no count of their own"
+            )
         if self._scaled_why is not None:
             how = f"each step's FLOPs scaled from the first step's: {self._scaled_why}"
         else:
@@ -247,7 +303,7 @@ class ShapeFlops:
             self._steps[FITTED] += 1
             return StepFlops.of(_count_of(fitted))
         if self._may_count():
-            count = self._timed(flops_sliced.head(batch, 1, size)[0])
+            count = self._timed(self._batches.one_sample(batch, size))
             if count is not None and count.total is not None:
                 self._record(sample, count)
                 self._steps[COUNTED] += 1
@@ -401,6 +457,7 @@ def _elements(shape: Shape) -> int:
 
 
 def _tensors(value: Any) -> Iterator[Any]:
+    """A PyTorch batch's tensors, depth-first."""
     if torch_batches.is_tensor(value):
         yield value
     elif isinstance(value, Mapping):
@@ -412,7 +469,7 @@ def _tensors(value: Any) -> Iterator[Any]:
 
 
 def _copied(value: Any) -> Any:
-    """`value` with each tensor a copy of its own (detached): what the probe keeps."""
+    """A PyTorch batch with each tensor a copy of its own (detached): what the probe keeps."""
     if torch_batches.is_tensor(value):
         return value.detach().clone()
     if isinstance(value, Mapping):

@@ -287,7 +287,7 @@ class Meter:
             if found_half := half_integer_inputs(batch):
                 self._batch_facts["half_integer_inputs"] = found_half
         tokens, real = self._tokens(batch, count, ids)
-        flops = self.step_flops([batch]) if batch is not None else None
+        flops = self.step_flops([batch])
         self.step_done(samples=count or 0, tokens=tokens, real_tokens=real, flops=flops)
 
     def step_done(
