@@ -186,6 +186,7 @@ class ShapeFlops:
     def _reset(self) -> None:
         self._first: tuple[tuple[Sample, int], ...] | None = None
         self._first_flops: StepFlops | None = None
+        self._first_count: FlopCount | None = None  # the first step's, as counted
         self._probes: list[tuple[Sample, int, Any]] = []
         self._checked = False
         self._scaled_why: str | None = None  # why the per-sample check failed
@@ -206,6 +207,7 @@ class ShapeFlops:
             return
         found = [key for key in keys if key is not None]
         self._first, self._first_flops = tuple(found), StepFlops.of(count)
+        self._first_count = count
         self._probes = [
             (sample, size, self._batches.copy(self._batches.one_sample(batch, size)))
             for (sample, size), batch in zip(found, batches, strict=True)
@@ -274,7 +276,7 @@ class ShapeFlops:
         """The per-sample check on the first step (the module docstring)."""
         self._checked = True
         probes, self._probes = self._probes, []  # their memory goes back
-        summed = StepFlops(0.0, 0.0, 0.0)
+        summed: list[int | None] = [0, 0]  # model and hardware FLOPs, in whole numbers
         for sample, size, probe in probes:
             count = self._timed(probe)
             if count is None or count.total is None:
@@ -282,12 +284,14 @@ class ShapeFlops:
                 self._scaled_why = f"one sample of the first step could not be counted ({why})"
                 return
             self._counted[sample.shape] = count
-            summed = summed + StepFlops.of(count).times(size)
-        first = self._first_flops
-        if first is not None and summed != first:
+            for i, figure in enumerate((count.total, count.hardware)):
+                held = summed[i]
+                summed[i] = None if held is None or figure is None else held + size * figure
+        first = self._first_count
+        if first is not None and summed != [first.total, first.hardware]:
             self._scaled_why = (
-                f"the first step counted {first.model:.4g} FLOPs where its samples, counted "
-                f"one by one, give {summed.model:.4g}: the step does more than the model's "
+                f"the first step counted {first.total:.4g} FLOPs where its samples, counted "
+                f"one by one, give {summed[0] or 0:.4g}: the step does more than the model's "
                 "forward and backward on its batch, or work that does not grow with it; "
                 "the other shapes are scaled by their elements"
             )
