@@ -229,13 +229,9 @@ def project(
     """
     data = report.to_dict() if hasattr(report, "to_dict") else dict(report)
     _check(count, mfu, price_per_hour)
-    spec, variant = specs.resolve(gpu)  # "H100": the most deployed variant, noted
-    if spec is None:
-        raise UnknownGPUError(specs.unknown_message(gpu))
-    dtype, dtype_note = _dtype(data, spec, count, precision)
+    spec, variant, dtype, dtype_note = _target(data, gpu, count, precision)
     peak = spec.peak(dtype)
-    why_not = _unmeasured(data) or _no_peak(spec, dtype, peak)
-    if why_not or not peak:
+    if (why_not := _unmeasured(data) or _no_peak(spec, dtype, peak)) or not peak:
         return NotProjected(spec.name, spec.key, count, why_not, None, price_per_hour)
     wait = _input_wait(data)
     host = _host(data, wait)
@@ -244,10 +240,9 @@ def project(
     compute = per_gpu_flops / (chosen_mfu * peak * 1e12)
     allreduce = _allreduce(data, spec, count, compute)
     floor = wait + host.seconds
-    if isinstance(allreduce, str):
-        return NotProjected(spec.name, spec.key, count, allreduce, floor, price_per_hour)
-    if host.seconds > compute:
-        why = _host_bound(host, compute, floor, mfu_source)
+    bound = _host_bound(host, compute, floor, mfu_source)
+    if isinstance(allreduce, str) or bound:
+        why = allreduce if isinstance(allreduce, str) else bound
         return NotProjected(spec.name, spec.key, count, why, floor, price_per_hour)
     step = floor + compute + allreduce.exposed
     steps, steps_note = _steps_per_epoch(data, data.get("facts") or {})
@@ -256,13 +251,10 @@ def project(
     assumptions = [
         f"MFU {chosen_mfu:.1%} ({mfu_source})",
         dtype_note,
-        f"{per_gpu_flops:.3e} FLOPs per GPU step"
-        + (f", {per_gpu_batch:g} samples per GPU" if per_gpu_batch else ""),
+        _flops_note(per_gpu_flops, per_gpu_batch),
         steps_note,
         *_wait_note(wait),
-        host.note,
-        *([allreduce.note] if allreduce.note else []),
-        *([variant] if variant else []),
+        *(note for note in (host.note, allreduce.note, variant) if note),
     ]
     return Projection(
         gpu=spec.name,
@@ -286,6 +278,27 @@ def project(
         allreduce_s=allreduce.seconds,
         exposed_allreduce_s=allreduce.exposed,
     )
+
+
+def _target(
+    data: Mapping[str, Any], gpu: str, count: int, precision: str | None
+) -> tuple[GpuSpec, str, str, str]:
+    """The datasheet row of `gpu` (and the variant note where a bare name chose one) and
+    the matmul dtype assumed there, with its note.
+
+    Raises:
+        UnknownGPUError: no datasheet row for `gpu`.
+    """
+    spec, variant = specs.resolve(gpu)  # "H100": the most deployed variant, noted
+    if spec is None:
+        raise UnknownGPUError(specs.unknown_message(gpu))
+    dtype, dtype_note = _dtype(data, spec, count, precision)
+    return spec, variant or "", dtype, dtype_note
+
+
+def _flops_note(per_gpu_flops: float, per_gpu_batch: float | None) -> str:
+    batch = f", {per_gpu_batch:g} samples per GPU" if per_gpu_batch else ""
+    return f"{per_gpu_flops:.3e} FLOPs per GPU step{batch}"
 
 
 # -- what the report must hold ------------------------------------------------------
@@ -423,7 +436,10 @@ def _launches(data: Mapping[str, Any]) -> _Host:
 
 
 def _host_bound(host: _Host, compute: float, floor: float, mfu_source: str) -> str:
-    """Why a step whose host time outlasts its kernels gets no figure."""
+    """Why a step whose host time outlasts its kernels gets no figure ("" where it does
+    not: the kernels outlast the host)."""
+    if host.seconds <= compute:
+        return ""
     assumed = "" if "measured" in mfu_source else " at an MFU no GPU measured for this run"
     return (
         f"host-bound: its kernels would take {duration(compute)} a "

@@ -39,6 +39,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -96,8 +97,15 @@ class Sample:
             >>> sample.shape, sample.structure, sample.elements
             (((-1, 16), (-1, 16), (-1,)), ((-1, -2), (-1, -2), (-1,)), 33)
         """
-        shape = tuple((BATCH, *dims[1:]) if dims and dims[0] == size else dims for dims in shapes)
-        return cls(shape, _structure(shape, length), length, _elements(shape))
+        return _sample(tuple(shapes), size, length)
+
+
+@functools.lru_cache(maxsize=256)
+def _sample(shapes: tuple[tuple[int, ...], ...], size: int, length: int | None) -> Sample:
+    """`Sample.of`, kept for the shapes seen: a run's steps mostly repeat a few, and this
+    runs on every steady step."""
+    shape = tuple((BATCH, *dims[1:]) if dims and dims[0] == size else dims for dims in shapes)
+    return Sample(shape, _structure(shape, length), length, _elements(shape))
 
 
 class Batches(Protocol):
@@ -135,7 +143,7 @@ class TorchBatches:
 
     def read(self, batch: Any) -> tuple[Sample, int] | None:
         size, ids = torch_batches.sizes(batch)
-        shapes = [tuple(int(d) for d in tensor.shape) for tensor in _tensors(batch)]
+        shapes = [tuple(map(int, tensor.shape)) for tensor in _tensors(batch)]
         if not size or not shapes:
             return None
         length = int(ids.shape[1]) if ids is not None and ids.dim() == 2 else None
