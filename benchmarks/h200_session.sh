@@ -21,16 +21,28 @@
 #                                         # by hand, accelkit; Llama-1B fit and fit(tune=True)
 #   bash benchmarks/h200_session.sh issue35b "$OUT"  # Lightning GPT-2s: bf16, compile by
 #                                         # hand, accelkit
+#   bash benchmarks/h200_session.sh float8a "$OUT"  # issue 36: the 1B fit with and without
+#                                         # float8; launch gap; FLOPs of varying shapes
+#   bash benchmarks/h200_session.sh float8b "$OUT"  # GPU tests of issues 36 and 37; the
+#                                         # 300-step loss curves; a GPT-2 bench report
+#   bash benchmarks/h200_session.sh float8c "$OUT"  # issue 36: the HF Trainer's 1B with and
+#                                         # without float8; the built-in GPT-2's lever
+# The float8 phases need torchao: carry .whl_ao (torchao 0.18's wheel), installed first.
 # issue35 and issue35b each fit one call of at most 9 minutes: every run has its own
 # `timeout` (their sum 540 s with the kill grace), and the scripts rewrite their JSON
 # after every variant, so a run cut short keeps what it measured.
 set -uo pipefail
-usage="usage: h200_session.sh core|gpt2|resnet50|models|tests|lightning|examples|doors|tune|autotune|trainers|issue35|issue35b|gputests|breakdown OUT_DIR [MODEL...]"
+usage="usage: h200_session.sh core|gpt2|resnet50|models|tests|lightning|examples|doors|tune|autotune|trainers|issue35|issue35b|gputests|breakdown|float8a|float8b|float8c OUT_DIR [MODEL...]"
 phase=${1:?$usage}
 out=${2:?$usage}
 shift 2
 export PYTHONPATH="$PWD/src" PYTHONUNBUFFERED=1
 py=python3
+if [[ $phase == float8* ]]; then
+    $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+        .whl_ao/*.whl || exit 1
+    export PYTHONPATH="/tmp/site:$PYTHONPATH"
+fi
 
 case "$phase" in
 core)
@@ -161,6 +173,33 @@ breakdown)
 gputests)
     timeout 560 $py -m pytest tests -m gpu -q -p no:cacheprovider -rs > "$out/pytest_gpu.txt" 2>&1
     $py -m accelkit doctor > "$out/doctor.txt" 2>&1
+    ;;
+float8a)  # ~9 min: the float8 lever ~7.5 (fit_tune's trials 113 s for bf16's levers,
+    # float8's compile ~96 s more; each variant ~15 s to build), then ~1 min
+    (cd benchmarks && timeout -k 5 450 $py float8_lever.py --model llama-1b --steps 15 \
+        --repeats 3 --warmup 5 --planned 20000 --out "$out/float8_lever_llama-1b.json") \
+        > "$out/float8a.txt" 2>&1
+    timeout 40 $py benchmarks/launch_gap.py --out "$out/launch_gap.json" >> "$out/float8a.txt" 2>&1
+    timeout 60 $py benchmarks/flops_shapes.py --device cuda --steps 100 \
+        --out "$out/flops_shapes_cuda.json" >> "$out/float8a.txt" 2>&1
+    ;;
+float8b)  # ~9 min: the tests ~4, the loss curves ~3 (1B eager, B4 x 2048, 2 x 300 steps),
+    # the bench ~1
+    timeout 250 $py -m pytest tests/torch/test_float8_gpu.py tests/profiling/test_flops_shapes_gpu.py \
+        tests/torch/test_memory_probe_gpu.py -q -p no:cacheprovider -rs > "$out/pytest_gpu.txt" 2>&1
+    (cd benchmarks && timeout -k 5 230 $py float8_loss_curve.py --steps 300 \
+        --out "$out/float8_loss_curve.json") > "$out/float8b.txt" 2>&1
+    timeout 90 $py -m accelkit bench --model gpt2 --steps 300 --calibrate \
+        --save "$out/bench_gpt2_300.json" >> "$out/float8b.txt" 2>&1
+    ;;
+float8c)  # ~9 min: the HF Trainer's 1B ~7 (trials as float8a's inside the 70 warm-up steps)
+    (cd benchmarks && timeout -k 5 430 $py trainers_tuned.py --model llama-1b \
+        --variants hf_accelkit hf_accelkit_no_float8 --rounds 1 --warmup 70 --steps 15 \
+        --windows 3 --planned 20000 --timeout 300 --out "$out/float8_hf_llama-1b.json") \
+        > "$out/float8c.txt" 2>&1
+    (cd benchmarks && timeout -k 5 130 $py float8_lever.py --model gpt2 --steps 20 \
+        --repeats 3 --warmup 5 --planned 20000 --out "$out/float8_lever_gpt2.json") \
+        >> "$out/float8c.txt" 2>&1
     ;;
 tests)
     $py -m pytest tests/torch tests/profiling tests/advisor tests/report -q -p no:cacheprovider \

@@ -5,6 +5,8 @@ Variants (each in its own process, in paired rounds whose order alternates, ABBA
 - `hf_bf16`: the Hugging Face `Trainer` with ``TrainingArguments(bf16=True)``;
 - `hf_accelkit`: the documented integration: ``TrainingArguments(**accelkit.hf.
   training_arguments(plan))`` and ``callbacks=[accelkit.hf.AccelkitCallback(tune=True)]``;
+- `hf_accelkit_no_float8`: the same with tune's float8 lever left out of the registry
+  (the benchmark's own switch, in that variant's process): float8's worth in this door;
 - `hf_compile`: ``TrainingArguments(bf16=True, torch_compile=True)``, compile by hand;
 - `hf_compile_fused`: ``TrainingArguments(bf16=True, torch_compile=True,
   optim="adamw_torch_fused")``: what a user who knows the levers sets by hand (the fused
@@ -48,6 +50,7 @@ import models_people_train as models  # same folder: the models, batches and opt
 VARIANTS = (
     "hf_bf16",
     "hf_accelkit",
+    "hf_accelkit_no_float8",
     "hf_compile",
     "hf_compile_fused",
     "lightning_bf16",
@@ -102,16 +105,26 @@ def run_hf(args: argparse.Namespace) -> dict[str, Any]:
         def on_step_begin(self, a: Any, state: Any, control: Any, **_: Any) -> None:
             mark(state.global_step)
 
+        def on_step_end(self, a: Any, state: Any, control: Any, **_: Any) -> None:
+            control.should_training_stop = state.global_step >= total
+
         def on_train_end(self, a: Any, state: Any, control: Any, **_: Any) -> None:
             mark(state.global_step)
 
+    # --planned: the Trainer told of a longer run (tune prices compiles against it), and
+    # stopped by the timer after the timed windows, as an early-stopping callback would.
     common: dict[str, Any] = {
-        "output_dir": tempfile.mkdtemp(), "max_steps": total, "disable_tqdm": True,
+        "output_dir": tempfile.mkdtemp(), "max_steps": max(total, args.planned or 0),
+        "disable_tqdm": True,
         "per_device_train_batch_size": size, "report_to": [], "logging_steps": 10**6,
         "save_strategy": "no", "use_cpu": device.type != "cuda",
     }  # fmt: skip
     callbacks: list[Any] = [Timer()]
-    if args.variant == "hf_accelkit":
+    if args.variant.startswith("hf_accelkit"):
+        if args.variant == "hf_accelkit_no_float8":
+            from accelkit.torch.tuning import float8, registry
+
+            registry.LEVERS = tuple(lever for lever in registry.LEVERS if lever is not float8.lever)
         plan = accelkit.auto_configure(framework="torch", verbose=False)
         arguments = TrainingArguments(**accelkit.hf.training_arguments(plan), **common)
         callbacks.append(accelkit.hf.AccelkitCallback(tune=True))
@@ -199,6 +212,8 @@ def _arguments(args: argparse.Namespace, variant: str) -> list[str]:
     found = [__file__, "--variant", variant, "--model", args.model]
     found += ["--steps", str(args.steps), "--warmup", str(args.warmup)]
     found += ["--windows", str(args.windows)]
+    if args.planned:
+        found += ["--planned", str(args.planned)]
     if args.batch_size:
         found += ["--batch-size", str(args.batch_size)]
     if args.seq_len:
@@ -334,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # one, internal
     parser.add_argument("--timeout", type=int, default=400, help="seconds per variant")
+    parser.add_argument(
+        "--planned", type=int, default=None, help="the HF Trainer's max_steps told (a long run)"
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny model, CPU: checks the script")
     parser.add_argument(
         "--seq-len", type=int, default=None, help="tokens per sample of llama-1b (2048)"
