@@ -19,6 +19,7 @@ steps; the table compares float8's logged losses with bf16's after step 20.
     cd benchmarks && PYTHONPATH=/tmp/site:../src python3 float8_loss_curve.py \\
         --steps 300 --out float8_loss_curve.json
     cd benchmarks && PYTHONPATH=../src python3 float8_loss_curve.py --smoke --out r.json  # CPU
+    PYTHONPATH=src python3 benchmarks/float8_loss_curve.py --chart-from r.json --out r.svg
 """
 
 from __future__ import annotations
@@ -184,6 +185,22 @@ def show(results: dict[str, Any]) -> None:
     )
 
 
+def chart(results: dict[str, Any]) -> str:
+    """The logged losses of both variants and the chain's floor, as an SVG line chart."""
+    from accelkit.report import svg
+
+    every = results["log_every"]
+    bf16, fp8 = (logged(results["variants"][v]["losses"], every) for v in VARIANTS)
+    floor = floor_nats()
+    return svg.line_chart(
+        "float8-loss", "Loss over steps, bf16 and float8 (mean of each logging interval)",
+        [step for step, _ in bf16],
+        [("bf16", [v for _, v in bf16]), ("float8", [v for _, v in fp8]),
+         ("the chain's floor", [floor] * len(bf16))],
+        x_label="step", y_label="loss (nats)",
+    )  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300)
@@ -193,9 +210,14 @@ def main() -> int:
     parser.add_argument("--log-every", type=int, default=10)
     parser.add_argument("--smoke", action="store_true", help="the tiny model (CPU)")
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--chart-from", help="a results JSON: write its chart to --out (SVG)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     args.seq_len = None
+    if args.chart_from:
+        with open(args.chart_from) as file, open(args.out, "w") as out:
+            out.write(chart(json.load(file)) + "\n")
+        return 0
     if args.variant:
         print(json.dumps(run_variant(args)))
         return 0
