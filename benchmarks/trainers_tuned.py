@@ -197,7 +197,12 @@ def _result(
     }
     if accelkit and accelkit[0].report is not None:
         report = accelkit[0].report
-        result.update(mfu_reported=report.mfu, tuning=report.tuning)
+        result.update(
+            mfu_reported=report.mfu,
+            float8_share=report.float8_share,
+            precision_mfu=report.precision_mfu,
+            tuning=report.tuning,
+        )
     return result
 
 
