@@ -100,6 +100,8 @@ def _candidates(request: Request, gpus: int) -> list[Layout]:
     out += [Layout(gpus, checkpointing=True, offload=True)] if known else []
     if request.distribute is Distribution.FSDP:
         out = [layout for layout in out if layout.sharded] or [Layout(gpus)]
+    elif request.distribute is Distribution.DDP:  # asked for: a whole replica, or refused
+        out = [layout for layout in out if not layout.sharded]
     return out
 
 
