@@ -23,7 +23,7 @@ in paired rounds whose order alternates (ABBA...), as benchmarks/trainers_tuned.
 - `fit_ddp`, `fit_fsdp2`: the same fit with the layout asked for
   (``Request(distribute="ddp")`` / ``"fsdp"``, params given); skipped, with the
   reason, where it is the plan's own choice (`fit_plan` is that run) or where the
-  planner refuses it (DDP of an 8B model: its state does not fit one GPU);
+  plan finds that it does not fit (DDP of an 8B model: its state does not fit one GPU);
 - `fit_single`, added by `--single`: `fit_plan` on one GPU (torchrun of one process),
   the reference of the scaling; skipped where the model does not fit one GPU whole;
 - `hf_plan`: the Hugging Face ``Trainer`` with ``TrainingArguments(**accelkit.hf.
