@@ -22,9 +22,10 @@
 #   bash benchmarks/h200_session.sh issue35b "$OUT"  # Lightning GPT-2s: bf16, compile by
 #                                         # hand, accelkit
 #   bash benchmarks/h200_session.sh float8a "$OUT"  # issue 36: the 1B fit with and without
-#                                         # float8; launch gap; FLOPs of varying shapes
-#   bash benchmarks/h200_session.sh float8b "$OUT"  # GPU tests of issues 36 and 37; the
-#                                         # 300-step loss curves; a GPT-2 bench report
+#                                         # float8
+#   bash benchmarks/h200_session.sh float8b "$OUT"  # GPU tests of issues 36 and 37; a GPT-2
+#                                         # bench report; the launch gap; FLOPs of varying
+#                                         # shapes; the 300-step loss curves
 #   bash benchmarks/h200_session.sh float8c "$OUT"  # issue 36: the HF Trainer's 1B with and
 #                                         # without float8; the built-in GPT-2's lever
 # The float8 phases need torchao: carry .whl_ao (torchao 0.18's wheel), installed first.
@@ -174,23 +175,23 @@ gputests)
     timeout 560 $py -m pytest tests -m gpu -q -p no:cacheprovider -rs > "$out/pytest_gpu.txt" 2>&1
     $py -m accelkit doctor > "$out/doctor.txt" 2>&1
     ;;
-float8a)  # ~9 min: the float8 lever ~7.5 (fit_tune's trials 113 s for bf16's levers,
-    # float8's compile ~96 s more; each variant ~15 s to build), then ~1 min
+float8a)  # ~8 min: the float8 lever ~7.5 (fit_tune's trials 113 s for bf16's levers,
+    # float8's compile ~96 s more; each variant ~15 s to build)
     (cd benchmarks && timeout -k 5 450 $py float8_lever.py --model llama-1b --steps 15 \
         --repeats 3 --warmup 5 --planned 20000 --out "$out/float8_lever_llama-1b.json") \
         > "$out/float8a.txt" 2>&1
-    timeout 40 $py benchmarks/launch_gap.py --out "$out/launch_gap.json" >> "$out/float8a.txt" 2>&1
-    timeout 60 $py benchmarks/flops_shapes.py --device cuda --steps 100 \
-        --out "$out/flops_shapes_cuda.json" >> "$out/float8a.txt" 2>&1
     ;;
-float8b)  # ~9 min: the tests ~4, the loss curves ~3 (1B eager, B4 x 2048, 2 x 300 steps),
-    # the bench ~1
+float8b)  # ~8 min: the tests ~3, the bench ~1, the launch gap and the FLOPs of varying
+    # shapes ~1, the loss curves ~3 (1B eager, B4 x 2048, 2 x 300 steps)
     timeout 250 $py -m pytest tests/torch/test_float8_gpu.py tests/profiling/test_flops_shapes_gpu.py \
         tests/torch/test_memory_probe_gpu.py -q -p no:cacheprovider -rs > "$out/pytest_gpu.txt" 2>&1
-    (cd benchmarks && timeout -k 5 230 $py float8_loss_curve.py --steps 300 \
-        --out "$out/float8_loss_curve.json") > "$out/float8b.txt" 2>&1
     timeout 90 $py -m accelkit bench --model gpt2 --steps 300 --calibrate \
-        --save "$out/bench_gpt2_300.json" >> "$out/float8b.txt" 2>&1
+        --save "$out/bench_gpt2_300.json" > "$out/float8b.txt" 2>&1
+    timeout 40 $py benchmarks/launch_gap.py --out "$out/launch_gap.json" >> "$out/float8b.txt" 2>&1
+    timeout 50 $py benchmarks/flops_shapes.py --device cuda --steps 100 \
+        --out "$out/flops_shapes_cuda.json" >> "$out/float8b.txt" 2>&1
+    (cd benchmarks && timeout -k 5 230 $py float8_loss_curve.py --steps 300 \
+        --out "$out/float8_loss_curve.json") >> "$out/float8b.txt" 2>&1
     ;;
 float8c)  # ~9 min: the HF Trainer's 1B ~7 (trials as float8a's inside the 70 warm-up steps)
     (cd benchmarks && timeout -k 5 430 $py trainers_tuned.py --model llama-1b \
