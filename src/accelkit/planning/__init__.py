@@ -1,6 +1,6 @@
 """Planning: a pure function from (hardware, request) to an immutable `Plan`."""
 
-from accelkit.planning.planner import plan
+from accelkit.planning.planner import lacks_model_size, plan, with_model_size
 from accelkit.planning.types import (
     Distribution,
     Framework,
@@ -23,5 +23,7 @@ __all__ = [
     "Request",
     "Setting",
     "Status",
+    "lacks_model_size",
     "plan",
+    "with_model_size",
 ]

@@ -477,6 +477,10 @@ class Plan:
     # What the model's state and activations take per GPU and the parallelism chosen
     # for it (`accelkit.planning.memory`); None when the request gave no model size.
     memory: MemoryEstimate | None = None
+    # The request's `distribute` ("auto" unless the caller asked for one), kept so that a
+    # plan completed later with the model's size (`accelkit.planning.with_model_size`)
+    # keeps to it: "ddp" stays DDP, "none" one GPU's layout.
+    requested_distribution: Distribution = Distribution.AUTO
 
     # -- reading -------------------------------------------------------------
 
@@ -581,6 +585,11 @@ class Plan:
             "hardware": self.hardware.to_dict(),
             "memory": None if self.memory is None else self.memory.to_dict(),
             **({"not_applied": self.not_applied} if self.not_applied else {}),
+            **(
+                {"requested_distribution": self.requested_distribution.value}
+                if self.requested_distribution is not Distribution.AUTO
+                else {}
+            ),
         }
 
     @classmethod
@@ -597,6 +606,7 @@ class Plan:
             notes=tuple(data.get("notes", ())),
             not_applied=data.get("not_applied", ""),
             memory=None if memory is None else MemoryEstimate.from_dict(memory),
+            requested_distribution=Distribution.parse(data.get("requested_distribution", "auto")),
         )
 
     def __str__(self) -> str:

@@ -82,6 +82,7 @@ class SavedPlan(TypedDict, total=False):
     notes: list[str]
     hardware: HardwareInfo
     not_applied: str
+    requested_distribution: str
 
 
 class SavedAdvice(TypedDict, total=False):

@@ -26,6 +26,7 @@ from accelkit.torch.training import loop
 from accelkit.torch.training import scheduling as lr_scheduling
 from accelkit.torch.training.evaluate import evaluator
 from accelkit.torch.training.loop import Schedule
+from accelkit.torch.training.model_size import plan_with_model
 from accelkit.torch.training.prepare import Prepared, prepare, restore
 from accelkit.torch.training.scheduling import Scheduling
 from accelkit.torch.training.step import Step, check_optimizer, make_step
@@ -98,7 +99,13 @@ def fit(
     When the plan shards the model (``Distribution.FSDP``), FSDP2's ``fully_shard`` takes
     DDP's place: each block and the root sharded, with the plan's mixed precision,
     checkpointing and offload, the optimizer pointed at the sharded parameters
-    (`accelkit.torch.distributed.sharding`; ``report.facts["sharding"]``).
+    (`accelkit.torch.distributed.sharding`; ``report.facts["sharding"]``). A plan for
+    GPUs made without the model's size (``plan.memory`` None, as `auto_configure()`
+    gives) is first laid out for this model, before it is prepared: its parameters,
+    trainable ones, optimizer and frozen weights' dtype go to the planner
+    (`accelkit.planning.with_model_size`), which shards with FSDP2 where a whole replica
+    does not fit a GPU; ``report.notes["layout"]`` says so, ``report.plan["memory"]``
+    has the numbers.
 
     Args:
         model, loader, optimizer, loss_fn: the usual.
@@ -232,6 +239,8 @@ def _fit(
     check_mode(tune)
     ddp_options = wrapping.check_options(ddp)
     plan, held_back = _plan_to_follow(plan)
+    # an unapplied plan trains as the script is: no layout of accelkit's
+    plan, sized = (plan, "") if held_back else plan_with_model(plan, model, optimizer)
     group, progress, alone = _where(plan, distributed, progress)
     run = prepare(
         model,
@@ -263,7 +272,7 @@ def _fit(
     except BaseException:
         restore(run)
         raise
-    _say_why(report, plan, alone=alone, held_back=held_back)
+    _say_why(report, plan, alone=alone, held_back=held_back, sized=sized)
     return report
 
 
@@ -291,13 +300,18 @@ def _where(plan: Plan, distributed: bool, progress: bool) -> tuple[Any, bool, st
     return group, progress, parallel.why_alone(plan, group, distributed, chatty=progress)
 
 
-def _say_why(report: RunReport, plan: Plan, *, alone: str | None, held_back: str) -> None:
+def _say_why(
+    report: RunReport, plan: Plan, *, alone: str | None, held_back: str, sized: str
+) -> None:
     """The report's notes on how the run differs from what was asked: trained alone, the
-    plan's helpers held back, GPUs here that this torch build cannot use."""
+    plan's helpers held back, the layout planned from the model (`plan_with_model`),
+    GPUs here that this torch build cannot use."""
     if alone:
         report.note("world_size", alone)
     if held_back:
         report.note("precision", held_back)
+    if sized:
+        report.note("layout", sized)
     if plan.hardware.gpus_unusable:
         report.note("device", plan.hardware.gpus_unusable)
 

@@ -160,11 +160,11 @@ def memory_facts(probe: ActivationProbe, model: Any, optimizer: Any, plan: Plan)
             "memory_estimate": f"not estimated: the memory model does not know "
             f"{type(optimizer).__name__} (known: {', '.join(o.value for o in Optimizer)})"
         }
-    params = list({id(p): p for p in model.parameters()}.values())
-    count = sum(_count(p) for p in params)
-    trainable = sum(_count(p) for p in params if p.requires_grad)
-    frozen = frozen_dtype(params)
-    sizes = per_param(kind, plan.precision, Framework.TORCH, frozen)
+    params = _parameters(model)
+    size = model_request(model, kind)
+    count, trainable = size.params, size.trainable_params
+    assert count is not None and trainable is not None  # model_request counts both
+    sizes = per_param(kind, plan.precision, Framework.TORCH, size.frozen_dtype)
     if _implementation(optimizer) != "foreach":  # fused and for-loop steps update in place
         sizes = dataclasses.replace(sizes, step=0)
     layout = _layout(params)
@@ -182,18 +182,45 @@ def memory_facts(probe: ActivationProbe, model: Any, optimizer: Any, plan: Plan)
     if getattr(model, "is_gradient_checkpointing", False):
         facts["memory_estimate"] += "; the model recomputes its activations (checkpointing)"
         return facts  # the layouts compared would count the checkpointing twice
-    request = Request(
-        framework=Framework.TORCH,
-        params=count,
-        trainable_params=trainable,
-        optimizer=kind,
-        activation_bytes=activations,
-        frozen_dtype=frozen,
-    )
+    request = dataclasses.replace(size, activation_bytes=activations)
     estimate, _ = sharding.choose(plan.hardware, request, plan.precision)
     if estimate is not None:
         facts["memory_choice"] = estimate.choice
     return facts
+
+
+def model_request(model: Any, optimizer: Optimizer) -> Request:
+    """The planner's request for `model` trained by an optimizer of the kind `optimizer`
+    (`optimizer_kind`): its parameters (each counted once, tied weights too), those that
+    require gradients, and the dtype its frozen ones are held in (`frozen_dtype`);
+    activations unknown.
+
+    Raises:
+        ValueError: the model has no parameter, or none that requires gradients
+            (`Request` takes whole counts from 1).
+
+    Example:
+        >>> import torch
+        >>> model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 2))
+        >>> model[0].requires_grad_(False)
+        Linear(in_features=8, out_features=8, bias=True)
+        >>> size = model_request(model, Optimizer.ADAMW)
+        >>> size.params, size.trainable_params, size.frozen_dtype.value
+        (90, 18, 'fp32')
+    """
+    params = _parameters(model)
+    return Request(
+        framework=Framework.TORCH,
+        params=sum(_count(p) for p in params),
+        trainable_params=sum(_count(p) for p in params if p.requires_grad),
+        optimizer=optimizer,
+        frozen_dtype=frozen_dtype(params),
+    )
+
+
+def _parameters(model: Any) -> list[Any]:
+    """`model`'s parameters, each once (a weight tied to two modules is one)."""
+    return list({id(p): p for p in model.parameters()}.values())
 
 
 # Frozen weights' dtypes the memory model knows, by torch dtype; bitsandbytes holds its
