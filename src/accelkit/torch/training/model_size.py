@@ -1,0 +1,86 @@
+"""The fit's plan completed with the size of the model it holds, before it is prepared.
+
+`accelkit.auto_configure()` takes no model, so its plan has no memory estimate
+(``plan.memory`` is None) and, under torchrun, would train any model with DDP: a whole
+replica per GPU, which runs out of memory at the first step when the model's state does
+not fit one GPU. Memory decides the parallelism (DESIGN.md): so before preparing the
+model the fit counts it (`accelkit.torch.measuring.memory_probe.model_request`) and the
+planner lays it out (`accelkit.planning.with_model_size`): FSDP2 where a replica does
+not fit, the plan's own engine where it does. Activations are unknown before the first
+step: the planner keeps them a share of the memory and says so in its reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from accelkit.planning import Plan, lacks_model_size, with_model_size
+from accelkit.planning.types import Optimizer
+from accelkit.torch.distributed import parallel
+from accelkit.torch.measuring.memory_probe import model_request, optimizer_kind, unwrapped
+
+_log = logging.getLogger("accelkit")
+
+
+def plan_with_model(plan: Plan, model: Any, optimizer: Any) -> tuple[Plan, str]:
+    """`plan` laid out for `model` trained by `optimizer` where it was made without the
+    model's size (`accelkit.planning.lacks_model_size`), and what the report says of it
+    ("" when `plan` is followed as given). Never raises: a model that cannot be counted
+    leaves `plan` as it was, with a warning in the log and the reason.
+
+    Args:
+        plan: the plan the fit follows.
+        model: the module (or the script's DDP wrapper around it).
+        optimizer: the fit's optimizer; one the memory model does not know is counted
+            as AdamW (the planner's default), which the note says.
+
+    Example:
+        >>> import accelkit
+        >>> import torch
+        >>> model = torch.nn.Linear(1024, 1024)
+        >>> two = accelkit.planning.plan(accelkit.what_if("H100", 2))
+        >>> sized, note = plan_with_model(two, model, torch.optim.AdamW(model.parameters()))
+        >>> sized.memory.choice, note.split(" (")[0]
+        ('ddp', "planned from the model's 1,049,600 parameters")
+    """
+    if not lacks_model_size(plan):
+        return plan, ""
+    try:
+        return _planned(plan, model, optimizer)
+    except Exception as error:  # noqa: BLE001 - never the reason a run fails (DESIGN.md)
+        why = (
+            f"not planned from the model ({type(error).__name__}: {error}): the plan is "
+            "followed as given, without a memory estimate"
+        )
+        _log.warning("accelkit.torch.fit: the layout was %s", why)
+        return plan, why
+
+
+def _planned(plan: Plan, model: Any, optimizer: Any) -> tuple[Plan, str]:
+    kind = optimizer_kind(optimizer)
+    size = model_request(parallel.unwrap(model), kind or Optimizer.ADAMW)
+    sized = with_model_size(plan, size)
+    memory = sized.memory
+    if memory is None:
+        return plan, ""
+    assumed = (
+        ""
+        if kind is not None
+        else f"; {type(unwrapped(optimizer)).__name__} is unknown to the memory model, "
+        "counted as adamw (the planner's default)"
+    )
+    trainable = (
+        f"{memory.trainable_params:,} trainable, the frozen ones in {size.frozen_dtype.value}"
+        if memory.trainable_params < memory.params
+        else "all trainable"
+    )
+    note = (
+        f"planned from the model's {memory.params:,} parameters ({trainable}, "
+        f"{memory.optimizer}{assumed}; activations unknown) before the first step, as the "
+        f"plan had no model size: {memory.choice} (distribution {sized.distribution.value}; "
+        "report.plan['memory'] has the numbers)"
+    )
+    log = _log.info if memory.fits else _log.warning
+    log("accelkit.torch.fit: layout %s: %s", note, memory.reason)
+    return sized, note
