@@ -288,3 +288,22 @@ def test_float8_is_priced_at_its_compile_against_a_tenth_of_the_run_left(
     assert (float8.unpaid(engine) is None) == paid  # type: ignore[arg-type]
     door.compile_fixed = "compile=True was set by the script or the plan"
     assert float8.unpaid(engine) is None  # no compile of tune's own to price it by
+
+
+@pytest.mark.usefixtures("float8_here")
+def test_the_float8_matmuls_are_counted_as_float8_and_give_the_reports_share() -> None:
+    """The GPU test found float8_share None where tune kept float8: torchao hands
+    ``aten.mm`` its float8 tensor subclass and calls ``_scaled_mm`` below every dispatch
+    mode, so the counter saw plain matmuls. Each of the converted layer's three matmuls
+    (output, input gradient, weight gradient: torchao runs all three in float8) is
+    2 x 16 x WIDE x 32 FLOPs."""
+    plan = accelkit.plan_for("H100 SXM", precision="fp8")
+    model = wide_net()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    report = accelkit.torch.fit(
+        model, wide_batches(6), optimizer, torch.nn.CrossEntropyLoss(), plan=plan,
+        device="cpu", progress=False, tune=False, warmup=1, window=2,
+    )  # fmt: skip
+    float8_flops = 3 * 2 * 16 * WIDE * 32
+    assert report.float8_share == pytest.approx(float8_flops / report.flops_per_step)
+    assert report.precision_mfu is None or report.precision_mfu > 0

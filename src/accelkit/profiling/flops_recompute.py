@@ -25,6 +25,11 @@ tensor ops on parameters) has its recomputation counted as model FLOPs, as it wa
 before this split; Hugging Face layers, torchtitan's and Lightning's checkpoint
 wrappers and ``checkpoint(block, x)`` all call modules. Selective checkpointing's saved
 ops are served from its cache, never run again, and so are not counted at all.
+
+The counter also tells float8 matmuls apart (`counted_as`): torchao's ``Float8Linear``
+hands ``aten.mm`` tensors of its float8 subclass, whose own dispatch then calls
+``torch._scaled_mm`` below the counter, where no dispatch mode sees it. A matmul of such
+a tensor is counted as ``aten._scaled_mm`` (the op that runs; `FlopCount.float8`).
 """
 
 from __future__ import annotations
@@ -40,6 +45,34 @@ from torch.utils.flop_counter import FlopCounterMode
 
 if TYPE_CHECKING:
     from typing_extensions import Self
+
+_MATMULS = frozenset(
+    {torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.bmm, torch.ops.aten.baddbmm}
+)
+_FLOAT8_DTYPES = frozenset(
+    getattr(torch, name)
+    for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+    if hasattr(torch, name)
+)
+
+
+def counted_as(func_packet: Any, args: tuple[Any, ...]) -> Any:
+    """The op a matmul is counted as: ``aten._scaled_mm`` where an operand is a float8
+    tensor subclass (torchao's ``Float8TrainingTensor``: float8 data in ``_data``, seen
+    as its original dtype from outside), else `func_packet` itself.
+
+    Example:
+        >>> counted_as(torch.ops.aten.mm, (torch.randn(2, 2), torch.randn(2, 2)))
+        <OpOverloadPacket(op='aten.mm')>
+    """
+    if func_packet in _MATMULS and any(_float8(arg) for arg in args):
+        return torch.ops.aten._scaled_mm
+    return func_packet
+
+
+def _float8(value: Any) -> bool:
+    data = getattr(value, "_data", None)
+    return isinstance(value, torch.Tensor) and getattr(data, "dtype", None) in _FLOAT8_DTYPES
 
 
 def _in_backward() -> bool:
@@ -98,7 +131,7 @@ class _Recomputation(TorchDispatchMode):
         out = func(*args, **kwargs)  # the counter below counts it
         added = self.counter.get_total_flops() - before
         if added:
-            self.by_op[str(func._overloadpacket)] += added
+            self.by_op[str(counted_as(func._overloadpacket, args))] += added
         return out
 
 
@@ -149,6 +182,18 @@ class StepFlopCounter(FlopCounterMode):
             if eager is not None:
                 eager.__exit__(*exc)
         return result
+
+    def _count_flops(self, func_packet: Any, out: Any, args: Any, kwargs: Any) -> Any:
+        """FlopCounterMode's count of one op, a float8 matmul's under ``aten._scaled_mm``
+        (`counted_as`): the same formula (the shapes), the op that runs."""
+        op = counted_as(func_packet, args)
+        tracker = getattr(self, "mod_tracker", None)  # FlopCounterMode's, torch >= 2.4
+        if op is func_packet or tracker is None or func_packet not in self.flop_registry:
+            return super()._count_flops(func_packet, out, args, kwargs)
+        flops = self.flop_registry[func_packet](*args, **kwargs, out_val=out)
+        for parent in set(tracker.parents):
+            self.flop_counts[parent][op] += flops
+        return out
 
     def recomputed_by_op(self) -> dict[str, int]:
         """FLOPs of the recomputed forward, per op name (as `get_flop_counts` names them)."""
