@@ -81,6 +81,8 @@ def _planned(plan: Plan, model: Any, optimizer: Any) -> tuple[Plan, str]:
         f"plan had no model size: {memory.choice} (distribution {sized.distribution.value}; "
         "report.plan['memory'] has the numbers)"
     )
-    log = _log.info if memory.fits else _log.warning
+    # Said where it changes the run (or cannot fit); the report's note holds it always.
+    changed = sized.distribution is not plan.distribution or memory.choice not in ("none", "ddp")
+    log = _log.warning if not memory.fits else _log.info if changed else _log.debug
     log("accelkit.torch.fit: layout %s: %s", note, memory.reason)
     return sized, note
