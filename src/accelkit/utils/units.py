@@ -14,16 +14,27 @@ _PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
 
 def significant(value: float, digits: int = 4) -> str:
-    """`value` with `digits` significant digits, thousands separated, no exponent.
+    """`value` with `digits` significant digits, thousands separated, no exponent, but
+    where that would take more than `PLAIN_DIGITS` digits (a figure of an invalid or
+    hand-made report, 2e-277 s): an exponent then, so a line stays a line.
 
     Example:
         >>> significant(0.0297), significant(989.4), significant(375974.2)
         ('0.02970', '989.4', '375,974')
+        >>> significant(2.4389e-277), significant(3e19)
+        ('2.439e-277', '3.000e+19')
     """
     if value == 0 or not math.isfinite(value):
         return f"{value:g}"
-    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    magnitude = math.floor(math.log10(abs(value)))
+    decimals = max(0, digits - 1 - magnitude)
+    if decimals > PLAIN_DIGITS or magnitude >= PLAIN_DIGITS:
+        return f"{value:.{digits - 1}e}"
     return f"{value:,.{decimals}f}"
+
+
+# The most digits `significant` writes without an exponent, after the point or before it.
+PLAIN_DIGITS = 12
 
 
 def per_second(value: float) -> str:
