@@ -28,10 +28,10 @@ import argparse
 import json
 import math
 import statistics
-import subprocess
-import sys
 import time
 from typing import Any
+
+import gpu_compare  # same folder: child processes, JSON
 
 VARIANTS = ("bf16", "float8")
 PROBABILITIES = (0.4, 0.3, 0.2, 0.1)
@@ -142,16 +142,10 @@ def summarise(results: dict[str, Any], every: int) -> dict[str, Any]:
 def compare(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"steps": args.steps, "log_every": args.log_every, "variants": {}}
     for variant in VARIANTS:
-        command = [sys.executable, __file__, "--variant", variant, *_passed(args)]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        sys.stderr.write(done.stderr[-4000:])
-        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-        results["variants"][variant] = (
-            json.loads(lines[-1]) if lines else {"error": done.returncode}
-        )
+        command = [__file__, "--variant", variant, *_passed(args)]
+        results["variants"][variant] = gpu_compare.run_child(command, args.timeout)
         results["summary"] = summarise(results, args.log_every)
-        with open(args.out, "w") as file:
-            json.dump(results, file, indent=1)
+        gpu_compare.write_json(args.out, results)
     return results
 
 
@@ -208,6 +202,7 @@ def main() -> int:
     parser.add_argument("--active", type=int, default=8192, help="token ids the chain uses")
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--log-every", type=int, default=10)
+    parser.add_argument("--timeout", type=int, default=200, help="seconds per variant")
     parser.add_argument("--smoke", action="store_true", help="the tiny model (CPU)")
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--chart-from", help="a results JSON: write its chart to --out (SVG)")
