@@ -14,7 +14,7 @@ import html
 from typing import TYPE_CHECKING
 
 from accelkit.report.comparison.curves import ROLES, Overlay, draw, overlays
-from accelkit.report.comparison.text import figure_row, figure_text, spread_text
+from accelkit.report.comparison.text import change_text, figure_row, figure_text, spread_text
 from accelkit.report.comparison.types import (
     AdviceChange,
     Comparison,
@@ -100,7 +100,7 @@ def _summary(comparison: Comparison) -> str:
         else f"{step.verdict.value}, beyond the runs' noise"
     )
     return (
-        f'<p id="summary">NEW\'s step time is <strong>{step.change:+.1%}</strong> against '
+        f'<p id="summary">NEW\'s step time is <strong>{change_text(step.change)}</strong> against '
         f"BASE's: {html.escape(beyond)}.</p>"
     )
 

@@ -74,11 +74,24 @@ def figure_row(figure: FigureComparison) -> tuple[str, str, str, str, str]:
     it is not compared)."""
     base = _with_spread(figure_text(figure.name, figure.base), figure.base_spread)
     new = _with_spread(figure_text(figure.name, figure.new), figure.new_spread)
-    change = "-" if figure.change is None else f"{figure.change:+.1%}"
+    change = "-" if figure.change is None else change_text(figure.change)
     verdict = figure.verdict.value
     if figure.verdict is Verdict.NOT_COMPARED:
         verdict = printable(figure.why)
     return figure.label, base, new, change, verdict
+
+
+def change_text(change: float) -> str:
+    """A relative change as a signed percentage; past 10,000% with an exponent, so that a
+    report's absurd figure (2e-277 samples/s) keeps the line a line.
+
+    Example:
+        >>> change_text(0.123), change_text(-0.05), change_text(4.1e280)
+        ('+12.3%', '-5.0%', '+4.10e+282%')
+    """
+    if abs(change) < 100:
+        return f"{change:+.1%}"
+    return f"{change * 100:+.2e}%"
 
 
 def _with_spread(text: str, spread: float | None) -> str:
