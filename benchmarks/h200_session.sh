@@ -28,12 +28,14 @@
 #                                         # shapes; the 300-step loss curves
 #   bash benchmarks/h200_session.sh float8c "$OUT"  # issue 36: the HF Trainer's 1B with and
 #                                         # without float8; the built-in GPT-2's lever
+#   bash benchmarks/h200_session.sh float8d "$OUT"  # issue 36: the 300-step loss curves at
+#                                         # the chain and rate the first run called for
 # The float8 phases need torchao: carry .whl_ao (torchao 0.18's wheel), installed first.
 # issue35 and issue35b each fit one call of at most 9 minutes: every run has its own
 # `timeout` (their sum 540 s with the kill grace), and the scripts rewrite their JSON
 # after every variant, so a run cut short keeps what it measured.
 set -uo pipefail
-usage="usage: h200_session.sh core|gpt2|resnet50|models|tests|lightning|examples|doors|tune|autotune|trainers|issue35|issue35b|gputests|breakdown|float8a|float8b|float8c OUT_DIR [MODEL...]"
+usage="usage: h200_session.sh core|gpt2|resnet50|models|tests|lightning|examples|doors|tune|autotune|trainers|issue35|issue35b|gputests|breakdown|float8a|float8b|float8c|float8d OUT_DIR [MODEL...]"
 phase=${1:?$usage}
 out=${2:?$usage}
 shift 2
@@ -201,6 +203,13 @@ float8c)  # ~9 min: the HF Trainer's 1B ~7 (trials as float8a's inside the 70 wa
     (cd benchmarks && timeout -k 5 130 $py float8_lever.py --model gpt2 --steps 20 \
         --repeats 3 --warmup 5 --planned 20000 --out "$out/float8_lever_gpt2.json") \
         >> "$out/float8c.txt" 2>&1
+    ;;
+float8d)  # ~4 min: the GPU tests of float8 ~1 (the share of float8 FLOPs since the
+    # float8 subclass fix), the loss curves ~3 (1B eager, B4 x 2048, 2 x 300 steps)
+    timeout 100 $py -m pytest tests/torch/test_float8_gpu.py -q -p no:cacheprovider -rs \
+        > "$out/pytest_float8.txt" 2>&1
+    (cd benchmarks && timeout -k 5 230 $py float8_loss_curve.py --steps 300 \
+        --out "$out/float8_loss_curve.json") > "$out/float8d.txt" 2>&1
     ;;
 tests)
     $py -m pytest tests/torch tests/profiling tests/advisor tests/report -q -p no:cacheprovider \
