@@ -16,10 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import time
 from typing import Any
+
+import gpu_compare  # same folder: child processes, JSON
 
 VARIANTS = ("float8", "without")
 MODELS = ("llama-1b", "gpt2")
@@ -70,23 +70,18 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
 def compare(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"model": args.model, "variants": {}}
     for variant in args.variants:
-        command = [sys.executable, __file__, "--variant", variant, *_passed(args)]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        sys.stderr.write(done.stderr[-4000:])
-        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-        results["variants"][variant] = (
-            json.loads(lines[-1]) if lines else {"error": done.returncode}
-        )
-        with open(args.out, "w") as file:
-            json.dump(results, file, indent=1)
+        command = [__file__, "--variant", variant, *_passed(args)]
+        results["variants"][variant] = gpu_compare.run_child(command, args.timeout)
+        gpu_compare.write_json(args.out, results)
     return results
 
 
 def _passed(args: argparse.Namespace) -> list[str]:
-    return [
+    passed = [
         "--model", args.model, "--steps", str(args.steps), "--warmup", str(args.warmup),
         "--repeats", str(args.repeats), "--planned", str(args.planned), "--out", args.out,
     ]  # fmt: skip
+    return passed + (["--batch-size", str(args.batch_size)] if args.batch_size else [])
 
 
 def show(results: dict[str, Any]) -> None:
@@ -118,6 +113,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--planned", type=int, default=20_000, help="the run's length told")
+    parser.add_argument("--timeout", type=int, default=400, help="seconds per variant")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--out", required=True)
