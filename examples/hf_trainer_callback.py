@@ -79,7 +79,8 @@ def main() -> None:
         save_strategy="no",
         report_to=args.report_to,
         disable_tqdm=args.smoke,
-        **training_arguments(plan),  # bf16/fp16, tf32, torch_compile, dataloader_pin_memory
+        # bf16/fp16, tf32, torch_compile, pin_memory; fsdp where a replica would not fit
+        **training_arguments(plan, model=model),
     )
     callback = AccelkitCallback(plan=plan)  # its figures reach the report_to loggers too
     trainer = Trainer(

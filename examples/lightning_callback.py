@@ -92,6 +92,7 @@ def main() -> None:
     loader = torch.utils.data.DataLoader(train, batch_size=batch, shuffle=True, drop_last=True)
     val_loader = torch.utils.data.DataLoader(val, batch_size=batch)
 
+    model = Forecaster(channels, width, horizon)
     callback = AccelkitCallback(window=window)
     trainer = lightning.Trainer(
         max_epochs=args.epochs,
@@ -101,9 +102,10 @@ def main() -> None:
         enable_checkpointing=not args.smoke,
         enable_progress_bar=not args.smoke,
         enable_model_summary=not args.smoke,
-        **trainer_kwargs(plan),  # precision, accelerator, devices, strategy
+        # precision, accelerator, devices, strategy (sharded where a replica would not fit)
+        **trainer_kwargs(plan, model=model),
     )
-    trainer.fit(Forecaster(channels, width, horizon), loader, val_loader)
+    trainer.fit(model, loader, val_loader)
 
     if trainer.is_global_zero:
         print(callback.report)

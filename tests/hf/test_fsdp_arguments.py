@@ -45,3 +45,31 @@ def test_training_arguments_take_the_fsdp2_settings(tmp_path, checkpointing, off
 def test_plans_without_fsdp_have_no_fsdp_fields() -> None:
     fields = training_arguments(accelkit.plan_for("H100 SXM", count=8))
     assert "fsdp" not in fields and "fsdp_config" not in fields
+
+
+def _eight_billion_parameters():
+    """An 8.05e9-parameter model on the meta device: counted, never allocated."""
+    import torch
+
+    with torch.device("meta"):
+        return torch.nn.Sequential(*(torch.nn.Linear(8192, 8192, bias=False) for _ in range(120)))
+
+
+def test_given_a_model_too_large_for_a_replica_the_plan_shards_it(caplog) -> None:
+    eight = accelkit.plan_for("H100 SXM", count=8)  # auto_configure's kind: no model size
+    assert "fsdp" not in training_arguments(eight)
+    with caplog.at_level("INFO", logger="accelkit"):
+        fields = training_arguments(eight, model=_eight_billion_parameters())
+    assert fields["fsdp_config"]["version"] == 2
+    assert "accelkit.hf.training_arguments: layout planned from the model's 8,053,063,680" in (
+        caplog.text
+    )
+    assert "the optimizer is not built yet, counted as adamw" in caplog.text
+
+
+def test_given_a_model_that_fits_the_fields_are_those_of_the_plan() -> None:
+    import torch
+
+    eight = accelkit.plan_for("H100 SXM", count=8)
+    small = torch.nn.Linear(1024, 1024)
+    assert training_arguments(eight, model=small) == training_arguments(eight)

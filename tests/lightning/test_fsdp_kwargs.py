@@ -81,3 +81,14 @@ def test_the_trainer_takes_the_fsdp_kwargs() -> None:
     kwargs["devices"] = 1
     trainer = lightning.Trainer(**kwargs, logger=False, enable_checkpointing=False)
     assert trainer.strategy is kwargs["strategy"]
+
+
+def test_a_model_too_large_for_a_replica_is_sharded_where_the_plan_had_no_size() -> None:
+    from lightning.pytorch.strategies import FSDPStrategy
+
+    with torch.device("meta"):  # 8.05e9 parameters, counted, never allocated
+        large = torch.nn.Sequential(*(torch.nn.Linear(8192, 8192, bias=False) for _ in range(120)))
+    eight = accelkit.plan_for("H100 SXM", count=8)  # auto_configure's kind: no model size
+    assert trainer_kwargs(eight, model=_model())["strategy"] == "ddp"
+    kwargs = trainer_kwargs(eight, model=large)
+    assert isinstance(kwargs["strategy"], FSDPStrategy) and kwargs["devices"] == 8

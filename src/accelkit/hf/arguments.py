@@ -22,8 +22,15 @@ CPU_NOT_SHARDED = (
 )
 
 
-def training_arguments(plan: Plan) -> dict[str, Any]:
+def training_arguments(plan: Plan, model: Any = None) -> dict[str, Any]:
     """The `TrainingArguments` fields that carry out `plan` in a Hugging Face `Trainer`.
+
+    Given the `model`, a plan made without a model size (`accelkit.auto_configure()`
+    takes none) is first laid out for it, as `accelkit.torch.fit` lays out its own
+    (`accelkit.planning.with_model_size`, the Trainer's AdamW counted): under torchrun, a
+    model whose replica does not fit one GPU then gets the ``fsdp`` fields, where the
+    plan alone would leave the Trainer to train it data-parallel and run out of memory
+    at the first step. Without `model`, the plan is followed as it is.
 
     - ``bf16`` / ``fp16``: the plan's mixed precision (the Trainer autocasts, and scales
       the fp16 loss); both False on an fp32, tf32 or CPU plan;
@@ -56,6 +63,10 @@ def training_arguments(plan: Plan) -> dict[str, Any]:
         >>> plan = accelkit.auto_configure(verbose=False)       # this machine's plan
         >>> args = TrainingArguments(**training_arguments(plan), output_dir="out")
     """
+    if model is not None:
+        from accelkit.torch.training.model_size import plan_with_model
+
+        plan, _ = plan_with_model(plan, model, None, door="accelkit.hf.training_arguments")
     gpu = plan.device_type == "cuda"
     arguments = {
         "bf16": gpu and plan.precision.without_float8 is Precision.BF16,

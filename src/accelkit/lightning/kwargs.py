@@ -47,8 +47,14 @@ def trainer_kwargs(plan: Plan, model: Any = None) -> dict[str, Any]:
     Args:
         plan: a plan, e.g. from `accelkit.auto_configure()` or, for hardware you don't
             have, `accelkit.plan_for("A100-SXM4-80GB")`.
-        model: the LightningModule; needed when the plan shards (FSDP2), for its blocks
-            (`accelkit.torch.distributed.sharding.find_blocks`), else unused.
+        model: the LightningModule. A plan made without a model size
+            (`accelkit.auto_configure()` takes none) is first laid out for it, as
+            `accelkit.torch.fit` lays out its own (`accelkit.planning.with_model_size`;
+            the optimizer, built later by ``configure_optimizers``, counted as AdamW):
+            under torchrun a model whose replica does not fit one GPU is then sharded,
+            where the plan alone would give it DDP and an out-of-memory first step.
+            Needed when the plan shards (FSDP2), for its blocks
+            (`accelkit.torch.distributed.sharding.find_blocks`).
 
     Returns:
         ``precision``: "bf16-mixed", "16-mixed" or "32-true" from `plan.precision`;
@@ -73,6 +79,10 @@ def trainer_kwargs(plan: Plan, model: Any = None) -> dict[str, Any]:
         >>> trainer_kwargs(accelkit.plan_for("Tesla T4"))
         {'precision': '16-mixed', 'accelerator': 'gpu', 'devices': 1, 'strategy': 'auto'}
     """
+    if model is not None:
+        from accelkit.torch.training.model_size import plan_with_model
+
+        plan, _ = plan_with_model(plan, model, None, door="accelkit.lightning.trainer_kwargs")
     # Under fp8 the trainer autocasts to bf16; the float8 layers are tune's lever.
     precision = Precision.parse(plan.precision).without_float8
     if precision not in _PRECISION:

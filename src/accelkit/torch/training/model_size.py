@@ -23,17 +23,21 @@ from accelkit.torch.measuring.memory_probe import model_request, optimizer_kind,
 _log = logging.getLogger("accelkit")
 
 
-def plan_with_model(plan: Plan, model: Any, optimizer: Any) -> tuple[Plan, str]:
+def plan_with_model(
+    plan: Plan, model: Any, optimizer: Any, *, door: str = "accelkit.torch.fit"
+) -> tuple[Plan, str]:
     """`plan` laid out for `model` trained by `optimizer` where it was made without the
     model's size (`accelkit.planning.lacks_model_size`), and what the report says of it
     ("" when `plan` is followed as given). Never raises: a model that cannot be counted
     leaves `plan` as it was, with a warning in the log and the reason.
 
     Args:
-        plan: the plan the fit follows.
+        plan: the plan the fit (or a trainer's arguments) follows.
         model: the module (or the script's DDP wrapper around it).
-        optimizer: the fit's optimizer; one the memory model does not know is counted
-            as AdamW (the planner's default), which the note says.
+        optimizer: the fit's optimizer; None where it is not built yet (a trainer builds
+            its own); one the memory model does not know, or None, is counted as AdamW
+            (the planner's default and the trainers'), which the note says.
+        door: who asks, named in the log.
 
     Example:
         >>> import accelkit
@@ -47,29 +51,31 @@ def plan_with_model(plan: Plan, model: Any, optimizer: Any) -> tuple[Plan, str]:
     if not lacks_model_size(plan):
         return plan, ""
     try:
-        return _planned(plan, model, optimizer)
+        return _planned(plan, model, optimizer, door)
     except Exception as error:  # noqa: BLE001 - never the reason a run fails (DESIGN.md)
         why = (
             f"not planned from the model ({type(error).__name__}: {error}): the plan is "
             "followed as given, without a memory estimate"
         )
-        _log.warning("accelkit.torch.fit: the layout was %s", why)
+        _log.warning("%s: the layout was %s", door, why)
         return plan, why
 
 
-def _planned(plan: Plan, model: Any, optimizer: Any) -> tuple[Plan, str]:
-    kind = optimizer_kind(optimizer)
+def _planned(plan: Plan, model: Any, optimizer: Any, door: str) -> tuple[Plan, str]:
+    kind = None if optimizer is None else optimizer_kind(optimizer)
     size = model_request(parallel.unwrap(model), kind or Optimizer.ADAMW)
     sized = with_model_size(plan, size)
     memory = sized.memory
     if memory is None:
         return plan, ""
-    assumed = (
-        ""
-        if kind is not None
-        else f"; {type(unwrapped(optimizer)).__name__} is unknown to the memory model, "
-        "counted as adamw (the planner's default)"
-    )
+    assumed = ""
+    if optimizer is None:
+        assumed = "; the optimizer is not built yet, counted as adamw (the planner's default)"
+    elif kind is None:
+        assumed = (
+            f"; {type(unwrapped(optimizer)).__name__} is unknown to the memory model, "
+            "counted as adamw (the planner's default)"
+        )
     trainable = (
         f"{memory.trainable_params:,} trainable, the frozen ones in {size.frozen_dtype.value}"
         if memory.trainable_params < memory.params
@@ -79,10 +85,10 @@ def _planned(plan: Plan, model: Any, optimizer: Any) -> tuple[Plan, str]:
         f"planned from the model's {memory.params:,} parameters ({trainable}, "
         f"{memory.optimizer}{assumed}; activations unknown) before the first step, as the "
         f"plan had no model size: {memory.choice} (distribution {sized.distribution.value}; "
-        "report.plan['memory'] has the numbers)"
+        "the plan's memory has the numbers)"
     )
     # Said where it changes the run (or cannot fit); the report's note holds it always.
     changed = sized.distribution is not plan.distribution or memory.choice not in ("none", "ddp")
     log = _log.warning if not memory.fits else _log.info if changed else _log.debug
-    log("accelkit.torch.fit: layout %s: %s", note, memory.reason)
+    log("%s: layout %s: %s", door, note, memory.reason)
     return sized, note
