@@ -45,8 +45,9 @@ case "${1:-}" in
         "$VENV/bin/accelkit" plan --gpu "NVIDIA H200" --count 8 --framework torch
         echo
         # then what the same GPT would do on one H200, with the estimate's assumptions
+        # (compiled: eager, its host would issue the ops slower than an H200 runs them)
         "$VENV/bin/accelkit" bench --model gpt --framework torch --steps 20 --calibrate \
-            --project H200
+            --compile --project H200
         ;;
     test)
         setup test

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from accelkit import specs, what_if
 from accelkit.advisor.context import DEFAULT_MFU
 from accelkit.advisor.projection import (
+    EAGER_DISPATCH_S,
     LAUNCH_GAP_S,
     NotProjected,
     Projection,
@@ -203,12 +204,22 @@ def runs(draw: st.DrawFn) -> dict:
         "facts": {
             "layers": [{"type": "Linear"}] * draw(st.integers(0, 200)),
             "parameters": draw(st.none() | st.floats(1e3, 1e11)),
+            "compiled": draw(st.sampled_from([None, True, False])),  # None: a Meter's run
         },
     }
     if on_gpu:
         run["mfu"] = draw(st.floats(0.01, 0.8))
         run["gpu_utilization"] = draw(st.none() | st.floats(1.0, 100.0))
     return run
+
+
+def _eager_issuing(run: dict) -> float:
+    """The least time an eager PyTorch host issues the step's counted ops, where the
+    projection has no NVML samples to go by (0 elsewhere)."""
+    facts = run["facts"]
+    eager = run["framework"] == "torch" and facts["compiled"] is False
+    sampled = run.get("gpu_utilization") is not None and run["step_time_s"]
+    return 2 * len(facts["layers"]) * EAGER_DISPATCH_S if eager and not sampled else 0.0
 
 
 def _finite(*values: float | None) -> bool:
@@ -221,10 +232,13 @@ def test_a_projection_is_a_finite_figure_above_its_floor_or_not_projected_with_a
     run, gpu, count
 ) -> None:
     p = project(run, gpu, count)
+    issuing = _eager_issuing(run)
     if isinstance(p, NotProjected):
         assert p.reason.strip() and (p.floor_s is None or _finite(p.floor_s))
         assert ranked([p]) == [] and to_json([p])[0]["projected"] is False
+        assert p.floor_s is None or p.floor_s >= issuing * (1 - 1e-12)
         return
+    assert p.step_time_s >= issuing * (1 - 1e-12)  # an eager host issues every op
     figures = (p.step_time_s, p.epoch_time_s, p.compute_s, p.allreduce_s, p.host_s)
     assert _finite(*figures, p.input_wait_s, p.exposed_allreduce_s) and p.step_time_s > 0
     assert p.step_time_s >= p.floor_s == p.input_wait_s + p.host_s  # never below the floor

@@ -19,7 +19,11 @@ FLOP/s does not shorten (Amdahl, "Validity of the single processor approach", AF
   a kernel was running: `nvmlDeviceGetUtilizationRates`). Elsewhere (a CPU run, no
   NVML samples) a least one: the kernels launched one by one, at least 2 per layer the
   report lists (its forward and its weight gradient) plus one per parameter tensor of a
-  for-loop optimizer, x `LAUNCH_GAP_S`; none where tune kept CUDA graphs.
+  for-loop optimizer, x `LAUNCH_GAP_S`; none where tune kept CUDA graphs. A PyTorch run
+  that stayed eager (the fit recorded ``compiled`` False) also has its host issue each of
+  those ops, `EAGER_DISPATCH_S` apiece: that runs while earlier kernels do, so it is not
+  added to the step but bounds it from below (the step is host-bound where it outlasts
+  the kernels and their launches).
 - **MFU** (FLOPs / (time x peak), PaLM appendix B): the run's own where it was measured
   against a datasheet peak, over the time its kernels computed (step - input wait -
   NVML idle - the all-reduce it waited for); else `DEFAULT_MFU` or `mfu=`: a CPU run's
@@ -82,6 +86,12 @@ EQUAL_WITHIN = 0.01
 # https://developer.nvidia.com/blog/cuda-graphs/). A floor: PyTorch's eager dispatch
 # adds its own time per op on top, and a step launches more kernels than it counts.
 LAUNCH_GAP_S = 3.8e-6 - 2.9e-6
+
+# What the host spends issuing one op from eager PyTorch (Python, the dispatcher, the
+# launch): 9.30 µs, the median of 5 x 10,000 one-element ops on an H200's host, PyTorch
+# 2.11 (benchmarks/launch_gap.py; benchmarks/results/h200_launch_gap.json), against 1.03 µs
+# an op replayed from a CUDA graph. Host time, so it overlaps the kernels already issued.
+EAGER_DISPATCH_S = 9.30e-6
 
 # Backward's share of a step's FLOPs: 4N of the 6N per token (PaLM appendix B).
 BACKWARD_SHARE = 2 / 3
@@ -239,12 +249,12 @@ def project(
     per_gpu_flops, per_gpu_batch, measured_devices = _per_gpu(data, float(data["flops_per_step"]))
     compute = per_gpu_flops / (chosen_mfu * peak * 1e12)
     allreduce = _allreduce(data, spec, count, compute)
-    floor = wait + host.seconds
-    bound = _host_bound(host, compute, floor, mfu_source)
+    least = wait + max(host.seconds, host.dispatch_s)  # what no faster GPU shortens
+    bound = _host_bound(host, compute, least, mfu_source)
     if isinstance(allreduce, str) or bound:
         why = allreduce if isinstance(allreduce, str) else bound
-        return NotProjected(spec.name, spec.key, count, why, floor, price_per_hour)
-    step = floor + compute + allreduce.exposed
+        return NotProjected(spec.name, spec.key, count, why, least, price_per_hour)
+    step = wait + host.seconds + compute + allreduce.exposed
     steps, steps_note = _steps_per_epoch(data, data.get("facts") or {})
     steps_here = steps * measured_devices / count
     epoch = steps_here * step
@@ -354,12 +364,17 @@ class _Host:
 
     `measured`: NVML's idle time of the run's own GPU (True), or a least launch time
     (False); `what` names it in a sentence, `note` is the assumption's text.
+    `dispatch_s`: the least time an eager PyTorch host takes to issue the step's ops
+    (0 where the run was compiled, graphed, measured by NVML or not known to be eager),
+    which overlaps the kernels; `dispatch_what` names it.
     """
 
     seconds: float
     measured: bool
     what: str
     note: str
+    dispatch_s: float = 0.0
+    dispatch_what: str = ""
 
 
 def _input_wait(data: Mapping[str, Any]) -> float:
@@ -424,26 +439,48 @@ def _launches(data: Mapping[str, Any]) -> _Host:
     counted = f"2 for each of the {layers} layers listed (forward, weight gradient)" + (
         f" and {tensors} for the for-loop optimizer's parameter tensors" if tensors else ""
     )
+    note = (
+        f"at least {duration(seconds)} per step of host time launching kernels one by "
+        f"one: {kernels} kernels ({counted}) x {LAUNCH_GAP_S * 1e6:.1f} µs each, what a "
+        "launch costs beyond its kernel (NVIDIA, Getting Started with CUDA Graphs, 2019: "
+        "3.8 µs per 2.9 µs kernel)"
+    )
+    eager = data.get("framework") == "torch" and facts.get("compiled") is False
+    dispatch = kernels * EAGER_DISPATCH_S if eager else 0.0
+    if eager:
+        note += (
+            f"; the run was eager, so its host also takes at least {duration(dispatch)} a "
+            f"step to issue them, {EAGER_DISPATCH_S * 1e6:.2f} µs an op (measured on an "
+            "H200's host, benchmarks/launch_gap.py), while earlier kernels run"
+        )
     return _Host(
         seconds,
         False,
         f"least time to launch its {kernels} kernels one by one ({duration(seconds)})",
-        f"at least {duration(seconds)} per step of host time launching kernels one by "
-        f"one: {kernels} kernels ({counted}) x {LAUNCH_GAP_S * 1e6:.1f} µs each, what a "
-        "launch costs beyond its kernel (NVIDIA, Getting Started with CUDA Graphs, 2019: "
-        "3.8 µs per 2.9 µs kernel)",
+        note,
+        dispatch,
+        f"least time an eager PyTorch host takes to issue its {kernels} ops "
+        f"({duration(dispatch)}, {EAGER_DISPATCH_S * 1e6:.2f} µs an op)"
+        if eager
+        else "",
     )
 
 
 def _host_bound(host: _Host, compute: float, floor: float, mfu_source: str) -> str:
     """Why a step whose host time outlasts its kernels gets no figure ("" where it does
-    not: the kernels outlast the host)."""
-    if host.seconds <= compute:
+    not: the kernels outlast the host): its launches in series with them, or an eager
+    host's issuing of its ops beside them."""
+    if host.dispatch_s > compute + host.seconds:  # more than the launches' bound when eager
+        gpu, what = "its kernels and their launches", host.dispatch_what
+        compute += host.seconds  # the launches run in series with the kernels
+    elif host.seconds > compute:
+        gpu, what = "its kernels", host.what
+    else:
         return ""
     assumed = "" if "measured" in mfu_source else " at an MFU no GPU measured for this run"
     return (
-        f"host-bound: its kernels would take {duration(compute)} a "
-        f"step{assumed}, less than the {host.what}: the step would follow the host, not "
+        f"host-bound: {gpu} would take {duration(compute)} a "
+        f"step{assumed}, less than the {what}: the step would follow the host, not "
         f"the GPU's FLOP/s, and how the two overlap there is not measured; at least "
         f"{duration(floor)} a step. Cut the host time first (torch.compile, CUDA graphs, "
         "a larger batch)"
