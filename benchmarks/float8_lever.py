@@ -1,9 +1,10 @@
 """tune's float8 lever on a model people train: ``accelkit.torch.fit(tune=True)`` with
 every lever, against the same fit without the float8 lever, each in its own process.
 
-The Llama-3.2-1B shape of models_people_train.py (8 x 2048 tokens, bf16, AdamW), told of
-a long run (``--planned``: float8's compile is priced against the run left, as a real
-pre-training run would pay it), trains its trial steps and then ``--repeats`` windows of
+The Llama-3.2-1B shape of models_people_train.py (8 x 2048 tokens, bf16, AdamW; its 3B
+shape at 4 x 2048 with ``--model llama-3b``), told of a long run (``--planned``:
+float8's compile is priced against the run left, as a real pre-training run would pay
+it), trains its trial steps and then ``--repeats`` windows of
 ``--steps`` steps with what tune kept. Printed as a table, written as JSON after each
 variant (a run cut short keeps what it measured).
 
@@ -22,7 +23,7 @@ from typing import Any
 import gpu_compare  # same folder: child processes, JSON
 
 VARIANTS = ("float8", "without")
-MODELS = ("llama-1b", "gpt2")
+MODELS = ("llama-1b", "llama-3b", "gpt2")
 
 
 def run_variant(args: argparse.Namespace) -> dict[str, Any]:

@@ -30,12 +30,15 @@
 #                                         # without float8; the built-in GPT-2's lever
 #   bash benchmarks/h200_session.sh float8d "$OUT"  # issue 36: the 300-step loss curves at
 #                                         # the chain and rate the first run called for
+#   bash benchmarks/h200_session.sh float8e "$OUT" float8|without  # issue 36: the 3B shape's
+#                                         # fit(tune=True), one variant a call (float8's
+#                                         # compile alone took more than 300 s)
 # The float8 phases need torchao: carry .whl_ao (torchao 0.18's wheel), installed first.
 # issue35 and issue35b each fit one call of at most 9 minutes: every run has its own
 # `timeout` (their sum 540 s with the kill grace), and the scripts rewrite their JSON
 # after every variant, so a run cut short keeps what it measured.
 set -uo pipefail
-usage="usage: h200_session.sh core|gpt2|resnet50|models|tests|lightning|examples|doors|tune|autotune|trainers|issue35|issue35b|gputests|breakdown|float8a|float8b|float8c|float8d OUT_DIR [MODEL...]"
+usage="usage: h200_session.sh core|gpt2|resnet50|models|tests|lightning|examples|doors|tune|autotune|trainers|issue35|issue35b|gputests|breakdown|float8a|float8b|float8c|float8d|float8e OUT_DIR [MODEL...]"
 phase=${1:?$usage}
 out=${2:?$usage}
 shift 2
@@ -210,6 +213,12 @@ float8d)  # ~4 min: the GPU tests of float8 ~1 (the share of float8 FLOPs since 
         > "$out/pytest_float8.txt" 2>&1
     (cd benchmarks && timeout -k 5 230 $py float8_loss_curve.py --steps 300 \
         --out "$out/float8_loss_curve.json") > "$out/float8d.txt" 2>&1
+    ;;
+float8e)  # ~9 min: one variant of the 3B shape (B4 x 2048): tune's trials, then 3 windows
+    variant=${1:-float8}
+    (cd benchmarks && timeout -k 5 540 $py float8_lever.py --model llama-3b --steps 10 \
+        --repeats 3 --warmup 3 --planned 20000 --variants "$variant" --timeout 530 \
+        --out "$out/float8_lever_llama-3b_$variant.json") > "$out/float8e.txt" 2>&1
     ;;
 tests)
     $py -m pytest tests/torch tests/profiling tests/advisor tests/report -q -p no:cacheprovider \

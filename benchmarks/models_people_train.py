@@ -71,7 +71,10 @@ VARIANTS = (
     "fit",
     "fit_tune",
 )
-MODELS = ("hf-gpt2", "hf-gpt2-eager", "timm-vit", "resnet50", "gpt2", "fasterrcnn", "llama-1b")
+MODELS = (
+    "hf-gpt2", "hf-gpt2-eager", "timm-vit", "resnet50", "gpt2", "fasterrcnn", "llama-1b",
+    "llama-3b",
+)  # fmt: skip
 
 # Llama 3.2 1B's shape (meta-llama/Llama-3.2-1B's config.json; rope scaling left out: it
 # changes no FLOP or byte of a step), and a 2-layer model of the same kind for the CPU.
@@ -79,10 +82,21 @@ LLAMA_1B = {
     "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
     "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
 }  # fmt: skip
+# Llama 3.2 3B's (meta-llama/Llama-3.2-3B's config.json; its embeddings tied too).
+LLAMA_3B = {
+    "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 28,
+    "num_attention_heads": 24, "num_key_value_heads": 8, "vocab_size": 128256,
+}  # fmt: skip
 LLAMA_TINY = {
     "hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2,
     "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
 }  # fmt: skip
+# Each Llama the scripts train: its shape, its batch on one GPU (1B: 8 x 2048 needs about
+# 75 GB eager; 3B: 4 x 2048, its bf16 step compiled measured at 374 ms on the H200), name.
+LLAMAS = {
+    "llama-1b": (LLAMA_1B, 8, "Llama-3.2-1B"),
+    "llama-3b": (LLAMA_3B, 4, "Llama-3.2-3B"),
+}
 
 
 # -- the model, its batch and its loss, as the model's library has them --------------------
@@ -116,7 +130,7 @@ def build(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, dict[st
         )
     if args.model == "fasterrcnn":
         return detection(args, device)
-    if args.model == "llama-1b":
+    if args.model in LLAMAS:
         return llama(args, device)
     if args.model == "timm-vit":
         import timm
@@ -134,10 +148,10 @@ def build(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, dict[st
 
 def llama(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, dict[str, Any]]:
     """A Llama-3.2-1B-shaped ``LlamaForCausalLM`` (`LLAMA_1B`, embeddings tied to the head,
-    SDPA attention) built on `device`, and a batch of random token ids with labels,
-    ``--batch-size`` x ``--seq-len`` (8 x 2048), without an attention mask, as packed
-    pre-training batches come. Off CUDA, or with --smoke, `LLAMA_TINY` at 2 x 64: a 1.24B
-    model's step would take minutes there.
+    SDPA attention; `LLAMA_3B` for ``--model llama-3b``) built on `device`, and a batch of
+    random token ids with labels, ``--batch-size`` x ``--seq-len`` (8 x 2048; 3B: 4 x
+    2048), without an attention mask, as packed pre-training batches come. Off CUDA, or
+    with --smoke, `LLAMA_TINY` at 2 x 64: a 1.24B model's step would take minutes there.
 
     Memory on one GPU at 8 x 2048: fp32 weights, gradients and AdamW's moments 19.8 GB;
     the bf16 logits (8 x 2048 x 128,256), their float32 copy for the loss and its
@@ -147,18 +161,19 @@ def llama(args: argparse.Namespace, device: Any) -> tuple[Any, Any, Any, dict[st
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tiny = getattr(args, "smoke", False) or device.type != "cuda"
+    shape, batch, name = LLAMAS.get(getattr(args, "model", ""), LLAMAS["llama-1b"])
     length = getattr(args, "seq_len", None) or (64 if tiny else 2048)
     config = LlamaConfig(
-        **(LLAMA_TINY if tiny else LLAMA_1B),
+        **(LLAMA_TINY if tiny else shape),
         max_position_embeddings=max(length, 2048),
         tie_word_embeddings=True,
         attn_implementation="sdpa",
     )
     with torch.device(device):  # initialised where it trains: seconds, not a minute on the CPU
         model = LlamaForCausalLM(config)
-    batch_size = args.batch_size or (2 if tiny else 8)
+    batch_size = args.batch_size or (2 if tiny else batch)
     ids = torch.randint(0, config.vocab_size, (batch_size, length), device=device)
-    facts = {"tokens_per_sample": length, "config": "tiny (2 layers)" if tiny else "Llama-3.2-1B"}
+    facts = {"tokens_per_sample": length, "config": "tiny (2 layers)" if tiny else name}
     return model, {"input_ids": ids, "labels": ids}, None, facts
 
 
@@ -576,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
         "after the benchmark's steps",
     )
     parser.add_argument(
-        "--seq-len", type=int, default=None, help="tokens per sample of llama-1b (2048)"
+        "--seq-len", type=int, default=None, help="tokens per sample of the Llamas (2048)"
     )
     parser.add_argument("--out", help="write the results as JSON here (after each variant)")
     args = parser.parse_args(argv)

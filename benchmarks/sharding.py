@@ -119,11 +119,7 @@ if importlib.util.find_spec("accelkit") is None:  # a checkout without PYTHONPAT
 # Llama 3.2 3B's and Llama 3 8B's shapes (meta-llama's config.json files; rope scaling
 # left out: it changes no FLOP or byte of a step), and the tiny one of the CPU check.
 SHAPES: dict[str, dict[str, Any]] = {
-    "3b": {
-        "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 28,
-        "num_attention_heads": 24, "num_key_value_heads": 8, "vocab_size": 128256,
-        "tie_word_embeddings": True,
-    },
+    "3b": {**models.LLAMA_3B, "tie_word_embeddings": True},
     "8b": {
         "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
         "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
