@@ -73,3 +73,8 @@ def test_given_a_model_that_fits_the_fields_are_those_of_the_plan() -> None:
     eight = accelkit.plan_for("H100 SXM", count=8)
     small = torch.nn.Linear(1024, 1024)
     assert training_arguments(eight, model=small) == training_arguments(eight)
+
+
+def test_a_model_that_is_no_module_is_refused_naming_what_to_pass() -> None:
+    with pytest.raises(TypeError, match=r"model must be the torch.nn.Module .* not str"):
+        training_arguments(accelkit.plan_for("H100 SXM", count=8), model="gpt2")

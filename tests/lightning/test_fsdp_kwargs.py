@@ -92,3 +92,8 @@ def test_a_model_too_large_for_a_replica_is_sharded_where_the_plan_had_no_size()
     assert trainer_kwargs(eight, model=_model())["strategy"] == "ddp"
     kwargs = trainer_kwargs(eight, model=large)
     assert isinstance(kwargs["strategy"], FSDPStrategy) and kwargs["devices"] == 8
+
+
+def test_a_model_that_is_no_module_is_refused_naming_what_to_pass() -> None:
+    with pytest.raises(TypeError, match=r"trainer_kwargs\(plan, model=...\): model must be"):
+        trainer_kwargs(accelkit.plan_for("H100 SXM"), model=object())

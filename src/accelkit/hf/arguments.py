@@ -53,6 +53,9 @@ def training_arguments(plan: Plan, model: Any = None) -> dict[str, Any]:
     The loader's worker count is not in a plan: the advisor suggests one from the
     input wait it measured (`report.advice`).
 
+    Raises:
+        TypeError: `model` is given and is not a module.
+
     Example:
         >>> import accelkit
         >>> a100 = accelkit.plan_for("A100-SXM4-80GB")
@@ -64,9 +67,9 @@ def training_arguments(plan: Plan, model: Any = None) -> dict[str, Any]:
         >>> args = TrainingArguments(**training_arguments(plan), output_dir="out")
     """
     if model is not None:
-        from accelkit.torch.training.model_size import plan_with_model
+        from accelkit.torch.training.model_size import trainer_plan
 
-        plan, _ = plan_with_model(plan, model, None, door="accelkit.hf.training_arguments")
+        plan = trainer_plan(plan, model, "accelkit.hf.training_arguments")
     gpu = plan.device_type == "cuda"
     arguments = {
         "bf16": gpu and plan.precision.without_float8 is Precision.BF16,

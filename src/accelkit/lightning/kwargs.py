@@ -73,6 +73,7 @@ def trainer_kwargs(plan: Plan, model: Any = None) -> dict[str, Any]:
     Raises:
         ValueError: the plan's precision is not decided, or the plan shards and no
             `model` was given.
+        TypeError: `model` is given and is not a module.
 
     Example:
         >>> import accelkit
@@ -80,9 +81,9 @@ def trainer_kwargs(plan: Plan, model: Any = None) -> dict[str, Any]:
         {'precision': '16-mixed', 'accelerator': 'gpu', 'devices': 1, 'strategy': 'auto'}
     """
     if model is not None:
-        from accelkit.torch.training.model_size import plan_with_model
+        from accelkit.torch.training.model_size import trainer_plan
 
-        plan, _ = plan_with_model(plan, model, None, door="accelkit.lightning.trainer_kwargs")
+        plan = trainer_plan(plan, model, "accelkit.lightning.trainer_kwargs")
     # Under fp8 the trainer autocasts to bf16; the float8 layers are tune's lever.
     precision = Precision.parse(plan.precision).without_float8
     if precision not in _PRECISION:

@@ -7,7 +7,9 @@ not fit one GPU. Memory decides the parallelism (DESIGN.md): so before preparing
 model the fit counts it (`accelkit.torch.measuring.memory_probe.model_request`) and the
 planner lays it out (`accelkit.planning.with_model_size`): FSDP2 where a replica does
 not fit, the plan's own engine where it does. Activations are unknown before the first
-step: the planner keeps them a share of the memory and says so in its reason.
+step: the planner keeps them a share of the memory and says so in its reason. The
+trainers' helpers (`accelkit.hf.training_arguments`, `accelkit.lightning.trainer_kwargs`)
+do the same given the model (`trainer_plan`).
 """
 
 from __future__ import annotations
@@ -59,6 +61,29 @@ def plan_with_model(
         )
         _log.warning("%s: the layout was %s", door, why)
         return plan, why
+
+
+def trainer_plan(plan: Plan, model: Any, door: str) -> Plan:
+    """`plan` laid out for the `model` a trainer will train (`plan_with_model`, its
+    optimizer not built yet), for `door`, a trainer's helper.
+
+    Raises:
+        TypeError: `model` is not a module (it has no ``parameters()``).
+
+    Example:
+        >>> import accelkit
+        >>> import torch
+        >>> two = accelkit.planning.plan(accelkit.what_if("H100", 2))
+        >>> trainer_plan(two, torch.nn.Linear(64, 64), "example").memory.choice
+        'ddp'
+    """
+    if not callable(getattr(model, "parameters", None)):
+        raise TypeError(
+            f"{door}(plan, model=...): model must be the torch.nn.Module the trainer "
+            f"trains (a LightningModule, a transformers PreTrainedModel), not "
+            f"{type(model).__name__}"
+        )
+    return plan_with_model(plan, model, None, door=door)[0]
 
 
 def _planned(plan: Plan, model: Any, optimizer: Any, door: str) -> tuple[Plan, str]:
