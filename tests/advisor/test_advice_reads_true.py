@@ -40,6 +40,16 @@ def test_the_profiler_snippet_calls_the_profiler_it_binds() -> None:
     assert " as p:" not in action and "p.step()" not in action.replace("prof.step()", "")
 
 
+def test_a_compiled_run_is_not_told_to_compile_for_fusion() -> None:
+    # facts["compiled"]: accelkit.torch.fit's record of the step it went on with (a
+    # Meter's run has none; where it is False, the compilation rule speaks instead)
+    for facts, says in (({}, "fusion (compile=True) removes"), ({"compiled": True}, "left")):
+        m = measured_on(A100, mfu=0.12, step_time_s=0.05, facts=facts, **BF16)
+        [low] = advise(A100, None, m)
+        assert low.id == "low_mfu" and says in low.action
+        assert not facts or "compile=True" not in low.action
+
+
 def test_low_mfu_alone_says_no_rule_above() -> None:
     found = advise(A100, None, measured_on(A100, mfu=0.12, step_time_s=0.05, **BF16))
     assert [a.id for a in found] == ["low_mfu"]

@@ -177,7 +177,7 @@ def _action(ctx: Context, short: bool) -> str:
 @needs(
     "measured_here",
     ("figure:mfu", "figure:mfu_calibrated"),
-    optional=("figure:step_time_s",),
+    optional=("figure:step_time_s", "fact:compiled", "fact:model_compiled"),
     evidence={"mfu": None, "against": None, "step_time_ms": "figure:step_time_s"},
 )
 def where_to_look(ctx: Context, found: list[Advice]) -> Advice | None:
@@ -219,10 +219,21 @@ def where_to_look(ctx: Context, found: list[Advice]) -> Advice | None:
         action=profile
         + (
             f"; look for non-matmul {'kernels' if ctx.gpu else 'ops'} (norms, softmax, "
-            "element-wise) that dominate: they are what fusion (compile=True) removes"
+            f"element-wise) that dominate: {_fusion(ctx)}"
         ),
         expected_gain="not estimated: the profile shows where the time goes",
     )
+
+
+def _fusion(ctx: Context) -> str:
+    """What the ops that dominate a low-MFU step call for: the compiler's fusion, or, in a
+    step already compiled, what it left."""
+    if ctx.fact("compiled") or ctx.fact("model_compiled"):
+        return (
+            "the step is compiled, so they are what its fusion left (look at their shapes, "
+            "dtypes, and graph breaks: TORCH_LOGS=graph_breaks)"
+        )
+    return "they are what fusion (compile=True) removes"
 
 
 def _how_to_profile(ctx: Context) -> str:
