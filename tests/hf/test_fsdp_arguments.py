@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import accelkit
 from accelkit.hf import training_arguments
@@ -78,3 +80,26 @@ def test_given_a_model_that_fits_the_fields_are_those_of_the_plan() -> None:
 def test_a_model_that_is_no_module_is_refused_naming_what_to_pass() -> None:
     with pytest.raises(TypeError, match=r"model must be the torch.nn.Module .* not str"):
         training_arguments(accelkit.plan_for("H100 SXM", count=8), model="gpt2")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    gpu=st.sampled_from(["H100 SXM", "H200", "A100-SXM4-40GB", "L4", "RTX 4090"]),
+    count=st.integers(1, 8),
+    layers=st.integers(1, 400),
+)
+def test_given_a_model_the_fields_are_the_planners_for_its_size(gpu, count, layers) -> None:
+    """The door lays the plan out as the planner would for the model's size, whatever the
+    machine and the size (4096 x 4096 layers on the meta device: 16.8M to 6.7B)."""
+    import torch
+
+    from accelkit.planning import Request, with_model_size
+    from accelkit.planning.types import Optimizer
+
+    with torch.device("meta"):
+        model = torch.nn.Sequential(
+            *(torch.nn.Linear(4096, 4096, bias=False) for _ in range(layers))
+        )
+    plan = accelkit.plan_for(gpu, count=count)
+    size = Request(params=layers * 4096**2, optimizer=Optimizer.ADAMW)
+    assert training_arguments(plan, model=model) == training_arguments(with_model_size(plan, size))
