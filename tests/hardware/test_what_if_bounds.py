@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accelkit.hardware.what_if import MAX_GPUS, MAX_GPUS_PER_NODE, check_count, what_if
+from accelkit import specs
+from accelkit.hardware.what_if import (
+    MAX_GPUS,
+    MAX_GPUS_PER_NODE,
+    check_count,
+    server_gpus,
+    what_if,
+)
 
 
 @pytest.mark.parametrize("count", [0, -1, MAX_GPUS + 1, 100_000, 10**12, 2.0, True, "8"])
@@ -27,16 +34,30 @@ def test_the_largest_what_if_builds_fast_with_links_only_within_servers() -> Non
 
 
 @settings(max_examples=60, deadline=None)
-@given(count=st.integers(1, 3 * MAX_GPUS_PER_NODE + 1))
-def test_links_join_every_pair_of_a_server_and_none_across(count) -> None:
-    hardware = what_if("H100 SXM", count)
-    server = {g.index: g.index // MAX_GPUS_PER_NODE for g in hardware.gpus}
+@given(
+    gpu=st.sampled_from(["H100 SXM", "A100-SXM4-80GB", "L4", "A100 PCIe", "RTX 4090"]),
+    count=st.integers(1, 3 * MAX_GPUS_PER_NODE + 1),
+)
+def test_links_join_every_pair_of_a_server_and_none_across(gpu, count) -> None:
+    hardware = what_if(gpu, count)
+    size = server_gpus(specs.resolve(gpu)[0])  # an HGX board's 8 or 16, else 16 cards
+    server = {g.index: g.index // size for g in hardware.gpus}
     pairs = {(link.a, link.b) for link in hardware.links}
     expected = {(a, b) for a in range(count) for b in range(a + 1, count) if server[a] == server[b]}
     assert pairs == expected
-    # NVLink within each HGX board of 8 (the row's nvlink_gpus), PCIe peer-to-peer beyond
-    assert all(link.p2p for link in hardware.links)
-    assert all(link.nvlink is (link.a // 8 == link.b // 8) for link in hardware.links)
+    assert hardware.servers == -(-count // size) and hardware.server_gpus == size
+    assert hardware.gpus_per_server == min(count, size)
+
+
+def test_sixteen_h100_sxm_are_two_hgx_servers_of_eight() -> None:
+    hardware = what_if("H100 SXM", 16)  # HGX H100 boards hold 8: no server holds 16
+    assert (hardware.servers, hardware.gpus_per_server) == (2, 8)
+    assert hardware.all_nvlink and len(hardware.links) == 2 * 28  # none across servers
+    assert "2 servers of up to 8" in hardware.notes[0]
+    assert (
+        "NVLink between every pair of a server, one NVLink domain of up to 8" in (hardware.notes[1])
+    )
+    assert what_if("A100-SXM4-80GB", 16).servers == 1  # the HGX A100 16-GPU board
 
 
 def test_one_server_is_every_pair() -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from accelkit import specs
 from accelkit.hardware.info import HardwareInfo
-from accelkit.hardware.what_if import MAX_GPUS_PER_NODE, what_if
+from accelkit.hardware.what_if import MAX_GPUS_PER_NODE, server_gpus, what_if
 
 
 def nvlink_pairs(hardware: HardwareInfo) -> set[tuple[int, int]]:
@@ -66,14 +66,6 @@ SNAPSHOTS = [
         set(),
         "NVLink within each group of 4 (GPUs 0-3, 4-7), PCIe peer-to-peer between the groups",
         id="h200-nvl-x8-4-way-bridges",
-    ),
-    pytest.param(
-        "H100 SXM",
-        16,
-        groups(range(8), range(8, 16)),
-        set(),
-        "NVLink within each group of 8 (GPUs 0-7, 8-15)",
-        id="h100-sxm-x16-two-boards",
     ),
     pytest.param(
         "A100 PCIe",
@@ -171,7 +163,7 @@ ANY_ROW = st.sampled_from(specs.all_specs())
 def test_any_row_and_count_nvlink_only_within_domains(spec, count) -> None:
     hardware = what_if(spec.key, count)
     domain = domain_of(spec)
-    server = {i: i // MAX_GPUS_PER_NODE for i in range(count)}
+    server = {i: i // server_gpus(spec) for i in range(count)}  # an HGX board's 8, else 16
     # one link per unordered pair of a server, named once (a < b): symmetric by construction
     pairs = [(link.a, link.b) for link in hardware.links]
     assert len(pairs) == len(set(pairs)) and all(a < b for a, b in pairs)

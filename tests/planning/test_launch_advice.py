@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accelkit import plan_for, specs
-from accelkit.hardware.what_if import MAX_GPUS_PER_NODE
+from accelkit.hardware.what_if import MAX_GPUS_PER_NODE, server_gpus
 from accelkit.planning.distribution import NEVER_SET
 
 GPUS = sorted({row.name for row in specs.all_specs()})
@@ -55,3 +55,26 @@ def test_the_launch_advice_sets_what_the_launched_plan_sets(gpu, count) -> None:
     launched = {k: v for k, v in _launched(gpu, count).env.items() if k.startswith("NCCL_")}
     assert prefix == launched
     assert not set(prefix) & NEVER_SET
+
+
+@settings(max_examples=60, deadline=None)
+@given(gpu=st.sampled_from(GPUS), count=st.integers(2, MAX_GPUS_PER_NODE))
+def test_the_launch_spans_the_servers_its_model_fills(gpu, count) -> None:
+    """16 H100 SXM are two HGX servers of 8 (no server holds 16 of them): the launch runs
+    8 processes on each of 2 nodes; 16 L4 cards fit one server."""
+    per_server = server_gpus(specs.resolve(gpu)[0])
+    words = shlex.split(plan_for(gpu, count).get("launch").value)
+    if count > per_server:
+        nodes = -(-count // per_server)
+        assert words[words.index("--nnodes") + 1] == str(nodes)
+        assert words[words.index("--nproc-per-node") + 1] == str(per_server)
+    else:
+        assert "--nnodes" not in words
+        assert words[words.index("--nproc-per-node") + 1] == str(count)
+
+
+def test_sixteen_h100_sxm_launch_on_two_nodes_of_eight() -> None:
+    advice = plan_for("H100 SXM", 16).get("launch")
+    assert "torchrun --nnodes 2 --nproc-per-node 8" in advice.value
+    assert "over 2 servers" in advice.reason
+    assert "--nproc-per-node 16 " in plan_for("L4", 16).get("launch").value

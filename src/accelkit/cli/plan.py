@@ -117,7 +117,8 @@ def add(commands: Any) -> None:
         "--count",
         type=gpus_in_one_server,
         default=1,
-        help=f"GPUs in the machine, 1 to {MAX_GPUS_PER_NODE} (with --gpu; default 1)",
+        help=f"GPUs, 1 to {MAX_GPUS_PER_NODE} (with --gpu; default 1); more than a server of "
+        "the model holds (an HGX board's 8) span several",
     )
     add_framework(parser, "the framework to plan for", auto=None)
     add_precision(parser)

@@ -193,6 +193,9 @@ class HardwareInfo:
         gpus_unusable: why the GPUs the driver shows are not in this snapshot: it is the
             machine as a framework built without CUDA sees it
             (`accelkit.hardware.framework_builds.usable_by`); "" otherwise.
+        server_gpus: a what-if's GPUs per server (`accelkit.hardware.what_if.server_gpus`:
+            8 for an HGX board of H100s); None for a detected machine, whose GPUs are
+            one server's.
     """
 
     gpus: tuple[GpuInfo, ...] = ()
@@ -207,10 +210,24 @@ class HardwareInfo:
     notes: tuple[str, ...] = ()
     frameworks: tuple[FrameworkBuild, ...] = ()
     gpus_unusable: str = ""
+    server_gpus: int | None = None
 
     @property
     def gpu_count(self) -> int:
         return len(self.gpus)
+
+    @property
+    def servers(self) -> int:
+        """Servers the GPUs span: one for a detected machine, as many as a what-if of
+        more GPUs than its model's server holds fills."""
+        if not self.server_gpus or not self.gpus:
+            return 1
+        return -(-self.gpu_count // self.server_gpus)
+
+    @property
+    def gpus_per_server(self) -> int:
+        """GPUs in each server the GPUs span (all of them in one)."""
+        return min(self.gpu_count, self.server_gpus or self.gpu_count)
 
     @property
     def min_compute_capability(self) -> tuple[int, int] | None:
@@ -220,7 +237,8 @@ class HardwareInfo:
 
     @property
     def all_peers_reachable(self) -> bool | None:
-        """True when every GPU pair has P2P; None when no pair could be read."""
+        """True when every GPU pair has P2P (every pair of a server, in a what-if of
+        several: servers meet over the network); None when no pair could be read."""
         known = [link.p2p for link in self.links if link.p2p is not None]
         if not known:
             return None
@@ -228,6 +246,7 @@ class HardwareInfo:
 
     @property
     def all_nvlink(self) -> bool:
+        """True when NVLink joins every GPU pair (every pair of a server, as above)."""
         return bool(self.links) and all(link.nvlink for link in self.links)
 
     @property
@@ -255,6 +274,7 @@ class HardwareInfo:
             notes=tuple(data.get("notes", ())),
             frameworks=tuple(FrameworkBuild.from_dict(f) for f in data.get("frameworks", ())),
             gpus_unusable=data.get("gpus_unusable", ""),
+            server_gpus=data.get("server_gpus"),
         )
 
     def build_of(self, framework: str) -> FrameworkBuild | None:

@@ -6,7 +6,7 @@ slowest hop sets its pace, so one figure per GPU and direction describes it:
 - within one NVLink domain (``nvlink_gpus`` of the row: 8 modules on an HGX/DGX
   NVSwitch board, 72 in a GB200 NVL72 rack, 2 or 4 cards on a bridge): NVLink, at
   half the row's ``nvlink_gbps`` (datasheets state it for both directions together);
-- beyond a bridge, within one server (`MAX_GPUS_PER_NODE`, what-if's server): PCIe
+- beyond a bridge, within one server (`accelkit.hardware.what_if.server_gpus`): PCIe
   peer-to-peer, at half the row's ``pcie_gbps``; NVIDIA does not enable it on GeForce
   cards (the table's convention), whose NCCL then stages through host memory;
 - beyond a board's NVLink domain, or beyond one server: the network between servers,
@@ -27,14 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from accelkit.hardware.what_if import MAX_GPUS_PER_NODE, nodes_for
+from accelkit.hardware.what_if import BOARD_NVLINK_GPUS, nodes_for, server_gpus
 from accelkit.specs.types import GpuSpec
-
-# An NVLink domain this large is a server's NVSwitch board (HGX/DGX: 8, HGX A100: up to
-# 16) or a rack (GB200 NVL72: 72), whose GPUs reach others over the network only; a
-# smaller one is cards joined by a bridge (2, or 4 for the H200 NVL), in a server whose
-# other cards they reach over PCIe.
-BOARD_NVLINK_GPUS = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,9 +73,9 @@ def ring_link(spec: GpuSpec, count: int) -> RingLink:
             "the all-reduce between servers runs over the network, whose bandwidth no "
             "datasheet row gives"
         )
-    if nodes_for(count) > 1:
+    if (nodes := nodes_for(count, server_gpus(spec))) > 1:
         return _none(
-            f"{count} GPUs span {nodes_for(count)} servers of up to {MAX_GPUS_PER_NODE}: the "
+            f"{count} GPUs span {nodes} servers of up to {server_gpus(spec)}: the "
             "all-reduce between servers runs over the network, whose bandwidth no "
             "datasheet row gives"
         )

@@ -4,7 +4,9 @@ Counts are bounded by what exists, so a what-if stays a few thousand objects at 
 
 - `MAX_GPUS_PER_NODE` = 16: the most GPUs NVIDIA has put in one server, the DGX-2 /
   HGX-2 (16 V100 on NVSwitch, DGX-2 datasheet, 2018); today's HGX/DGX H100, H200 and
-  B200 boards hold 8 (DGX H100/H200 and DGX B200 datasheets).
+  B200 boards hold 8 (DGX H100/H200 and DGX B200 datasheets). A model built on such a
+  board fills servers of the board's GPUs (`server_gpus`): 16 H100 SXM are two servers
+  of 8, not one of 16.
 - `MAX_GPUS` = 16,384: the H100 count that trained Llama 3 405B (The Llama 3 Herd of
   Models, 2024, section 3.3.1), the largest training run with its GPU count and
   topology published. Projections (`--project NAME:COUNT`) go up to that size; a
@@ -35,6 +37,11 @@ from accelkit.specs.types import GpuSpec
 
 MAX_GPUS_PER_NODE = 16
 MAX_GPUS = 16_384
+# An NVLink domain this large is a server's NVSwitch board (HGX/DGX: 8, HGX A100: up to
+# 16) or a rack (GB200 NVL72: 72), whose GPUs reach others over the network only; a
+# smaller one is cards joined by a bridge (2, or 4 for the H200 NVL), in a server whose
+# other cards they reach over PCIe.
+BOARD_NVLINK_GPUS = 8
 
 
 class UnknownGPUError(ValueError):
@@ -68,14 +75,29 @@ def check_count(count: object, maximum: int = MAX_GPUS, what: str = "count") -> 
     return count
 
 
-def nodes_for(count: int) -> int:
-    """Servers a what-if of `count` GPUs spans (`MAX_GPUS_PER_NODE` each).
+def nodes_for(count: int, per_server: int = MAX_GPUS_PER_NODE) -> int:
+    """Servers a what-if of `count` GPUs spans, `per_server` each (`server_gpus`).
 
     Example:
-        >>> nodes_for(8), nodes_for(17)
-        (1, 2)
+        >>> nodes_for(8), nodes_for(17), nodes_for(16, per_server=8)
+        (1, 2, 2)
     """
-    return -(-count // MAX_GPUS_PER_NODE)
+    return -(-count // per_server)
+
+
+def server_gpus(spec: GpuSpec) -> int:
+    """GPUs one server of `spec`'s model holds in a what-if: its NVSwitch board's where
+    the row's NVLink domain is one (8 on HGX and DGX boards, 16 on the HGX A100 16-GPU),
+    else `MAX_GPUS_PER_NODE` (cards in a server; a rack-wide domain, GB200 NVL72's 72,
+    keeps servers of that many as before).
+
+    Example:
+        >>> from accelkit import specs
+        >>> server_gpus(specs.by_key("h100-sxm")), server_gpus(specs.by_key("l4"))
+        (8, 16)
+    """
+    domain = spec.nvlink_gpus or 0
+    return domain if BOARD_NVLINK_GPUS <= domain <= MAX_GPUS_PER_NODE else MAX_GPUS_PER_NODE
 
 
 def what_if(
@@ -88,8 +110,9 @@ def what_if(
     other pairs of a server are PCIe peers when the model allows PCIe peer-to-peer
     (GeForce does not), else not peers at all. A row with NVLink but no domain size is
     taken as NVLink between every pair of a server, and a note says it is assumed.
-    More than `MAX_GPUS_PER_NODE` GPUs fill servers of that many, with links only
-    within each (O(count) links). A note says the topology in words.
+    More GPUs than one server of the model holds (`server_gpus`: an HGX board's 8, else
+    `MAX_GPUS_PER_NODE`) fill servers of that many, with links only within each
+    (O(count) links). A note says the topology in words.
 
     Args:
         gpu: a name or alias from the table (`accelkit specs` lists them), or None
@@ -132,26 +155,25 @@ def what_if(
         )
         for i in range(count)
     )
-    domain = _nvlink_domain(spec)
+    domain, server = _nvlink_domain(spec), server_gpus(spec)
     links = tuple(
         _link(spec, a, b, domain)
-        for first in range(0, count, MAX_GPUS_PER_NODE)
-        for a, b in itertools.combinations(range(first, min(first + MAX_GPUS_PER_NODE, count)), 2)
+        for first in range(0, count, server)
+        for a, b in itertools.combinations(range(first, min(first + server, count)), 2)
     )
     unknown = (
         (f"; its datasheet peaks are unknown, so MFU will be None: {spec.notes}")
         if spec.peaks_unknown
         else ""
     )
-    nodes = nodes_for(count)
-    across = (
-        f", {nodes} servers of up to {MAX_GPUS_PER_NODE} (links within each)" if nodes > 1 else ""
-    )
+    nodes = nodes_for(count, server)
+    across = f", {nodes} servers of up to {server} (links within each)" if nodes > 1 else ""
     return HardwareInfo(
         gpus=gpus,
         links=links,
         launcher=launcher,
         source="what-if",
+        server_gpus=server,
         notes=(
             (
                 f"what-if: {count} x {spec.name}{across}, figures and topology from the "
@@ -187,17 +209,18 @@ def _link(spec: GpuSpec, a: int, b: int, domain: int) -> Link:
 def _topology(spec: GpuSpec, count: int) -> str:
     """The links of a what-if of `count` (>= 2) GPUs in words, with their source."""
     cited = f" ({spec.interconnect_source})" if spec.interconnect_source else ""
+    one = count <= server_gpus(spec)
     if not spec.nvlink_gbps:
-        gpus = "the GPUs" if count <= MAX_GPUS_PER_NODE else "the GPUs of a server"
+        gpus = "the GPUs" if one else "the GPUs of a server"
         return f"what-if topology: no NVLink, {_beyond(spec, gpus)}{cited}"
-    pairs = "every pair" if count <= MAX_GPUS_PER_NODE else "every pair of a server"
+    pairs = "every pair" if one else "every pair of a server"
     domain = spec.nvlink_gpus
     if not domain:
         return (
             f"what-if topology: NVLink between {pairs}, assumed: the datasheet row does not "
             f"say how many GPUs one NVLink domain joins{cited}"
         )
-    server = min(count, MAX_GPUS_PER_NODE)
+    server = min(count, server_gpus(spec))
     if domain >= server:
         return (
             f"what-if topology: NVLink between {pairs}, one NVLink domain of up to {domain}{cited}"

@@ -7,7 +7,6 @@ hosts it can take every GPU of the machine out of service.
 from __future__ import annotations
 
 from accelkit.hardware.info import HardwareInfo
-from accelkit.hardware.what_if import MAX_GPUS_PER_NODE, nodes_for
 from accelkit.planning.keys import CrossDevice, Key
 from accelkit.planning.types import Distribution, Framework, Request, Setting
 
@@ -61,7 +60,7 @@ def choose(
         and hardware.gpus
     ):
         launched = planned_as_launched(hardware, request)
-        out += nccl_settings(hardware, nodes=nodes_for(hardware.gpu_count) if launched else None)
+        out += nccl_settings(hardware, nodes=hardware.servers if launched else None)
     _check_requested(request, distribution)
     return distribution, out
 
@@ -210,8 +209,8 @@ def _torchrun(hardware: HardwareInfo) -> tuple[str, int]:
     """The torchrun command for these GPUs, with the literal NCCL variables the launched
     run gets (`nccl_settings`), and the servers it spans."""
     count = hardware.gpu_count
-    nodes = nodes_for(count)  # a what-if past one server's GPUs spans several
-    per_node = min(count, MAX_GPUS_PER_NODE)
+    nodes = hardware.servers  # a what-if past one server's GPUs spans several
+    per_node = hardware.gpus_per_server
     nccl = nccl_settings(hardware, nodes=nodes)
     # variables with a literal value go on the command line; the others are named
     env = "".join(f"{s.key.value}={s.value} " for s in nccl if not str(s.value).startswith("<"))
@@ -261,7 +260,7 @@ def _launch(hardware: HardwareInfo, named: str) -> Setting:
     nccl = nccl_settings(hardware, nodes=nodes)
     if nodes > 1:
         seen = (
-            f"{count} GPUs span {nodes} servers of up to {MAX_GPUS_PER_NODE}: run this on "
+            f"{count} GPUs span {nodes} servers of up to {hardware.server_gpus}: run this on "
             f"each, HOST being the first server, for {named}"
         )
     else:
