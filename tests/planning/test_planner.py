@@ -270,6 +270,18 @@ def test_tensorflow_mirrored_without_p2p_uses_hierarchical_copy() -> None:
     assert "HierarchicalCopyAllReduce" in result.value("tf.distribute.Strategy")
 
 
+def test_a_tensorflow_what_if_past_one_server_is_a_worker_per_server() -> None:
+    from accelkit import plan_for
+
+    two = plan_for("H100 SXM", 16, framework="tensorflow")  # two HGX servers of 8
+    assert two.distribution is Distribution.MULTI_WORKER_MIRRORED
+    reason = two.get("tf.distribute.Strategy").reason
+    assert "over 2 servers of up to 8: planned as 2 workers, one per server" in reason
+    assert two.get("NCCL_SOCKET_IFNAME") is not None  # two nodes, no InfiniBand named
+    one = plan_for("H100 SXM", 8, framework="tensorflow")
+    assert one.distribution is Distribution.MIRRORED
+
+
 def test_tensorflow_tf_config_is_multi_worker() -> None:
     result = plan(
         make_hardware("NVIDIA H100 80GB HBM3", (9, 0), 8, environ=TF_CONFIG_2),

@@ -59,7 +59,7 @@ def choose(
         distribution in (Distribution.DDP, Distribution.FSDP, Distribution.MULTI_WORKER_MIRRORED)
         and hardware.gpus
     ):
-        launched = planned_as_launched(hardware, request)
+        launched = planned_as_launched(hardware, request) or hardware.servers > 1
         out += nccl_settings(hardware, nodes=hardware.servers if launched else None)
     _check_requested(request, distribution)
     return distribution, out
@@ -86,6 +86,19 @@ def _what_if_unlaunched(hardware: HardwareInfo) -> bool:
         and hardware.gpu_count > 1
         and not launcher.torchrun
         and not launcher.slurm
+    )
+
+
+def _tf_servers(hardware: HardwareInfo) -> Setting:
+    """TensorFlow's strategy for a what-if past one server: a worker per server."""
+    servers, each = hardware.servers, hardware.gpus_per_server
+    return Setting(
+        Key.TF_STRATEGY,
+        CrossDevice.NCCL,
+        f"what-if of {hardware.gpu_count} GPUs over {servers} servers of up to {each}: "
+        f"planned as {servers} workers, one per server, each mirroring its GPUs, that "
+        f"TF_CONFIG names: MultiWorkerMirroredStrategy, NCCL all-reduce (one process "
+        "cannot drive another server's GPUs)",
     )
 
 
@@ -119,6 +132,8 @@ def _tensorflow(hardware: HardwareInfo) -> tuple[Distribution, list[Setting]]:
                 f"{workers}, synchronous data parallelism across them, {communication} all-reduce",
             )
         ]
+    if hardware.servers > 1:
+        return Distribution.MULTI_WORKER_MIRRORED, [_tf_servers(hardware)]
     if hardware.gpu_count > 1:
         if hardware.all_peers_reachable is False:
             ops, why = (
