@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accelkit.cli import EXIT_USAGE, main
-from accelkit.hardware.what_if import MAX_GPUS, MAX_GPUS_PER_NODE
+from accelkit.hardware.info import MAX_GPUS_PER_NODE
+from accelkit.hardware.what_if import MAX_GPUS
 from accelkit.profiling.run_report import RunReport
 
 

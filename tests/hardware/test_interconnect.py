@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accelkit import specs
+from accelkit.hardware.info import MAX_GPUS_PER_NODE
 from accelkit.hardware.interconnect import ring_link
-from accelkit.hardware.what_if import MAX_GPUS_PER_NODE
 
 
 @pytest.mark.parametrize(

@@ -9,13 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accelkit import specs
-from accelkit.hardware.what_if import (
-    MAX_GPUS,
-    MAX_GPUS_PER_NODE,
-    check_count,
-    server_gpus,
-    what_if,
-)
+from accelkit.hardware.info import MAX_GPUS_PER_NODE, HardwareInfo
+from accelkit.hardware.what_if import MAX_GPUS, check_count, server_gpus, what_if
 
 
 @pytest.mark.parametrize("count", [0, -1, MAX_GPUS + 1, 100_000, 10**12, 2.0, True, "8"])
@@ -71,3 +66,10 @@ def test_check_count_names_what_it_checks() -> None:
     ):
         check_count(17, MAX_GPUS_PER_NODE, "--count")
     assert check_count(16, MAX_GPUS_PER_NODE) == 16
+
+
+def test_a_snapshot_without_a_server_size_spans_servers_of_the_most_one_holds() -> None:
+    snapshot = HardwareInfo.from_dict(what_if("L4", 32).to_dict() | {"server_gpus": None})
+    assert (snapshot.servers, snapshot.gpus_per_server) == (2, MAX_GPUS_PER_NODE)
+    assert HardwareInfo.from_dict(what_if("H100 SXM", 16).to_dict()).servers == 2
+    assert (HardwareInfo().servers, HardwareInfo().gpus_per_server) == (1, 0)

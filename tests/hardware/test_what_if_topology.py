@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accelkit import specs
-from accelkit.hardware.info import HardwareInfo
-from accelkit.hardware.what_if import MAX_GPUS_PER_NODE, server_gpus, what_if
+from accelkit.hardware.info import MAX_GPUS_PER_NODE, HardwareInfo
+from accelkit.hardware.what_if import server_gpus, what_if
 
 
 def nvlink_pairs(hardware: HardwareInfo) -> set[tuple[int, int]]:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import accelkit
 from accelkit.cli import main
-from accelkit.hardware.what_if import MAX_GPUS_PER_NODE
+from accelkit.hardware.info import MAX_GPUS_PER_NODE
 from accelkit.planning import Distribution, Request, plan
 
 # the engine each sharding choice runs under a launcher

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accelkit import plan_for, specs
-from accelkit.hardware.what_if import MAX_GPUS_PER_NODE, server_gpus
+from accelkit.hardware.info import MAX_GPUS_PER_NODE
+from accelkit.hardware.what_if import server_gpus
 from accelkit.planning.distribution import NEVER_SET
 
 GPUS = sorted({row.name for row in specs.all_specs()})

@@ -10,7 +10,8 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
-from accelkit.hardware.what_if import MAX_GPUS, MAX_GPUS_PER_NODE, check_count
+from accelkit.hardware.info import MAX_GPUS_PER_NODE
+from accelkit.hardware.what_if import MAX_GPUS, check_count
 from accelkit.planning import Framework, Precision
 
 EXIT_UNKNOWN_GPU = 1

@@ -18,7 +18,7 @@ from accelkit.cli.common import (
 )
 from accelkit.configure import plan_for
 from accelkit.hardware import detect
-from accelkit.hardware.what_if import MAX_GPUS_PER_NODE
+from accelkit.hardware.info import MAX_GPUS_PER_NODE
 from accelkit.planning import Request, plan
 from accelkit.planning.types import FrozenDtype, Optimizer
 

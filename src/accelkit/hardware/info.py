@@ -11,6 +11,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+# The most GPUs NVIDIA has put in one server: the DGX-2 / HGX-2, 16 V100 on NVSwitch
+# (DGX-2 datasheet, 2018). A snapshot of more spans servers of this many at most
+# (`accelkit.hardware.what_if` fills them by the model's own server).
+MAX_GPUS_PER_NODE = 16
+
 
 @dataclasses.dataclass(frozen=True)
 class GpuInfo:
@@ -219,15 +224,14 @@ class HardwareInfo:
     @property
     def servers(self) -> int:
         """Servers the GPUs span: one for a detected machine, as many as a what-if of
-        more GPUs than its model's server holds fills."""
-        if not self.server_gpus or not self.gpus:
-            return 1
-        return -(-self.gpu_count // self.server_gpus)
+        more GPUs than its model's server holds fills (`server_gpus`; a snapshot without
+        it, servers of `MAX_GPUS_PER_NODE`)."""
+        return max(1, -(-self.gpu_count // (self.server_gpus or MAX_GPUS_PER_NODE)))
 
     @property
     def gpus_per_server(self) -> int:
         """GPUs in each server the GPUs span (all of them in one)."""
-        return min(self.gpu_count, self.server_gpus or self.gpu_count)
+        return min(self.gpu_count, self.server_gpus or MAX_GPUS_PER_NODE)
 
     @property
     def min_compute_capability(self) -> tuple[int, int] | None:

@@ -32,10 +32,9 @@ from collections.abc import Mapping
 
 from accelkit import specs
 from accelkit.hardware.environment import read_launcher
-from accelkit.hardware.info import GpuInfo, HardwareInfo, Link
+from accelkit.hardware.info import MAX_GPUS_PER_NODE, GpuInfo, HardwareInfo, Link
 from accelkit.specs.types import GpuSpec
 
-MAX_GPUS_PER_NODE = 16
 MAX_GPUS = 16_384
 # An NVLink domain this large is a server's NVSwitch board (HGX/DGX: 8, HGX A100: up to
 # 16) or a rack (GB200 NVL72: 72), whose GPUs reach others over the network only; a
