@@ -51,9 +51,10 @@ Where the model cannot stand behind a figure, `project` returns `NotProjected` w
 the reason, and rankings leave it out: no FLOP count, no steps, no steady-state step,
 no datasheet peak for the dtype, no parameter count or no link figure for several
 GPUs (across servers: the network's bandwidth is in no datasheet row), and a step
-bound by its host on X (host > compute_X: the GPU would wait for the host between
-kernels, the MFU would not hold, and how host and GPU overlap there is not measured;
-the floor is then the least a step takes).
+bound by its host on X (host > compute_X, or an eager host's issuing of its ops >
+compute_X + host: the GPU would wait for the host between kernels, the MFU would not
+hold, and how host and GPU overlap there is not measured; the floor is then the least
+a step takes).
 
     >>> run = {"flops_per_step": 1e12, "batch_size": 32, "steps": 100, "framework": "torch",
     ...        "facts": {"parameters": 125_000_000}}
