@@ -208,7 +208,8 @@ def _link(spec: GpuSpec, a: int, b: int, domain: int) -> Link:
 def _topology(spec: GpuSpec, count: int) -> str:
     """The links of a what-if of `count` (>= 2) GPUs in words, with their source."""
     cited = f" ({spec.interconnect_source})" if spec.interconnect_source else ""
-    one = count <= server_gpus(spec)
+    server = min(count, server_gpus(spec))  # the GPUs of the first (or only) server
+    one = count == server
     if not spec.nvlink_gbps:
         gpus = "the GPUs" if one else "the GPUs of a server"
         return f"what-if topology: no NVLink, {_beyond(spec, gpus)}{cited}"
@@ -219,7 +220,6 @@ def _topology(spec: GpuSpec, count: int) -> str:
             f"what-if topology: NVLink between {pairs}, assumed: the datasheet row does not "
             f"say how many GPUs one NVLink domain joins{cited}"
         )
-    server = min(count, server_gpus(spec))
     if domain >= server:
         return (
             f"what-if topology: NVLink between {pairs}, one NVLink domain of up to {domain}{cited}"

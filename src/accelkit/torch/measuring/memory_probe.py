@@ -161,7 +161,7 @@ def memory_facts(probe: ActivationProbe, model: Any, optimizer: Any, plan: Plan)
             f"{type(optimizer).__name__} (known: {', '.join(o.value for o in Optimizer)})"
         }
     params = _parameters(model)
-    size = model_request(model, kind)
+    size = _request(params, kind)
     count, trainable = size.params, size.trainable_params
     assert count is not None and trainable is not None  # model_request counts both
     sizes = per_param(kind, plan.precision, Framework.TORCH, size.frozen_dtype)
@@ -208,7 +208,11 @@ def model_request(model: Any, optimizer: Optimizer) -> Request:
         >>> size.params, size.trainable_params, size.frozen_dtype.value
         (90, 18, 'fp32')
     """
-    params = _parameters(model)
+    return _request(_parameters(model), optimizer)
+
+
+def _request(params: list[Any], optimizer: Optimizer) -> Request:
+    """`model_request` of a model's parameters, each once (`_parameters`)."""
     return Request(
         framework=Framework.TORCH,
         params=sum(_count(p) for p in params),
