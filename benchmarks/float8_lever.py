@@ -32,16 +32,16 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
 
     import accelkit
     from accelkit.bench.torch_models import SyntheticBatches
-    from accelkit.torch.tuning import attention, float8, registry, trials
+    from accelkit.torch.tuning import attention, float8, registry
 
     if args.variant == "without":  # the benchmark's own switch: every lever but float8
-        registry.LEVERS = tuple(lever for lever in registry.LEVERS if lever is not float8.lever)
+        registry.LEVERS = tuple(e for e in registry.LEVERS if e.candidates is not float8.lever)
     plan = accelkit.auto_configure(framework="torch", verbose=False)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     args.smoke = device.type != "cuda"
     model, batch, loss_fn, facts = people.build(args, device)
     optimizer = people.optimizer_for(torch, model, args.model)
-    trial_steps = trials.trial_steps(
+    trial_steps = registry.trial_steps(
         1,
         attention=attention.candidate(model)[0] is not None,
         float8=float8.trial_count(model, device, torch) > 0,

@@ -261,14 +261,14 @@ def run_fit(args: argparse.Namespace, *, tune: bool) -> dict[str, Any]:
 
     import accelkit
     from accelkit.bench.torch_models import SyntheticBatches
-    from accelkit.torch.tuning import attention, trials
+    from accelkit.torch.tuning import attention, registry
 
     plan = accelkit.auto_configure(framework="torch", verbose=False)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model, batch, loss_fn, facts = build(args, device)
     optimizer = optimizer_for(torch, model, args.model)
     eager_attention = attention.candidate(model)[0] is not None
-    trial_steps = trials.trial_steps(1, attention=eager_attention) if tune else 0
+    trial_steps = registry.trial_steps(1, attention=eager_attention) if tune else 0
     data = SyntheticBatches(batch, trial_steps + args.warmup + args.repeats * args.steps)
     report = accelkit.torch.fit(
         model,

@@ -21,7 +21,7 @@ Variants (each in its own process, in paired rounds whose order alternates, ABBA
 
 ``tune=True`` because a benchmark run is too short for ``"auto"`` (which tunes GPU runs
 estimated at 10 minutes or more); the trials are inside the untimed warm-up (`--warmup`
-steps, more than the trials take: `accelkit.torch.tuning.trials.trial_steps`), and
+steps, more than the trials take: `accelkit.torch.tuning.registry.trial_units`), and
 ``tune_s`` is what they took. Each variant times `--windows` windows of `--steps`
 optimizer steps after the warm-up, the device synchronised at both ends, the trainer's
 own data loading and loop included. Ratios are per round (a variant against another
@@ -124,7 +124,7 @@ def run_hf(args: argparse.Namespace) -> dict[str, Any]:
         if args.variant == "hf_accelkit_no_float8":
             from accelkit.torch.tuning import float8, registry
 
-            registry.LEVERS = tuple(lever for lever in registry.LEVERS if lever is not float8.lever)
+            registry.LEVERS = tuple(e for e in registry.LEVERS if e.candidates is not float8.lever)
         plan = accelkit.auto_configure(framework="torch", verbose=False)
         arguments = TrainingArguments(**accelkit.hf.training_arguments(plan), **common)
         callbacks.append(accelkit.hf.AccelkitCallback(tune=True))

@@ -13,11 +13,11 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from accelkit.hf import AccelkitCallback
-from accelkit.torch.tuning import trials
+from accelkit.torch.tuning import registry
 
 from ..helpers.compiling import compiled_as, no_gradients
 
-STEPS = trials.trial_steps(1, cuda=False) + 4
+STEPS = registry.trial_steps(1, cuda=False) + 4
 
 
 def train(tune: Any = True, **arguments: Any) -> tuple[AccelkitCallback, Any]:
@@ -40,7 +40,7 @@ def test_tune_runs_the_trials_on_the_trainers_first_steps() -> None:
         callback, model = train(optim="adamw_torch")
     tuning = callback.report.tuning
     assert tuning["decision"] == "tuned"
-    assert tuning["steps"] == trials.trial_steps(1, cuda=False)
+    assert tuning["steps"] == registry.trial_steps(1, cuda=False)
     names = [c["name"].split("+")[0] for c in tuning["candidates"]]
     assert names == ["eager", "eager", "compile", "cudagraphs", "max-autotune"]  # last two: GPU
     compiled = tuning["candidates"][2]

@@ -14,12 +14,12 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from accelkit.hf import AccelkitCallback
-from accelkit.torch.tuning import trials
+from accelkit.torch.tuning import registry
 
 from ..helpers.compiling import compiled_as
 
 ACCUMULATE = 2
-STEPS = trials.trial_steps(1, cuda=False) + 2
+STEPS = registry.trial_steps(1, cuda=False) + 2
 
 
 class Annealed(transformers.GPT2LMHeadModel):

@@ -14,11 +14,11 @@ torch = pytest.importorskip("torch")
 pl = pytest.importorskip("lightning.pytorch")
 
 from accelkit.lightning import AccelkitCallback
-from accelkit.torch.tuning import trials
+from accelkit.torch.tuning import registry
 
 from ..helpers.compiling import compiled_as
 
-BATCHES = trials.trial_steps(1, cuda=False) + 4
+BATCHES = registry.trial_steps(1, cuda=False) + 4
 
 
 class Annealed(pl.LightningModule):

@@ -31,11 +31,11 @@ import accelkit
 torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.torch, pytest.mark.reliability]
 
-from accelkit.torch.tuning import trials
+from accelkit.torch.tuning import registry
 
 from ..helpers.torch_data import CPU_PLAN
 
-STEPS = trials.trial_steps(1, cuda=False)
+STEPS = registry.trial_steps(1, cuda=False)
 
 
 @contextlib.contextmanager

@@ -155,7 +155,7 @@ def test_float8_layers_go_back_bit_for_bit_with_the_same_parameters_and_hooks() 
 @pytest.mark.usefixtures("float8_here")
 def test_a_fit_tries_float8_on_its_compiled_step_checked_against_bf16() -> None:
     model = wide_net()
-    data = wide_batches(trials.trial_steps(1, cuda=False, float8=True) + 4)
+    data = wide_batches(registry.trial_steps(1, cuda=False, float8=True) + 4)
     with compiled_as():
         report = fit(model, data, compile=True)
     tried = trial(report)
@@ -175,9 +175,10 @@ def test_float8_whose_gradients_disagree_is_dropped_and_undone_bit_for_bit(
 ) -> None:
     # A limit float8's rounding cannot meet: the check must refuse it on its first batch.
     monkeypatch.setattr(float8, "TOLERANCE", trials.Tolerance(grads=1e-4, source="test"))
-    monkeypatch.setattr(registry, "LEVERS", (float8.lever,))  # no other lever to keep
+    only = tuple(entry for entry in registry.LEVERS if entry.candidates is float8.lever)
+    monkeypatch.setattr(registry, "LEVERS", only)  # no other lever to keep
     model = wide_net()
-    data = wide_batches(trials.trial_steps(1, cuda=False, float8=True) + 4)
+    data = wide_batches(registry.trial_steps(1, cuda=False, float8=True) + 4)
     with compiled_as():
         report = fit(model, data, compile=True)
     tried = trial(report)
@@ -195,7 +196,9 @@ def test_float8_whose_gradients_disagree_is_dropped_and_undone_bit_for_bit(
 @pytest.mark.usefixtures("float8_here")
 def test_float8_needs_the_kept_step_compiled() -> None:
     with compiled_as():
-        report = fit(wide_net(), wide_batches(trials.trial_steps(1, cuda=False) + 4), compile=False)
+        report = fit(
+            wide_net(), wide_batches(registry.trial_steps(1, cuda=False) + 4), compile=False
+        )
     skipped = trial(report)
     assert skipped["status"] == "skipped" and "not compiled" in skipped["why"]
 
@@ -204,7 +207,7 @@ def test_float8_needs_the_kept_step_compiled() -> None:
 def test_a_model_without_a_large_layer_records_why() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
     data = [(torch.randn(8, 64), torch.randint(0, 8, (8,)))] * (
-        trials.trial_steps(1, cuda=False) + 4
+        registry.trial_steps(1, cuda=False) + 4
     )
     with compiled_as():
         report = fit(model, data, compile=True)
@@ -216,7 +219,9 @@ def test_a_model_without_a_large_layer_records_why() -> None:
 
 def test_no_record_speaks_of_float8_on_the_cpu() -> None:
     with compiled_as():
-        report = fit(wide_net(), wide_batches(trials.trial_steps(1, cuda=False) + 4), compile=True)
+        report = fit(
+            wide_net(), wide_batches(registry.trial_steps(1, cuda=False) + 4), compile=True
+        )
     assert not [c for c in report.tuning["candidates"] if "float8" in c["name"]]
     assert report.tuning["float8"] is False
 
@@ -237,7 +242,7 @@ def test_a_gpu_without_float8_tensor_cores_is_named_with_its_capability(
 def test_precision_fp8_converts_every_eligible_layer_and_tune_leaves_them() -> None:
     plan = accelkit.plan_for("H100 SXM", precision="fp8")
     model = wide_net()
-    data = wide_batches(trials.trial_steps(1, cuda=False) + 4)
+    data = wide_batches(registry.trial_steps(1, cuda=False) + 4)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     with compiled_as():
         report = accelkit.torch.fit(
@@ -262,7 +267,7 @@ def test_a_torchao_that_refuses_the_layers_is_a_failed_record_not_a_failed_run(
 
     monkeypatch.setattr(Float8Linear, "from_float", refuse)
     model = wide_net()
-    data = wide_batches(trials.trial_steps(1, cuda=False) + 4)
+    data = wide_batches(registry.trial_steps(1, cuda=False) + 4)
     with compiled_as():
         report = fit(model, data, compile=True)
     tried = trial(report)

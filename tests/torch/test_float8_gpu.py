@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.torch, pytest.mark.gpu]
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchao")
 
-from accelkit.torch.tuning import float8, trials
+from accelkit.torch.tuning import float8, registry
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +39,7 @@ def test_a_fit_tries_real_float8_and_reports_its_share_where_kept() -> None:
     # would have said of three large matmuls.
     plan = accelkit.auto_configure(framework="torch", verbose=False)
     model = wide()
-    steps = trials.trial_steps(1, float8=True) + 10
+    steps = registry.trial_steps(1, float8=True) + 10
     data = [(torch.randn(8192, 4096), torch.randint(0, 16, (8192,))) for _ in range(4)] * steps
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     report = accelkit.torch.fit(

@@ -21,11 +21,11 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
 from accelkit.torch.training import scheduling
-from accelkit.torch.tuning import trials
+from accelkit.torch.tuning import registry
 
 from ..helpers.torch_data import CPU_PLAN, batches, mlp
 
-STEPS = trials.trial_steps(1, cuda=False)
+STEPS = registry.trial_steps(1, cuda=False)
 
 
 @pytest.fixture(autouse=True)

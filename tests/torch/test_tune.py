@@ -25,14 +25,14 @@ from accelkit.profiling.tuning import Check
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from accelkit.torch.tuning import trials
+from accelkit.torch.tuning import registry, trials
 from accelkit.torch.tuning.reference import Reference
 from accelkit.torch.tuning.trial_guards import LossMismatch, check_grads, check_loss
 
 from ..helpers.compiling import compiled_as, graphs_judged, graphs_on_cuda
 from ..helpers.torch_data import CPU_PLAN, batches, mlp
 
-STEPS = trials.trial_steps(1, cuda=False)  # what the trials can take
+STEPS = registry.trial_steps(1, cuda=False)  # what the trials can take
 BASELINE = len(trials.turns(baseline=True))  # the baseline's units: warm-up, then timed
 UNITS = len(trials.turns(baseline=False))  # a later candidate's: warm-up, paired rounds
 
@@ -313,7 +313,7 @@ def test_tune_on_cuda_keeps_compile_of_a_transformers_gpt2_under_bf16() -> None:
     ids = torch.randint(0, config.vocab_size, (8, config.n_positions))
     data = [
         {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
-        for _ in range(trials.trial_steps(1) + 10)
+        for _ in range(registry.trial_steps(1) + 10)
     ]
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     report = accelkit.torch.fit(model, data, optimizer, None, plan=plan, progress=False, tune=True)
@@ -345,11 +345,11 @@ def test_the_fits_cuda_graphs_not_kept_give_their_memory_back(
     graphs_on_cuda(monkeypatch)
     released = graphs_judged(monkeypatch, kept=kept)
     with compiled_as():  # the CUDA-graph candidate's steps too (trial_steps on CUDA)
-        report = fit(data=batches(trials.trial_steps(1) + 6))
+        report = fit(data=batches(registry.trial_steps(1) + 6))
     graphed = next(c for c in report.tuning["candidates"] if c["settings"].get("cudagraphs"))
     assert (graphed["status"] == "chosen") is kept, graphed["why"]
     assert released == ([] if kept else [True])
-    assert report.steps == trials.trial_steps(1) + 6 and math.isfinite(report.losses[-1])
+    assert report.steps == registry.trial_steps(1) + 6 and math.isfinite(report.losses[-1])
 
 
 # -- the check's figures in the record (issue 24) ------------------------------------------
@@ -535,7 +535,7 @@ def test_sdpa_is_tried_checked_and_kept_for_an_eager_transformers_model(
     # One call a step, longer than a loaded CPU's noise: SDPA is clearly faster.
     attention_as(delay=0.5)
     model = eager_gpt2()
-    report, optimizer, steps = lm_fit(model, trials.trial_steps(1, cuda=False, attention=True))
+    report, optimizer, steps = lm_fit(model, registry.trial_steps(1, cuda=False, attention=True))
     by_name = candidates(report)
     sdpa = by_name["eager+sdpa"]
     assert sdpa["settings"]["attention"] == "sdpa" and not sdpa["settings"]["compile"]
@@ -641,7 +641,7 @@ def test_tune_on_cuda_checks_and_times_sdpa_for_an_eager_gpt2_under_bf16() -> No
                                      vocab_size=8192, attn_implementation="eager")  # fmt: skip
     model = transformers.GPT2LMHeadModel(config)
     ids = torch.randint(0, config.vocab_size, (8, config.n_positions))
-    data = [{"input_ids": ids, "labels": ids}] * (trials.trial_steps(1, attention=True) + 10)
+    data = [{"input_ids": ids, "labels": ids}] * (registry.trial_steps(1, attention=True) + 10)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     report = accelkit.torch.fit(model, data, optimizer, None, plan=plan, progress=False, tune=True)
     sdpa = next(c for c in report.tuning["candidates"] if c["name"].endswith("+sdpa"))

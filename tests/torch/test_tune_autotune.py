@@ -23,7 +23,7 @@ from accelkit.profiling.tuning import Trial
 torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch
 
-from accelkit.torch.tuning import trials
+from accelkit.torch.tuning import registry, trials
 
 from ..helpers.torch_data import CPU_PLAN, batches
 
@@ -79,7 +79,7 @@ def tuned_fit(steps: int, data: list[Any]) -> Any:
 def test_max_autotune_is_tried_checked_and_recorded_when_the_run_pays_for_it(
     modes: list[str | None],
 ) -> None:
-    data = batches(trials.trial_steps(1) + 4)
+    data = batches(registry.trial_steps(1) + 4)
     report = tuned_fit(10**7, data)  # a run of ten million steps: autotuning pays
     by_name = {c["name"]: c for c in report.tuning["candidates"]}
     compiled = by_name["compile"]
@@ -100,7 +100,7 @@ def test_max_autotune_is_tried_checked_and_recorded_when_the_run_pays_for_it(
 def test_a_run_too_short_to_pay_for_it_skips_max_autotune_and_says_why(
     modes: list[str | None],
 ) -> None:
-    data = batches(trials.trial_steps(1) + 4)
+    data = batches(registry.trial_steps(1) + 4)
     report = tuned_fit(len(data), data)
     autotune = next(c for c in report.tuning["candidates"] if c["name"] == "max-autotune")
     assert autotune["status"] == "skipped" and "would not pay back" in autotune["why"]
@@ -120,7 +120,7 @@ def test_a_hand_written_loop_that_gives_its_length_gets_max_autotune_tried(
 ) -> None:
     """Before: `accelkit.torch.tune` priced max-autotune on its own trials' steps, so a hand
     loop of any length had it skipped as too short."""
-    data = batches(trials.trial_steps(1) + 4)
+    data = batches(registry.trial_steps(1) + 4)
     result = hand_tuned(data, steps=10**7)
     autotune = next(t for t in result.trials if t.name == "max-autotune")
     assert autotune.status in ("chosen", "slower") and autotune.check is not None

@@ -14,7 +14,7 @@ import accelkit
 pytestmark = [pytest.mark.torch, pytest.mark.gpu]
 torch = pytest.importorskip("torch")
 
-from accelkit.torch.tuning import trials
+from accelkit.torch.tuning import registry, trials
 
 
 def conv_net() -> Any:
@@ -31,7 +31,9 @@ def conv_fit() -> tuple[Any, list[Any]]:
     plan = accelkit.auto_configure(framework="torch", verbose=False)
     torch.manual_seed(0)
     model = conv_net()
-    data = [(torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,)))] * (trials.trial_steps(1) + 8)
+    data = [(torch.randn(16, 3, 32, 32), torch.randint(0, 10, (16,)))] * (
+        registry.trial_steps(1) + 8
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     report = accelkit.torch.fit(
         model, data, optimizer, torch.nn.CrossEntropyLoss(), plan=plan, progress=False, tune=True
@@ -125,7 +127,7 @@ def test_the_lightning_callback_tunes_a_bf16_fit() -> None:
         def configure_optimizers(self) -> Any:
             return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
-    steps = trials.trial_steps(1) + 8
+    steps = registry.trial_steps(1) + 8
     data = torch.utils.data.TensorDataset(
         torch.randn(64 * steps, 256), torch.randint(0, 16, (64 * steps,))
     )
@@ -151,7 +153,7 @@ def test_the_hf_callback_tunes_a_bf16_trainer() -> None:
     config = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=256, n_positions=128,
                                      vocab_size=4096)  # fmt: skip
     ids = torch.randint(0, config.vocab_size, (8, config.n_positions))
-    steps = trials.trial_steps(1) + 8
+    steps = registry.trial_steps(1) + 8
     rows = [{"input_ids": i, "labels": i} for i in ids] * steps
     plan = accelkit.auto_configure(framework="torch", verbose=False)
     args = transformers.TrainingArguments(
@@ -189,7 +191,7 @@ def test_max_autotune_is_a_checked_candidate_of_a_long_run() -> None:
 
     plan = accelkit.auto_configure(framework="torch", verbose=False)
     torch.manual_seed(0)
-    data = [(torch.randn(64, 1024), torch.randint(0, 16, (64,)))] * (trials.trial_steps(1) + 4)
+    data = [(torch.randn(64, 1024), torch.randint(0, 16, (64,)))] * (registry.trial_steps(1) + 4)
     model = Mlp()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     report = accelkit.torch.fit(

@@ -31,7 +31,8 @@ from accelkit.torch.training.prepare import Prepared, prepare, restore
 from accelkit.torch.training.scheduling import Scheduling
 from accelkit.torch.training.step import Step, check_optimizer, make_step
 from accelkit.torch.tuning import attention, float8, levers
-from accelkit.torch.tuning.trials import TuneResult, check_mode, trial_steps
+from accelkit.torch.tuning.registry import trial_steps
+from accelkit.torch.tuning.trials import TuneResult, check_mode
 from accelkit.torch.tuning.tuner import Tuner
 from accelkit.utils import arguments
 from accelkit.utils.imports import require
@@ -434,12 +435,13 @@ def tune(
     """Measure the fit's options on `model` and keep the fastest, for a hand-written loop.
 
     Trains the first batches of `loader` through each candidate in turn (at most
-    `accelkit.torch.tuning.trials.trial_steps` optimizer steps of `accumulation_steps`
-    batches: 26 on the CPU, 46 on a GPU, 56 with the SDPA candidate, 66 on the CPU and 76
-    on a GPU under DDP), exactly as ``fit(tune=True)`` does: the plan's settings, the
-    optimizer's fused (or foreach) implementation, ``torch.compile`` of forward and loss,
-    and on a GPU its CUDA graphs, then max-autotune where your loop's `steps` pay for its
-    compilation (without them it is not tried, and the result says why).
+    `accelkit.torch.tuning.registry.trial_steps` optimizer steps of `accumulation_steps`
+    batches: 26 on the CPU, 46 on a GPU, 66 on the CPU and 76 on a GPU under DDP, and 10
+    more each for the SDPA and the float8 candidates), exactly as ``fit(tune=True)``
+    does: the plan's settings, the optimizer's fused (or foreach) implementation,
+    ``torch.compile`` of forward and loss, and on a GPU its CUDA graphs, then
+    max-autotune where your loop's `steps` pay for its compilation (without them it is
+    not tried, and the result says why), and float8 on a GPU that has it.
     These are real training steps: the model and optimizer come back trained on them, so
     continue from the next batch (pass an iterator, ``batches = iter(loader)``, and loop
     over the same one afterwards). Your loop's LR scheduler steps with them: pass it as

@@ -26,7 +26,10 @@ door it compiles the trainer's code and checks a candidate before the trainer's 
 6. on a CUDA device, where compile was kept and the run left pays for it
    (`trials.autotune_unpaid`), the same code compiled with ``mode="max-autotune"`` (with
    CUDA graphs where those were kept, else ``"max-autotune-no-cudagraphs"``) in its place
-   (checked against the eager step).
+   (checked against the eager step);
+7. on a GPU with float8 tensor cores and torchao installed, where the kept step is
+   compiled, the large linear layers in float8 (`accelkit.torch.tuning.float8`),
+   checked against the bf16 step with float8's own tolerance.
 
 A unit is one optimizer step (`batches_per_unit` batches), timed with the device
 synchronised at both ends. The baseline runs `trials.WARMUP_UNITS` untimed units, then

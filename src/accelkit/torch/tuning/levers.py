@@ -58,6 +58,9 @@ _log = logging.getLogger("accelkit")
 # the partial sums on the way round the ring, which grows with the ranks.
 BF16_GRADIENT_RTOL = 0.01
 BUCKET_CAP_MB = 100  # DDP's default is 25
+# The candidates `Levers.candidates` yields: bf16 gradients, larger buckets, a static
+# graph, no buffer broadcast.
+CANDIDATES = 4
 
 
 @dataclasses.dataclass
@@ -115,6 +118,8 @@ class Levers:
         >>> wrapping = Wrapping(plan, {"bucket_cap_mb": 50})
         >>> ddp = wrapping.wrap(module, device)
         >>> found = list(Levers(wrapping, module, device, plan).candidates())
+        >>> len(found) == CANDIDATES
+        True
         >>> [lever.name for lever in found if lever.skip is None]  # tried; skip says why not
         ['static-graph']
         >>> found[1].skip   # tune: step = lever.apply(best) for the others

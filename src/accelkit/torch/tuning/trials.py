@@ -23,7 +23,10 @@ fastest that computes the same thing:
    for a step of short kernels;
 7. on a CUDA device, where compile was kept and the run left is long enough to pay for
    it (`autotune_unpaid`), ``mode="max-autotune"`` (its CUDA graphs only where those
-   were kept): the matmuls' kernels chosen by benchmark as it compiles.
+   were kept): the matmuls' kernels chosen by benchmark as it compiles;
+8. on a GPU with float8 tensor cores and torchao installed, where the kept step is
+   compiled, the large linear layers in float8 (`accelkit.torch.tuning.float8`),
+   checked against the bf16 step with float8's own tolerance.
 
 Every trial step is a real training step on the next batch of the loader (no
 batch is trained on twice, none is skipped), timed as one optimizer step (a unit) with
@@ -97,7 +100,6 @@ __all__ = [
     "decide_before",
     "pair",
     "summary",
-    "trial_steps",
     "turns",
     "why_not",
 ]
@@ -181,41 +183,6 @@ GRAD_AGREEMENT = 4.0
 # and 2.3x the spread).
 KERNEL_SPREAD_FACTOR = 4.0
 GRAPH_BREAK_STORM = 16
-CANDIDATES = 3  # the baseline, the optimizer's fused implementation, torch.compile
-CUDA_CANDIDATES = 1  # torch.compile's CUDA graphs, on a CUDA device without DDP
-AUTOTUNE_CANDIDATES = 1  # max-autotune, on a CUDA device
-DDP_CANDIDATES = 4  # bf16 gradients, larger buckets, a static graph, no buffer broadcast
-ATTENTION_CANDIDATES = 1  # SDPA for a transformers model on eager attention
-FLOAT8_CANDIDATES = 1  # float8 on a GPU with float8 tensor cores, torchao installed
-
-
-def trial_steps(
-    accumulation_steps: int,
-    data_parallel: bool = False,
-    cuda: bool = True,
-    attention: bool = False,
-    float8: bool = False,
-) -> int:
-    """The most training steps the trials take (more only when a failed one is retrained):
-    the baseline's units and each later candidate's (`turns`), `accumulation_steps`
-    batches each; `data_parallel`: under DDP, whose options are candidates too; `cuda`: on
-    a CUDA device, where max-autotune is one and CUDA graphs another (not under DDP);
-    `attention`: SDPA is one (`accelkit.torch.tuning.attention.candidate` found a model on
-    eager attention); `float8`: float8 is one (`accelkit.torch.tuning.float8.trial_count`).
-
-    Example:
-        >>> trial_steps(1, cuda=False), trial_steps(1), trial_steps(2, data_parallel=True)
-        (26, 46, 152)
-        >>> trial_steps(1, attention=True)
-        56
-    """
-    candidates = CANDIDATES + (DDP_CANDIDATES if data_parallel else 0)
-    candidates += ATTENTION_CANDIDATES if attention else 0
-    candidates += FLOAT8_CANDIDATES if float8 else 0
-    if cuda:
-        candidates += AUTOTUNE_CANDIDATES + (0 if data_parallel else CUDA_CANDIDATES)
-    units = len(turns(baseline=True)) + (candidates - 1) * len(turns(baseline=False))
-    return units * accumulation_steps
 
 
 def turns(baseline: bool) -> tuple[str, ...]:
