@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accelkit.cli import EXIT_USAGE, main
-from accelkit.hardware.info import MAX_GPUS_PER_NODE
 from accelkit.hardware.what_if import MAX_GPUS
 from accelkit.profiling.run_report import RunReport
 
@@ -29,13 +28,13 @@ def _run(*args: str) -> tuple[int, str, str]:
 
 @settings(max_examples=80, deadline=None)
 @given(count=st.one_of(st.integers(-5, 10**13), st.sampled_from(["1e3", "x", "", "8.0"])))
-def test_plan_count_is_one_server_or_exit_2_naming_the_range(count) -> None:
+def test_plan_count_is_what_plan_for_takes_or_exit_2_naming_the_range(count) -> None:
     code, out, err = _run("plan", "--gpu", "L4", "--count", str(count), "--json")
-    if isinstance(count, int) and 1 <= count <= MAX_GPUS_PER_NODE:
+    if isinstance(count, int) and 1 <= count <= MAX_GPUS:
         assert code == 0 and len(json.loads(out)["hardware"]["gpus"]) == count
     else:
         assert code == EXIT_USAGE and out == ""
-        assert f"from 1 to {MAX_GPUS_PER_NODE}" in err
+        assert f"from 1 to {MAX_GPUS:,}" in err
 
 
 @pytest.fixture(scope="module")

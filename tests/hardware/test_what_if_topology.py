@@ -203,3 +203,19 @@ def test_the_note_says_the_domain_is_assumed_exactly_where_the_row_has_no_count(
     hardware = what_if(spec.key, count)
     assumed = any("assumed" in n for n in hardware.notes)
     assert assumed is bool(spec.nvlink_gbps and not spec.nvlink_gpus)
+
+
+@pytest.mark.parametrize(
+    ("count", "servers", "across", "words"),
+    [
+        (4, 1, False, "one NVLink domain of up to 72"),
+        (8, 2, True, "across servers: one NVLink domain joins up to 72 (18 servers of 4)"),
+        (144, 36, False, "the domains meet over the network"),
+    ],
+)
+def test_gb200_servers_are_trays_of_four_in_one_nvlink_domain(count, servers, across, words):
+    hardware = what_if("GB200", count)
+    assert (hardware.servers, hardware.gpus_per_server) == (servers, min(count, 4))
+    assert hardware.nvlink_domain == 72 and hardware.nvlink_across_servers is across
+    assert any(words in note for note in hardware.notes)
+    assert HardwareInfo.from_dict(hardware.to_dict()).nvlink_across_servers is across

@@ -79,3 +79,27 @@ def test_sixteen_h100_sxm_launch_on_two_nodes_of_eight() -> None:
     assert "torchrun --nnodes 2 --nproc-per-node 8" in advice.value
     assert "over 2 servers" in advice.reason
     assert "--nproc-per-node 16 " in plan_for("L4", 16).get("launch").value
+
+
+def test_eight_gb200_launch_on_two_trays_of_four_joined_by_nvlink() -> None:
+    """A GB200 NVL72 compute tray holds 4 GPUs (its row's `server_gpus`), and the rack's
+    NVLink domain spans its 18 trays: no server runs 8 processes of GB200s."""
+    planned = plan_for("GB200", 8)
+    assert "torchrun --nnodes 2 --nproc-per-node 4" in planned.get("launch").value
+    sockets = planned.get("NCCL_SOCKET_IFNAME").reason
+    assert "over NVLink" in sockets and "bootstrap over TCP" in sockets
+    assert "no InfiniBand" not in sockets
+
+
+@settings(max_examples=60, deadline=None)
+@given(gpu=st.sampled_from(GPUS), count=st.integers(2, 200))
+def test_the_socket_reason_says_nvlink_exactly_where_one_domain_spans_the_servers(
+    gpu, count
+) -> None:
+    spec = specs.resolve(gpu)[0]
+    spans = (
+        count > server_gpus(spec) and bool(spec.nvlink_gbps) and count <= (spec.nvlink_gpus or 0)
+    )
+    planned = plan_for(gpu, count)
+    reason = planned.get("NCCL_SOCKET_IFNAME").reason if count > server_gpus(spec) else ""
+    assert ("over NVLink" in reason) is spans

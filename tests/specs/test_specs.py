@@ -286,6 +286,15 @@ def test_interconnect_figures_say_where_they_come_from():
     assert by_key("a100-pcie-80gb").nvlink_gpus == 2 and by_key("h200-nvl").nvlink_gpus == 4
 
 
+def test_a_fixed_server_size_divides_its_nvlink_domain_and_says_where_it_comes_from():
+    fixed = [s for s in SPECS if s.server_gpus is not None]
+    assert [s.key for s in fixed] == ["gb200"]  # a compute tray of an NVL72 rack
+    for spec in fixed:
+        assert spec.nvlink_gpus and spec.nvlink_gpus % spec.server_gpus == 0, spec.key
+        assert "accelerators_per_node" in spec.interconnect_source, spec.key
+    assert by_key("gb200").server_gpus == 4 and by_key("gb200").nvlink_gpus == 72
+
+
 def test_to_dict_is_json_ready():
     data = by_key("h100-nvl").to_dict()
     assert json.loads(json.dumps(data))["compute_capability"] == [9, 0]

@@ -10,7 +10,6 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
-from accelkit.hardware.info import MAX_GPUS_PER_NODE
 from accelkit.hardware.what_if import MAX_GPUS, check_count
 from accelkit.planning import Framework, Precision
 
@@ -112,9 +111,11 @@ def gpu_target(text: str, option: str = "--project") -> tuple[str, int]:
     return name, gpu_count(count, MAX_GPUS, f"{option} {text!r}: COUNT")
 
 
-def gpus_in_one_server(text: str) -> int:
+def planned_gpus(text: str) -> int:
+    """``--count``: 1 to `MAX_GPUS`, as `accelkit.plan_for` takes (several servers where
+    one of the model's holds fewer); an argparse error naming the range otherwise."""
     try:
-        return gpu_count(text, MAX_GPUS_PER_NODE, "--count")
+        return gpu_count(text, MAX_GPUS, "--count")
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 

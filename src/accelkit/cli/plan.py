@@ -13,12 +13,12 @@ from accelkit.cli.common import (
     add_framework,
     add_precision,
     emit_json,
-    gpus_in_one_server,
+    planned_gpus,
     values,
 )
 from accelkit.configure import plan_for
 from accelkit.hardware import detect
-from accelkit.hardware.info import MAX_GPUS_PER_NODE
+from accelkit.hardware.what_if import MAX_GPUS
 from accelkit.planning import Request, plan
 from accelkit.planning.types import FrozenDtype, Optimizer
 
@@ -115,10 +115,10 @@ def add(commands: Any) -> None:
     )
     parser.add_argument(
         "--count",
-        type=gpus_in_one_server,
+        type=planned_gpus,
         default=1,
-        help=f"GPUs, 1 to {MAX_GPUS_PER_NODE} (with --gpu; default 1); more than a server of "
-        "the model holds (an HGX board's 8) span several",
+        help=f"GPUs, 1 to {MAX_GPUS:,} (with --gpu; default 1); more than a server of the "
+        "model holds (an HGX board's 8, a GB200 NVL72 tray's 4) span several",
     )
     add_framework(parser, "the framework to plan for", auto=None)
     add_precision(parser)

@@ -201,6 +201,10 @@ class HardwareInfo:
         server_gpus: a what-if's GPUs per server (`accelkit.hardware.what_if.server_gpus`:
             8 for an HGX board of H100s); None for a detected machine, whose GPUs are
             one server's.
+        nvlink_domain: a what-if's GPUs one NVLink domain joins (the datasheet row's
+            `nvlink_gpus`: 8 on an HGX board, 72 in a GB200 NVL72 rack, whose domain
+            spans its servers); None for a detected machine (its links say) or without
+            NVLink.
     """
 
     gpus: tuple[GpuInfo, ...] = ()
@@ -216,10 +220,17 @@ class HardwareInfo:
     frameworks: tuple[FrameworkBuild, ...] = ()
     gpus_unusable: str = ""
     server_gpus: int | None = None
+    nvlink_domain: int | None = None
 
     @property
     def gpu_count(self) -> int:
         return len(self.gpus)
+
+    @property
+    def nvlink_across_servers(self) -> bool:
+        """True when the GPUs span several servers of one NVLink domain (a what-if of
+        GB200s within an NVL72 rack): NCCL's collectives cross the servers over NVLink."""
+        return self.servers > 1 and (self.nvlink_domain or 0) >= self.gpu_count
 
     @property
     def servers(self) -> int:
@@ -279,6 +290,7 @@ class HardwareInfo:
             frameworks=tuple(FrameworkBuild.from_dict(f) for f in data.get("frameworks", ())),
             gpus_unusable=data.get("gpus_unusable", ""),
             server_gpus=data.get("server_gpus"),
+            nvlink_domain=data.get("nvlink_domain"),
         )
 
     def build_of(self, framework: str) -> FrameworkBuild | None:

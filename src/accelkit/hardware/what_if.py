@@ -13,7 +13,9 @@ Counts are bounded by what exists, so a what-if stays a few thousand objects at 
   what-if of it builds in about a second.
 
 Links are built within a node only (pairs across nodes meet over the network, not
-peer-to-peer), so the topology is O(count), never count x (count - 1) / 2 pairs.
+peer-to-peer), so the topology is O(count), never count x (count - 1) / 2 pairs. The
+one domain that spans servers, a GB200 NVL72 rack's over its trays of 4, is said by
+the snapshot's `nvlink_domain` (`HardwareInfo.nvlink_across_servers`) and its note.
 
 NVLink joins GPUs within one NVLink domain only, of the row's ``nvlink_gpus``: a 2- or
 4-way bridge (A100 PCIe, H200 NVL, RTX 3090), an 8- or 16-GPU NVSwitch board (HGX,
@@ -85,16 +87,20 @@ def nodes_for(count: int, per_server: int = MAX_GPUS_PER_NODE) -> int:
 
 
 def server_gpus(spec: GpuSpec) -> int:
-    """GPUs one server of `spec`'s model holds in a what-if: its NVSwitch board's where
-    the row's NVLink domain is one (8 on HGX and DGX boards, 16 on the HGX A100 16-GPU),
-    else `MAX_GPUS_PER_NODE` (cards in a server; a rack-wide domain, GB200 NVL72's 72,
-    keeps servers of that many as before).
+    """GPUs one server of `spec`'s model holds in a what-if: the row's `server_gpus`
+    where the model comes only in systems of that size (a GB200 NVL72 compute tray's 4),
+    else its NVSwitch board's where the row's NVLink domain is one (8 on HGX and DGX
+    boards, 16 on the HGX A100 16-GPU), else `MAX_GPUS_PER_NODE` (cards in a server).
 
     Example:
         >>> from accelkit import specs
         >>> server_gpus(specs.by_key("h100-sxm")), server_gpus(specs.by_key("l4"))
         (8, 16)
+        >>> server_gpus(specs.by_key("gb200"))
+        4
     """
+    if spec.server_gpus:
+        return spec.server_gpus
     domain = spec.nvlink_gpus or 0
     return domain if BOARD_NVLINK_GPUS <= domain <= MAX_GPUS_PER_NODE else MAX_GPUS_PER_NODE
 
@@ -166,13 +172,16 @@ def what_if(
         else ""
     )
     nodes = nodes_for(count, server)
-    across = f", {nodes} servers of up to {server} (links within each)" if nodes > 1 else ""
+    spans = domain > server  # a rack's NVLink domain over its servers (GB200 NVL72)
+    joined = f"NVLink across up to {domain} GPUs" if spans else "links within each"
+    across = f", {nodes} servers of up to {server} ({joined})" if nodes > 1 else ""
     return HardwareInfo(
         gpus=gpus,
         links=links,
         launcher=launcher,
         source="what-if",
         server_gpus=server,
+        nvlink_domain=spec.nvlink_gpus if spec.nvlink_gbps else None,
         notes=(
             (
                 f"what-if: {count} x {spec.name}{across}, figures and topology from the "
@@ -219,6 +228,13 @@ def _topology(spec: GpuSpec, count: int) -> str:
         return (
             f"what-if topology: NVLink between {pairs}, assumed: the datasheet row does not "
             f"say how many GPUs one NVLink domain joins{cited}"
+        )
+    if domain > server and not one:  # a rack's domain over its servers (GB200 NVL72)
+        beyond = "" if count <= domain else "; the domains meet over the network"
+        return (
+            f"what-if topology: NVLink between every pair of a server and across servers: "
+            f"one NVLink domain joins up to {domain} ({domain // server} servers of "
+            f"{server}){beyond}{cited}"
         )
     if domain >= server:
         return (

@@ -332,16 +332,23 @@ def nccl_settings(hardware: HardwareInfo, nodes: int | None = None) -> list[Sett
             )
         )
     if nodes > 1 and not hardware.infiniband:
-        out.append(
-            Setting(
-                Key.NCCL_SOCKET_IFNAME,
-                "<fast interface>",
-                f"{nodes} nodes and no InfiniBand device: NCCL uses TCP "
-                "sockets; set NCCL_SOCKET_IFNAME to the fastest interface (e.g. 'eth0') so it "
-                "does not pick a slow or unreachable one",
-            )
-        )
+        out.append(Setting(Key.NCCL_SOCKET_IFNAME, "<fast interface>", _sockets(hardware, nodes)))
     return out
+
+
+def _sockets(hardware: HardwareInfo, nodes: int) -> str:
+    """Why a run over `nodes` servers without InfiniBand names NCCL's socket interface."""
+    pick = (
+        "set NCCL_SOCKET_IFNAME to the fastest interface (e.g. 'eth0') so it does not "
+        "pick a slow or unreachable one"
+    )
+    if hardware.nvlink_across_servers:
+        return (
+            f"{nodes} servers of one NVLink domain of up to {hardware.nvlink_domain}: NCCL's "
+            "collectives cross them over NVLink (multi-node NVLink), its bootstrap over TCP "
+            f"sockets; {pick}"
+        )
+    return f"{nodes} nodes and no InfiniBand device: NCCL uses TCP sockets; {pick}"
 
 
 def _pairs(pairs: list[tuple[int, int]]) -> str:

@@ -116,6 +116,7 @@ def _row(entry: dict[str, Any]) -> _Row:
         source=entry["source"],
         notes=entry.get("notes", ""),
         nvlink_gpus=entry.get("nvlink_gpus"),
+        server_gpus=entry.get("server_gpus"),
         pcie_gbps=entry.get("pcie_gbps"),
         interconnect_source=entry.get("interconnect_source", ""),
     )

@@ -29,10 +29,15 @@ class GpuSpec:
         nvlink_gpus: how many GPUs one NVLink domain joins: 2 or 4 for cards joined by a
             bridge, 8 or more for modules on an NVSwitch board or rack (HGX, DGX, NVL72);
             None without NVLink, or where the source fixes no count (GH200).
+        server_gpus: GPUs one server holds where the model comes only in systems of that
+            size, a server being one host under one operating system: 4 in a GB200 NVL72
+            compute tray (two superchips), whose NVLink domain spans 18 of them; None
+            where a server holds what its board or its cards make it
+            (`accelkit.hardware.what_if.server_gpus`).
         pcie_gbps: the PCIe link to the host in GB/s, both directions, as datasheets state
             it (PCIe Gen4 x16: 64); None where the source gives none.
-        interconnect_source: where `nvlink_gpus` and `pcie_gbps` come from when not from
-            `source` alone ("" when the row's datasheet states both).
+        interconnect_source: where `nvlink_gpus`, `server_gpus` and `pcie_gbps` come from
+            when not from `source` alone ("" when the row's datasheet states them).
         p2p: whether peer-to-peer over PCIe/NVLink is supported between two of these
             cards (False for GeForce 40/50 series).
         ecc: whether the memory has ECC.
@@ -58,6 +63,7 @@ class GpuSpec:
     source: str
     notes: str = ""
     nvlink_gpus: int | None = None
+    server_gpus: int | None = None
     pcie_gbps: float | None = None
     interconnect_source: str = ""
 
