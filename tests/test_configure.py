@@ -133,19 +133,19 @@ def test_auto_configure_on_this_machine_never_raises() -> None:
 
 
 def test_import_is_fast_and_imports_no_framework() -> None:
+    # Fast by what it loads, which load on the machine cannot change: the standard
+    # library and accelkit's own modules only (no framework, no NumPy, no NVML binding;
+    # about 0.1 s on the CPU machine), never a wall-clock bound a busy machine can cross.
     code = textwrap.dedent("""
-        import sys, time
-        start = time.perf_counter()
+        import sys
+        before = set(sys.modules)
         import accelkit
-        elapsed = time.perf_counter() - start
-        loaded = [m for m in ("torch", "tensorflow", "keras") if m in sys.modules]
-        print(f"{elapsed:.3f}", ",".join(loaded) or "-")
+        added = {name.partition(".")[0] for name in set(sys.modules) - before}
+        print(",".join(sorted(added - set(sys.stdlib_module_names) - {"accelkit"})) or "-")
     """)
     done = _fresh_python(code, timeout=60)
     assert done.returncode == 0, done.stderr
-    elapsed, loaded = done.stdout.split()
-    assert loaded == "-"
-    assert float(elapsed) < 1.0
+    assert done.stdout.split() == ["-"]
 
 
 def test_trainer_packages_load_on_first_use() -> None:
