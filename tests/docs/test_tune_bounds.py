@@ -102,11 +102,3 @@ def test_every_lever_counts_its_candidates(**fields: bool | int) -> None:
     for field in ("cuda", "ddp_levers", "attention", "float8"):
         more = registry.trial_units(dataclasses.replace(scope, **{field: True}))
         assert more >= registry.trial_units(dataclasses.replace(scope, **{field: False}))
-
-
-def test_trial_steps_is_still_found_where_it_was() -> None:
-    from accelkit.torch.tuning import trials
-
-    assert trials.trial_steps is registry.trial_steps
-    with pytest.raises(AttributeError, match="no_such_name"):
-        trials.no_such_name  # noqa: B018

@@ -373,14 +373,3 @@ def check_mode(tune: Any) -> Any:
     if isinstance(tune, bool) or tune == "auto":
         return tune
     raise ValueError(f"tune={tune!r} is not one of 'auto', True, False")
-
-
-def __getattr__(name: str) -> Any:
-    # `trial_steps` lived here until the registry's levers counted their own candidates
-    # (`accelkit.torch.tuning.registry.trial_steps`); scripts that import it from here
-    # keep working. Imported when asked for: the registry imports this module.
-    if name == "trial_steps":
-        from accelkit.torch.tuning.registry import trial_steps
-
-        return trial_steps
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
