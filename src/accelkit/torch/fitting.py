@@ -455,7 +455,9 @@ def tune(
     ``"reduce-overhead"`` where ``result.cudagraphs``, else the default. A step that
     replays CUDA graphs (``result.cudagraphs``) calls
     ``torch.compiler.cudagraph_mark_step_begin()`` before each step and clones the loss
-    out of the graph (the next replay overwrites it).
+    out of the graph (the next replay overwrites it). A kept SDPA switch
+    (``result.attention``) and kept float8 layers (``result.float8``: the eligible linear
+    layers as torchao ``Float8Linear`` on the same parameters) stay on the model.
 
     Args:
         model, loader, optimizer, loss_fn: as for `accelkit.torch.fit` (batches and
