@@ -189,3 +189,50 @@ def test_the_hugging_face_callback_tries_float8_on_the_compiled_forward(
     assert type(mlp.down_proj).__name__ == ("Float8Linear" if kept else "Linear")
     assert type(model.lm_head) is torch.nn.Linear
     assert report.steps == STEPS
+
+
+# -- a compile the trainer or the script fixed ----------------------------------------
+
+
+def test_float8_is_tried_on_the_compile_the_trainer_was_told_to_do(float8_here) -> None:
+    """TrainingArguments(torch_compile=True): the Trainer compiles the model, so the
+    baseline is compiled and float8 is tried on it (it said "the kept step is not
+    compiled" and never tried float8 where people compile the Hugging Face way)."""
+    from accelkit.hf import AccelkitCallback
+
+    model = tiny_llama()
+    rows = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 128, (8 * STEPS, 32))]
+    arguments = transformers.TrainingArguments(
+        output_dir=tempfile.mkdtemp(), max_steps=STEPS, use_cpu=True, report_to=[],
+        per_device_train_batch_size=8, disable_tqdm=True, save_strategy="no",
+        optim="adamw_torch", torch_compile=True,
+    )  # fmt: skip
+    callback = AccelkitCallback(tune=True, warmup=1)
+    with compiled_as():
+        transformers.Trainer(model, arguments, train_dataset=rows, callbacks=[callback]).train()
+    candidates = callback.report.tuning["candidates"]
+    assert candidates[0]["name"] == "compile" and candidates[0]["status"] == "baseline"
+    tried = float8_trial(callback.report.tuning)
+    assert tried["status"] != "skipped", tried["why"]
+    assert tried["check"]["failed"] is None
+
+
+def test_float8_is_tried_on_a_network_the_script_compiled_in_lightning(float8_here) -> None:
+    # The script compiled the LightningModule's network (torch.compile of the whole
+    # LightningModule fails inside Lightning here, accelkit or not: dynamo's
+    # "'method' object has no attribute '__dict__'", torch 2.13 with Lightning 2.6).
+    from accelkit.lightning import AccelkitCallback
+
+    module = WideModule()
+    callback = AccelkitCallback(tune=True)
+    trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False,
+                         callbacks=[callback])  # fmt: skip
+    with compiled_as():
+        module.net = torch.compile(module.net)
+        trainer.fit(module, torch.utils.data.DataLoader(wide_data(STEPS), batch_size=16))
+    candidates = callback.report.tuning["candidates"]
+    assert candidates[0]["name"] == "compile" and candidates[0]["status"] == "baseline"
+    tried = float8_trial(callback.report.tuning)
+    assert tried["status"] != "skipped", tried["why"]
+    assert tried["check"]["failed"] is None

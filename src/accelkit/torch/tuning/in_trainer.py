@@ -247,7 +247,9 @@ class TrainerTrials:
         self._forward_backward = forward_backward
         self._decide, self._on_step = decide, on_step
         self._engine = Engine(self, mode=mode, levers=registry.candidates)
-        self._engine.start(Settings())
+        # A compile the trainer or the script fixed is the baseline's: what it trains
+        # with, and what float8 is tried on top of.
+        self._engine.start(Settings(compile=compile_fixed is not None))
 
     @property
     def active(self) -> bool:
