@@ -78,6 +78,18 @@ def assert_tried_and_checked(tuning: dict[str, Any], kept: bool) -> None:
     assert tuning["float8"] is kept
 
 
+def assert_float8_share(report: Any, kept: bool, share: float | None = None) -> None:
+    """A kept float8 step's FLOPs are counted again (the first step's count was bf16's):
+    the report's float8 share is that of its matmuls (`share` where given), and none
+    where float8 was not kept."""
+    if not kept:
+        assert report.float8_share is None
+        return
+    assert report.float8_share is not None and 0 < report.float8_share < 1
+    if share is not None:
+        assert report.float8_share == pytest.approx(share, rel=1e-3)
+
+
 # -- accelkit.torch.tune, for a hand-written loop ---------------------------------------
 
 
@@ -145,6 +157,7 @@ def test_the_lightning_callback_tries_float8_on_the_compiled_training_step(
     assert (type(module.net[0]).__name__ == "Float8Linear") is kept
     assert module.net[0].weight is first.weight and (kept or module.net[0] is first)
     assert report.steps == STEPS and torch.isfinite(torch.tensor(report.losses)).all()
+    assert_float8_share(report, kept, share=WIDE * 32 / (WIDE * 32 + 32 * 8))
 
 
 # -- the Hugging Face callback ------------------------------------------------------
@@ -189,6 +202,7 @@ def test_the_hugging_face_callback_tries_float8_on_the_compiled_forward(
     assert type(mlp.down_proj).__name__ == ("Float8Linear" if kept else "Linear")
     assert type(model.lm_head) is torch.nn.Linear
     assert report.steps == STEPS
+    assert_float8_share(report, kept)
 
 
 # -- a compile the trainer or the script fixed ----------------------------------------

@@ -59,3 +59,36 @@ def test_a_fit_tries_real_float8_and_reports_its_share_where_kept() -> None:
         assert report.precision_mfu is not None and report.precision_mfu < report.mfu
     else:
         assert report.float8_share is None
+
+
+def test_the_hugging_face_callback_tries_real_float8_on_the_trainers_compile(tmp_path) -> None:
+    # TrainingArguments(torch_compile=True): the Trainer's compile is the baseline, and
+    # float8 is tried on top of it (tests/torch/test_float8_doors.py on the CPU).
+    transformers = pytest.importorskip("transformers")
+    from accelkit.hf import AccelkitCallback, training_arguments
+
+    config = transformers.LlamaConfig(
+        hidden_size=1024, intermediate_size=4096, num_hidden_layers=2, num_attention_heads=8,
+        num_key_value_heads=8, vocab_size=1024, max_position_embeddings=512,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config)
+    plan = accelkit.auto_configure(framework="torch", verbose=False)
+    steps = registry.trial_steps(1, float8=True) + 10
+    rows = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 1024, (8 * steps, 512))]
+    arguments = transformers.TrainingArguments(
+        output_dir=str(tmp_path), max_steps=steps, report_to=[], per_device_train_batch_size=8,
+        disable_tqdm=True, save_strategy="no",
+        **{**training_arguments(plan, model=model), "torch_compile": True},
+    )  # fmt: skip
+    callback = AccelkitCallback(tune=True)
+    transformers.Trainer(model, arguments, train_dataset=rows, callbacks=[callback]).train()
+    candidates = callback.report.tuning["candidates"]
+    assert candidates[0]["name"].startswith("compile"), candidates[0]
+    tried = next(c for c in candidates if c["settings"].get("float8"))
+    assert tried["status"] != "skipped", tried["why"]
+    assert tried["check"] is not None and tried["check"]["failed"] is None, tried["why"]
+    kept = tried["status"] == "chosen"
+    converted = [m for m in model.modules() if type(m).__name__ == "Float8Linear"]
+    assert bool(converted) is kept
+    assert (callback.report.float8_share is not None) is kept

@@ -263,7 +263,7 @@ def _train_lm(model: Any, n: int) -> TrainerTrials:
 
     tuning = TrainerTrials(
         model, optimizer, torch.device("cpu"), mode=True, compile_targets=[],
-        compile_fixed="the script's", planned_steps=None, batches_per_unit=1,
+        compile_fixed=None, planned_steps=None, batches_per_unit=1,
         forward_backward=forward_backward,
     )  # fmt: skip
     for batch in lm_batches(n=n, batch=2, length=16, vocab=128):

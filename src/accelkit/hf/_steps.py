@@ -67,6 +67,12 @@ class TrainerSteps:
         self._counter: Any = None  # counting the first step while it runs
         self._batches: list[dict[str, Any]] | None = None
         self._hook: Any = None
+        self._count_again = False  # the next step's FLOPs counted again (`count_next`)
+
+    def count_next(self) -> None:
+        """Count the next step's FLOPs again (`Meter.count_again`): the step tune kept
+        runs some matmuls in float8."""
+        self._count_again = True
 
     def attach(self, model: Any) -> None:
         self._hook = model.register_forward_pre_hook(self._seen, with_kwargs=True)
@@ -113,6 +119,9 @@ class TrainerSteps:
                 )
         if self.meter.clock.steps == 0:
             self._first(batches, samples)
+        elif self._count_again and batches:
+            self._count_again = False
+            self.meter.count_again(batches)
         self.samples += samples
         self.tokens += tokens
         self.meter.last_batch_size = samples

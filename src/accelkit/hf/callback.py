@@ -350,6 +350,8 @@ class AccelkitCallback(transformers.TrainerCallback):
         if self._trials.result is not None:
             assert self.meter is not None
             self.meter.tuning = self._trials.result.to_dict()
+            if self._trials.result.float8 and self._steps is not None:
+                self._steps.count_next()  # its float8 share
             self._stop_trials()
 
     def _stop_trials(self) -> None:

@@ -126,6 +126,34 @@ def _forward_backward(trainer: Any, pl_module: Any) -> Any:
     return forward_backward
 
 
+def step_counter(trainer: Any, pl_module: Any) -> Any:
+    """``count(batch) -> FlopCount``: one training step of `pl_module` on `batch`, its
+    ``training_step`` and backward on a copy, uncompiled, counted with the module's
+    gradients, buffers and random number generators put back
+    (`accelkit.torch.measuring.meter.Meter.count_again` after a kept float8 step)."""
+    from accelkit.profiling.flops_torch import counted, flop_counter
+
+    plugin = getattr(trainer, "precision_plugin", None)
+    context = getattr(plugin, "train_step_context", contextlib.nullcontext)
+
+    def count(batch: Any) -> Any:
+        params = [p for p in pl_module.parameters() if p.requires_grad]
+        device = params[0].device if params else torch.device("cpu")
+        module = step_copy(pl_module)
+        step = type(module).training_step  # the class's: the compiled one is the copy's
+        with reference.kept(pl_module, params, device, torch), flop_counter() as counter:
+            with context():
+                output = step(module, batch, 0)
+            loss = output["loss"] if isinstance(output, Mapping) else output
+            loss.backward()
+        return counted(counter, method=_COUNTED)
+
+    return count
+
+
+_COUNTED = "torch FlopCounterMode over a copy's training_step and backward (after tune)"
+
+
 def step_copy(pl_module: Any) -> Any:
     """`pl_module` copied for one pass of the check (`reference.copy_of`): attached to
     the fit's Trainer (a LightningModule leaves it out of its copies), its ``self.log``

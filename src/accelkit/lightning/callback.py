@@ -36,7 +36,7 @@ from typing_extensions import override
 from accelkit.lightning._framework import lightning_pytorch
 from accelkit.lightning._meter_steps import OpenStep
 from accelkit.lightning._rows import LoggerRows
-from accelkit.lightning._tune import trials_for
+from accelkit.lightning._tune import step_counter, trials_for
 from accelkit.planning import Plan
 from accelkit.profiling.clock import EVALUATION, OTHER
 from accelkit.profiling.options import MeterOptions
@@ -109,6 +109,7 @@ class AccelkitCallback(_Callback):
         self.tune = check_mode(tune)
         self.options = MeterOptions.of(options, plan=plan)
         self._trials: TrainerTrials | None = None  # under way
+        self._count_again = False  # the next step's FLOPs counted again (float8 kept)
         self._tuned: TrainerTrials | None = None  # what to undo when the fit ends
         self.report: RunReport | None = None
         self.meter: Meter | None = None
@@ -162,6 +163,10 @@ class AccelkitCallback(_Callback):
         if self._steps is None or self.report is not None:
             return
         assert self._rows is not None  # made with the steps
+        if self._count_again:  # the first step after trials that kept float8
+            assert self.meter is not None
+            self._count_again = False
+            self.meter.count_again([batch], step_counter(trainer, pl_module))
         self._steps.end()
         if self._trials is not None:
             self._trials.end()
@@ -264,6 +269,7 @@ class AccelkitCallback(_Callback):
             return
         assert self.meter is not None
         self.meter.tuning = self._trials.result.to_dict()
+        self._count_again = self._trials.result.float8  # its float8 share
         self._trials = None
 
     # -- the run's other phases ------------------------------------------------------

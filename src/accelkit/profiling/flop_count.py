@@ -66,6 +66,31 @@ class FlopCount:
         """
         return sum(n for op, n in self.by_op.items() if op.rpartition(".")[2] == FLOAT8_OP)
 
+    def __add__(self, other: FlopCount) -> FlopCount:
+        """Two batches' counts as one step's (the micro-batches of one optimizer step): a
+        figure unknown in either is unknown in the sum.
+
+        Example:
+            >>> one = FlopCount(total=6, forward=2, by_op={"aten.mm": 8}, method="m")
+            >>> (one + one).total, (one + one).by_op
+            (12, {'aten.mm': 16})
+        """
+        by_op = dict(self.by_op)
+        for op, n in other.by_op.items():
+            by_op[op] = by_op.get(op, 0) + n
+        return FlopCount(
+            total=_plus(self.total, other.total),
+            forward=_plus(self.forward, other.forward),
+            by_op=by_op,
+            method=self.method or other.method,
+            notes=tuple(dict.fromkeys(self.notes + other.notes)),
+            recomputed=_plus(self.recomputed, other.recomputed),
+        )
+
+
+def _plus(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else a + b
+
 
 @dataclass(frozen=True)
 class StepFlops:

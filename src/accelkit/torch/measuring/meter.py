@@ -379,6 +379,29 @@ class Meter:
         if self._shapes is not None and batches:
             self._shapes.start(batches, count)
 
+    def count_again(
+        self, batches: list[Any], count_batch: Callable[[Any], FlopCount] | None = None
+    ) -> None:
+        """Count a step of `batches` (its micro-batches) again, in place of the first
+        step's count: the step tune kept runs some matmuls in another dtype (float8), so
+        the first count no longer says which ran in float8 (the fit does the same,
+        `accelkit.torch.training.loop`). One uncompiled forward and backward pass per
+        batch, the model's state put back: `count_batch(batch)` where the door has its
+        own step to count (a LightningModule's ``training_step``), else the model's
+        forward on the batch. The doors that count as the trainer trains call it on the
+        first step after the trials, a warm-up step. FLOPs the user gave, or a count that
+        fails, leave the count as it was.
+        """
+        if not batches or self.options.flops_per_step is not None:
+            return
+        if count_batch is None:
+            if not isinstance(self.model, self._torch.nn.Module):
+                return
+            count_batch = functools.partial(_model_pass, self.model)
+        count = functools.reduce(lambda a, b: a + b, (count_batch(batch) for batch in batches))
+        if count.total:
+            self.set_flops(count, batches=batches)
+
     def hold_warmup(self) -> None:
         """Keep the warm-up open until `warmup` steps after the next one (at least one):
         called before each `tune` trial step, so that the steady-state figures are those
