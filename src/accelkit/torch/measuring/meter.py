@@ -397,7 +397,7 @@ class Meter:
         if count_batch is None:
             if not isinstance(self.model, self._torch.nn.Module):
                 return
-            count_batch = functools.partial(_model_pass, self.model)
+            count_batch = functools.partial(_model_pass, self.model, sliced=None)
         count = functools.reduce(lambda a, b: a + b, (count_batch(batch) for batch in batches))
         if count.total:
             self.set_flops(count, batches=batches)
@@ -543,12 +543,14 @@ class Meter:
         return measured
 
 
-def _model_pass(model: Any, batch: Any) -> FlopCount:
+def _model_pass(model: Any, batch: Any, sliced: bool | None = False) -> FlopCount:
     """One training step's FLOPs of `model` on a `Meter.step` batch: a dict as keywords,
     a tuple's or list's first item, a tensor as it is; the loss the model returns, else
-    the sum of its outputs (their FLOPs are not counted either way)."""
+    the sum of its outputs (their FLOPs are not counted either way). `sliced`: as
+    `count_train_step_flops` takes it (None: on a GPU, slices of a few samples, so that
+    a whole batch counted outside the trainer's autocast holds little memory)."""
     from accelkit.profiling.flops_torch import count_train_step_flops
 
     plain = isinstance(batch, Mapping) or torch_batches.is_tensor(batch)
     inputs = batch if plain or not isinstance(batch, (list, tuple)) else batch[0]
-    return count_train_step_flops(model, inputs, sliced=False)
+    return count_train_step_flops(model, inputs, sliced=sliced)
