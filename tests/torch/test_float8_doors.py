@@ -250,3 +250,23 @@ def test_float8_is_tried_on_a_network_the_script_compiled_in_lightning(float8_he
     tried = float8_trial(callback.report.tuning)
     assert tried["status"] != "skipped", tried["why"]
     assert tried["check"]["failed"] is None
+
+
+def test_a_recount_that_fails_leaves_the_first_count_and_says_why() -> None:
+    from accelkit.torch.measuring.meter import Meter
+
+    model = torch.nn.Linear(4, 2)
+    meter = Meter(model, warmup=0, window=1)
+
+    def failing(batch: Any) -> Any:
+        raise RuntimeError("CUDA out of memory")
+
+    with meter:
+        for step in range(2):
+            if step == 1:  # the first step after the trials
+                meter.count_again([torch.zeros(8, 4)], failing)
+            with meter.step(torch.zeros(8, 4)):
+                model(torch.zeros(8, 4)).sum().backward()
+    report = meter.report()
+    assert report.flops_per_step == 2 * (2 * 8 * 4 * 2)  # forward, weight gradient: counted
+    assert "CUDA out of memory" in report.notes["float8_share"]

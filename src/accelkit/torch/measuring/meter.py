@@ -398,7 +398,15 @@ class Meter:
             if not isinstance(self.model, self._torch.nn.Module):
                 return
             count_batch = functools.partial(_model_pass, self.model, sliced=None)
-        count = functools.reduce(lambda a, b: a + b, (count_batch(batch) for batch in batches))
+        try:
+            count = functools.reduce(lambda a, b: a + b, map(count_batch, batches))
+        except Exception as error:  # noqa: BLE001 - a figure, never the run's failure
+            self.note(
+                "float8_share",
+                f"the step tune kept was not counted again ({type(error).__name__}: "
+                f"{error}): the first step's count, without float8, stands",
+            )
+            return
         if count.total:
             self.set_flops(count, batches=batches)
 
