@@ -72,8 +72,14 @@ def test_integrations_table_is_the_trainers_bound() -> None:
             assert rows[label][column] == f"{more} more", (label, column)
 
 
-def test_tune_docstring_states_the_fits_bound() -> None:
-    text = " ".join(inspect.getdoc(fitting.tune).split())
+@pytest.mark.parametrize("where", ["docstring", "profiling.md"])
+def test_tune_docstring_and_docs_state_the_fits_bound(where: str) -> None:
+    source = (
+        inspect.getdoc(fitting.tune)
+        if where == "docstring"
+        else (DOCS / "profiling.md").read_text(encoding="utf-8")
+    )
+    text = " ".join(str(source).split())
     steps = registry.trial_steps
     stated = (
         f"{steps(1, cuda=False)} on the CPU, {steps(1)} on a GPU, "
