@@ -136,22 +136,30 @@ class WideModule(pl.LightningModule):
         return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
 
-@pytest.mark.parametrize("kept", [True, False])
-def test_the_lightning_callback_tries_float8_on_the_compiled_training_step(
-    float8_here, kept: bool
-) -> None:
+def lightning_fit(module: Any, compile_network: bool = False) -> Any:
+    """`module` fitted on the wide data with `AccelkitCallback(tune=True)`; its report.
+    `compile_network`: the script compiles its network first."""
     from accelkit.lightning import AccelkitCallback
 
-    float8_here(kept)
-    module = WideModule()
-    first = module.net[0]
     callback = AccelkitCallback(tune=True)
     trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
                          callbacks=[callback])  # fmt: skip
     with compiled_as():
+        if compile_network:
+            module.net = torch.compile(module.net)
         trainer.fit(module, torch.utils.data.DataLoader(wide_data(STEPS), batch_size=16))
-    report = callback.report
+    return callback.report
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_the_lightning_callback_tries_float8_on_the_compiled_training_step(
+    float8_here, kept: bool
+) -> None:
+    float8_here(kept)
+    module = WideModule()
+    first = module.net[0]
+    report = lightning_fit(module)
     assert_tried_and_checked(report.tuning, kept)
     assert float8_trial(report.tuning)["settings"]["compiled"] == "training_step"
     assert (type(module.net[0]).__name__ == "Float8Linear") is kept
@@ -175,25 +183,31 @@ def tiny_llama() -> Any:
     return transformers.LlamaForCausalLM(config)
 
 
+def hf_train(model: Any, **arguments: Any) -> Any:
+    """`model` trained by a `Trainer` with `AccelkitCallback(tune=True)`; its report.
+    `arguments`: more `TrainingArguments`."""
+    from accelkit.hf import AccelkitCallback
+
+    rows = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 128, (8 * STEPS, 32))]
+    training = transformers.TrainingArguments(
+        output_dir=tempfile.mkdtemp(), max_steps=STEPS, use_cpu=True, report_to=[],
+        per_device_train_batch_size=8, disable_tqdm=True, save_strategy="no",
+        optim="adamw_torch", **arguments,
+    )  # fmt: skip
+    callback = AccelkitCallback(tune=True, warmup=1)
+    with compiled_as():
+        transformers.Trainer(model, training, train_dataset=rows, callbacks=[callback]).train()
+    return callback.report
+
+
 @pytest.mark.parametrize("kept", [True, False])
 def test_the_hugging_face_callback_tries_float8_on_the_compiled_forward(
     float8_here, kept: bool
 ) -> None:
-    from accelkit.hf import AccelkitCallback
-
     float8_here(kept)
     model = tiny_llama()
     mlp = model.model.layers[0].mlp
-    rows = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 128, (8 * STEPS, 32))]
-    arguments = transformers.TrainingArguments(
-        output_dir=tempfile.mkdtemp(), max_steps=STEPS, use_cpu=True, report_to=[],
-        per_device_train_batch_size=8, disable_tqdm=True, save_strategy="no",
-        optim="adamw_torch",
-    )  # fmt: skip
-    callback = AccelkitCallback(tune=True, warmup=1)
-    with compiled_as():
-        transformers.Trainer(model, arguments, train_dataset=rows, callbacks=[callback]).train()
-    report = callback.report
+    report = hf_train(model)
     assert_tried_and_checked(report.tuning, kept)
     # the MLP's three projections (256 <-> 4112) convert; attention's 256-wide ones and
     # the head stay
@@ -208,48 +222,28 @@ def test_the_hugging_face_callback_tries_float8_on_the_compiled_forward(
 # -- a compile the trainer or the script fixed ----------------------------------------
 
 
+def assert_tried_on_the_given_compile(tuning: dict[str, Any]) -> None:
+    baseline = tuning["candidates"][0]
+    assert baseline["name"] == "compile" and baseline["status"] == "baseline"
+    tried = float8_trial(tuning)
+    assert tried["status"] != "skipped", tried["why"]
+    assert tried["check"]["failed"] is None
+
+
 def test_float8_is_tried_on_the_compile_the_trainer_was_told_to_do(float8_here) -> None:
     """TrainingArguments(torch_compile=True): the Trainer compiles the model, so the
     baseline is compiled and float8 is tried on it (it said "the kept step is not
     compiled" and never tried float8 where people compile the Hugging Face way)."""
-    from accelkit.hf import AccelkitCallback
-
-    model = tiny_llama()
-    rows = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 128, (8 * STEPS, 32))]
-    arguments = transformers.TrainingArguments(
-        output_dir=tempfile.mkdtemp(), max_steps=STEPS, use_cpu=True, report_to=[],
-        per_device_train_batch_size=8, disable_tqdm=True, save_strategy="no",
-        optim="adamw_torch", torch_compile=True,
-    )  # fmt: skip
-    callback = AccelkitCallback(tune=True, warmup=1)
-    with compiled_as():
-        transformers.Trainer(model, arguments, train_dataset=rows, callbacks=[callback]).train()
-    candidates = callback.report.tuning["candidates"]
-    assert candidates[0]["name"] == "compile" and candidates[0]["status"] == "baseline"
-    tried = float8_trial(callback.report.tuning)
-    assert tried["status"] != "skipped", tried["why"]
-    assert tried["check"]["failed"] is None
+    report = hf_train(tiny_llama(), torch_compile=True)
+    assert_tried_on_the_given_compile(report.tuning)
 
 
 def test_float8_is_tried_on_a_network_the_script_compiled_in_lightning(float8_here) -> None:
     # The script compiled the LightningModule's network (torch.compile of the whole
     # LightningModule fails inside Lightning here, accelkit or not: dynamo's
     # "'method' object has no attribute '__dict__'", torch 2.13 with Lightning 2.6).
-    from accelkit.lightning import AccelkitCallback
-
-    module = WideModule()
-    callback = AccelkitCallback(tune=True)
-    trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False,
-                         callbacks=[callback])  # fmt: skip
-    with compiled_as():
-        module.net = torch.compile(module.net)
-        trainer.fit(module, torch.utils.data.DataLoader(wide_data(STEPS), batch_size=16))
-    candidates = callback.report.tuning["candidates"]
-    assert candidates[0]["name"] == "compile" and candidates[0]["status"] == "baseline"
-    tried = float8_trial(callback.report.tuning)
-    assert tried["status"] != "skipped", tried["why"]
-    assert tried["check"]["failed"] is None
+    report = lightning_fit(WideModule(), compile_network=True)
+    assert_tried_on_the_given_compile(report.tuning)
 
 
 def test_a_recount_that_fails_leaves_the_first_count_and_says_why() -> None:

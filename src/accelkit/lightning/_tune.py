@@ -108,17 +108,19 @@ def _planned_batches(trainer: Any, accumulate: int) -> int | None:
     return int(steps * accumulate) if steps != float("inf") else None
 
 
-def _forward_backward(trainer: Any, pl_module: Any) -> Any:
+def _forward_backward(trainer: Any, pl_module: Any, *, uncompiled: bool = False) -> Any:
     """``forward_backward((batch, batch_idx)) -> loss`` on a copy of `pl_module` made for
-    the pass (`TrainerTrials`' check)."""
+    the pass (`TrainerTrials`' check); `uncompiled`: the class's ``training_step``, not a
+    compiled one the module holds (a FLOP count cannot see inside compiled graphs)."""
     plugin = getattr(trainer, "precision_plugin", None)
     context = getattr(plugin, "train_step_context", contextlib.nullcontext)
 
     def forward_backward(batch_and_index: tuple[Any, int]) -> Any:
         batch, index = batch_and_index
         module = step_copy(pl_module)
+        step = type(module).training_step.__get__(module) if uncompiled else module.training_step
         with context():
-            output = module.training_step(batch, index)
+            output = step(batch, index)
         loss = output["loss"] if isinstance(output, Mapping) else output
         loss.backward()
         return loss
@@ -127,25 +129,19 @@ def _forward_backward(trainer: Any, pl_module: Any) -> Any:
 
 
 def step_counter(trainer: Any, pl_module: Any) -> Any:
-    """``count(batch) -> FlopCount``: one training step of `pl_module` on `batch`, its
-    ``training_step`` and backward on a copy, uncompiled, counted with the module's
-    gradients, buffers and random number generators put back
-    (`accelkit.torch.measuring.meter.Meter.count_again` after a kept float8 step)."""
+    """``count(batch) -> FlopCount``: one training step of `pl_module` on `batch`
+    (`_forward_backward`, uncompiled), counted with the module's gradients, buffers and
+    random number generators put back (`accelkit.torch.measuring.meter.Meter.count_again`
+    after a kept float8 step)."""
     from accelkit.profiling.flops_torch import counted, flop_counter
 
-    plugin = getattr(trainer, "precision_plugin", None)
-    context = getattr(plugin, "train_step_context", contextlib.nullcontext)
+    forward_backward = _forward_backward(trainer, pl_module, uncompiled=True)
 
     def count(batch: Any) -> Any:
         params = [p for p in pl_module.parameters() if p.requires_grad]
         device = params[0].device if params else torch.device("cpu")
-        module = step_copy(pl_module)
-        step = type(module).training_step  # the class's: the compiled one is the copy's
         with reference.kept(pl_module, params, device, torch), flop_counter() as counter:
-            with context():
-                output = step(module, batch, 0)
-            loss = output["loss"] if isinstance(output, Mapping) else output
-            loss.backward()
+            forward_backward((batch, 0))
         return counted(counter, method=_COUNTED)
 
     return count

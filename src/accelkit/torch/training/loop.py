@@ -193,14 +193,6 @@ class _Counter:
             step.scaler.scale(loss / self.schedule.accumulation_steps).backward()
         return loss
 
-    def _count_again(self, step: Step, batch: Any) -> None:
-        """The kept step's FLOPs in place of the first step's, where they could be
-        counted (a count that failed leaves the first one standing)."""
-        self.recount = False
-        count = step.count_flops(batch)
-        if count.total:
-            self.meter.set_flops(count, batches=[batch], count_batch=step.count_flops)
-
     def train_one(self, batch: Any, step: Step, again: bool = False) -> Any:
         """Train one batch, measured, and count it (`accelkit.torch.training.step.TrainOne`)."""
         if again:  # counted already, in the unit of a trial that failed: its gradients only
@@ -208,8 +200,9 @@ class _Counter:
         if self.count_flops and self.done == 0:
             count = step.count_flops(batch)
             self.meter.set_flops(count, batches=[batch], count_batch=step.count_flops)
-        elif self.count_flops and self.recount:
-            self._count_again(step, batch)
+        elif self.count_flops and self.recount:  # the kept step's, in place of the first's
+            self.recount = False
+            self.meter.count_again([batch], step.count_flops)
         stepping = (self.done + 1) % self.schedule.accumulation_steps == 0
         with self.meter.step(batch):
             loss = self.micro_step(batch, step, stepping)
