@@ -58,8 +58,10 @@ def same(model: Any, saved: dict[str, Any]) -> bool:
 
 @pytest.fixture
 def float8_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CPU taken for a GPU with float8 tensor cores (torchao emulates the matmuls)."""
+    """The CPU taken for a GPU with float8 tensor cores (torchao emulates the matmuls),
+    and the short runs here for long ones (`float8.unpaid` has tests of its own)."""
     monkeypatch.setattr(float8, "unsupported", lambda torch, device: None)
+    monkeypatch.setattr(float8, "unpaid", lambda engine: None)
 
 
 def fit(model: Any, data: list[Any], **kwargs: Any) -> RunReport:
@@ -169,6 +171,23 @@ def test_a_fit_tries_float8_on_its_compiled_step_checked_against_bf16() -> None:
     assert type(model[2]) is torch.nn.Linear  # the head never converts
 
 
+def test_a_short_run_that_compiled_itself_prices_float8_by_its_first_unit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """compile=True fixed the compile, so tune has no compile trial of its own: float8
+    was tried however short the run. The baseline's first unit measures the compile."""
+    monkeypatch.setattr(float8, "unsupported", lambda torch, device: None)
+    model = wide_net()
+    data = wide_batches(registry.trial_steps(1, cuda=False, float8=True) + 4)
+    with compiled_as():
+        report = fit(model, data, compile=True)
+    baseline = report.tuning["candidates"][0]
+    assert baseline["status"] == "baseline" and baseline["compile_seconds"] > 0
+    tried = trial(report)
+    assert tried["status"] == "skipped" and "would not pay back" in tried["why"], tried
+    assert type(model[0]) is torch.nn.Linear
+
+
 @pytest.mark.usefixtures("float8_here")
 def test_float8_whose_gradients_disagree_is_dropped_and_undone_bit_for_bit(
     monkeypatch: pytest.MonkeyPatch,
@@ -275,24 +294,39 @@ def test_a_torchao_that_refuses_the_layers_is_a_failed_record_not_a_failed_run(
     assert report.steps == len(data) and type(model[0]) is torch.nn.Linear
 
 
-@given(st.integers(0, 200_000), st.floats(1.0, 600.0), st.floats(0.01, 2.0))
+@given(
+    st.integers(0, 200_000),
+    st.floats(1.0, 600.0),
+    st.floats(0.01, 2.0),
+    st.sampled_from(["tune", "script", "script before tune"]),
+)
 def test_float8_is_priced_at_its_compile_against_a_tenth_of_the_run_left(
-    planned: int, compile_seconds: float, step_seconds: float
+    planned: int, compile_seconds: float, step_seconds: float, compiled_by: str
 ) -> None:
+    """Tune's compile prices float8's; where the script or trainer compiled, the
+    baseline's first unit does, and where that compiled before tune began (no overhead
+    measured), float8 is tried."""
     from types import SimpleNamespace
 
     from accelkit.profiling.tuning import Trial
 
-    compiled = Trial("compile", {"compile": True}, "chosen", step_seconds=step_seconds,
+    if compiled_by == "tune":
+        kept = Trial("compile", {"compile": True}, "chosen", step_seconds=step_seconds,
                      compile_seconds=compile_seconds)  # fmt: skip
-    door = SimpleNamespace(compile_fixed=None, planned=planned, unit=1)
-    engine = SimpleNamespace(door=door, trials=[Trial("eager", {}, "baseline"), compiled],
-                             steps=50, best_trial=lambda: compiled)  # fmt: skip
+        tried = [Trial("eager", {}, "baseline", step_seconds=2 * step_seconds), kept]
+    else:
+        measured = compile_seconds if compiled_by == "script" else None
+        kept = Trial("compile", {"compile": True}, "baseline", step_seconds=step_seconds,
+                     compile_seconds=measured)  # fmt: skip
+        tried = [kept]
+    fixed = None if compiled_by == "tune" else "the trainer compiled the model"
+    door = SimpleNamespace(compile_fixed=fixed, planned=planned, unit=1)
+    engine = SimpleNamespace(door=door, trials=tried, steps=50, best_trial=lambda: kept)
     left = max(planned - 50, 0) * step_seconds
     paid = float8.COMPILE_FACTOR * compile_seconds <= 0.1 * left
+    if compiled_by == "script before tune":
+        paid = True  # nothing measured to price it by
     assert (float8.unpaid(engine) is None) == paid  # type: ignore[arg-type]
-    door.compile_fixed = "compile=True was set by the script or the plan"
-    assert float8.unpaid(engine) is None  # no compile of tune's own to price it by
 
 
 @pytest.mark.usefixtures("float8_here")

@@ -294,6 +294,8 @@ class Engine:
         trial.step_seconds = statistics.median(self._times)
         trial.spread = [min(self._times), max(self._times)]
         trial.steps = self._units * self.door.unit
+        if candidate.settings.compile and self._first:  # the first unit compiled
+            trial.compile_seconds = round(max(self._first - trial.step_seconds, 0.0), 3)
         if candidate is self.best:  # the baseline
             trial.status = "baseline"
             per_batch = trial.step_seconds / self.door.unit
@@ -303,8 +305,6 @@ class Engine:
                 return
         else:
             trials.pair(trial, self.best_trial().name, self._times, self._rivals)
-            if candidate.settings.compile and self._first:
-                trial.compile_seconds = round(max(self._first - trial.step_seconds, 0.0), 3)
             why = self._recompiled(candidate) or candidate.verify()
             if why is not None:
                 self._drop(why)  # and on to the next

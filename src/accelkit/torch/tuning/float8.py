@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from accelkit.hardware import capabilities
 from accelkit.hardware.capabilities import format_capability as _fmt
 from accelkit.planning.precision import FLOAT8_NEEDS
-from accelkit.profiling.tuning import AUTOTUNE_SHARE, UNKNOWN_LENGTH, default_compile
+from accelkit.profiling.tuning import AUTOTUNE_SHARE, UNKNOWN_LENGTH, Trial, default_compile
 from accelkit.torch.tuning import trial_guards as guards
 from accelkit.torch.tuning import trials
 from accelkit.torch.tuning.candidate import Candidate, Skipped
@@ -218,13 +218,14 @@ def unsupported(torch: Any, device: Any) -> str | None:
 
 def unpaid(engine: Engine) -> str | None:
     """Why the run left would not pay for float8's compilation, or None: `COMPILE_FACTOR`
-    times the kept compile's measured time against `AUTOTUNE_SHARE` of the run left at
-    the kept step time (as max-autotune is priced). Where the script compiled, the
-    compile time is unknown here and float8 is tried."""
+    times the measured compile against `AUTOTUNE_SHARE` of the run left at the kept step
+    time (as max-autotune is priced). The measured compile is tune's own, or where the
+    script or trainer compiled, its first unit's overhead in the baseline's trial (none
+    where it compiled before tune began: then float8 is tried)."""
     door, kept = engine.door, engine.best_trial()
-    compiled = default_compile(engine.trials)
-    if door.compile_fixed or compiled is None or compiled.compile_seconds is None:
-        return None  # no compile of tune's own measured
+    compiled = _compiled(engine)
+    if compiled is None or compiled.compile_seconds is None:
+        return None  # no compile measured
     if door.planned is None:
         return f"{UNKNOWN_LENGTH} (no steps= and no len(loader))"
     if kept.step_seconds is None:
@@ -237,6 +238,14 @@ def unpaid(engine: Engine) -> str | None:
             f"(about {cost:.0f} s)"
         )
     return None
+
+
+def _compiled(engine: Engine) -> Trial | None:
+    """The trial whose compile time prices float8's: tune's compile, or the baseline's
+    where the script or trainer compiled."""
+    if engine.door.compile_fixed:
+        return next((t for t in engine.trials if t.status == "baseline"), None)
+    return default_compile(engine.trials)
 
 
 def lever(engine: Engine) -> Iterator[Candidate | Skipped]:
