@@ -2,10 +2,12 @@
 every lever, against the same fit without the float8 lever, each in its own process.
 
 The Llama-3.2-1B shape of models_people_train.py (8 x 2048 tokens, bf16, AdamW; its 3B
-shape at 4 x 2048 with ``--model llama-3b``), told of a long run (``--planned``:
-float8's compile is priced against the run left, as a real pre-training run would pay
-it), trains its trial steps and then ``--repeats`` windows of
-``--steps`` steps with what tune kept. Printed as a table, written as JSON after each
+shape at 4 x 2048 with ``--model llama-3b``), on fresh batches of token ids from
+float8_loss_curve's Markov chain and told of a long run (``--planned``: float8's compile
+is priced against the run left, as a real pre-training run would pay it; 10,000 steps
+pay float8's 1.8x of the default compile and not max-autotune's 12x, so the variants
+differ by the float8 lever alone), trains its trial steps and then ``--repeats`` windows
+of ``--steps`` steps with what tune kept. Printed as a table, written as JSON after each
 variant (a run cut short keeps what it measured).
 
     cd benchmarks && PYTHONPATH=../src python3 float8_lever.py --model llama-1b \\
@@ -21,9 +23,11 @@ import time
 from typing import Any
 
 import gpu_compare  # same folder: child processes, JSON
+from float8_loss_curve import markov_tokens  # same folder: the chain with a floor
 
 VARIANTS = ("float8", "without")
 MODELS = ("llama-1b", "llama-3b", "gpt2")
+ACTIVE_IDS = 1024  # the chain's ids: float8_loss_curve's default
 
 
 def run_variant(args: argparse.Namespace) -> dict[str, Any]:
@@ -31,7 +35,6 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     import accelkit
-    from accelkit.bench.torch_models import SyntheticBatches
     from accelkit.torch.tuning import attention, float8, registry
 
     if args.variant == "without":  # the benchmark's own switch: every lever but float8
@@ -46,7 +49,10 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
         attention=attention.candidate(model)[0] is not None,
         float8=float8.trial_count(model, device, torch) > 0,
     )
-    data = SyntheticBatches(batch, trial_steps + args.warmup + args.repeats * args.steps)
+    vocab = model.config.vocab_size  # HF's config, or the built-in GPT's
+    data = MarkovBatches(
+        torch, batch, trial_steps + args.warmup + args.repeats * args.steps, min(vocab, ACTIVE_IDS)
+    )
     started = time.perf_counter()
     report = accelkit.torch.fit(
         model, iter(data), optimizer, loss_fn, plan=plan, warmup=args.warmup,
@@ -66,6 +72,30 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
         "losses": report.losses[:5] if hasattr(report, "losses") else None,
         "tuning": report.tuning,
     }
+
+
+class MarkovBatches:
+    """`steps` batches shaped as `batch`, each of fresh token ids from float8_loss_curve's
+    Markov chain (`active` ids), already on the batch's device. One batch repeated is learnt
+    by heart within tune's trials (the 1B shape's loss fell to 0.0015 on the H200), and a
+    step checked against a loss that small fails on its rounding: float8's check then
+    read 77% and max-autotune's 19% (benchmarks/results/h200_float8_lever_llama-1b_fixed_batch.json)."""
+
+    def __init__(self, torch: Any, batch: Any, steps: int, active: int) -> None:
+        ids = batch["input_ids"] if isinstance(batch, dict) else batch[0]
+        rows, length = ids.shape
+        extra = 0 if isinstance(batch, dict) else 1  # the built-in GPT's targets: shifted
+        tokens = markov_tokens(torch, steps * rows, length + extra, active)
+        self.tokens, self.rows, self.steps = tokens.to(ids.device), rows, steps
+        self.dict = isinstance(batch, dict)
+
+    def __iter__(self) -> Any:
+        for step in range(self.steps):
+            ids = self.tokens[step * self.rows : (step + 1) * self.rows]
+            yield {"input_ids": ids, "labels": ids} if self.dict else (ids[:, :-1], ids[:, 1:])
+
+    def __len__(self) -> int:
+        return self.steps
 
 
 def compare(args: argparse.Namespace) -> dict[str, Any]:
@@ -113,7 +143,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20, help="steps per timed window")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--planned", type=int, default=20_000, help="the run's length told")
+    parser.add_argument("--planned", type=int, default=10_000, help="the run's length told")
     parser.add_argument("--timeout", type=int, default=400, help="seconds per variant")
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)

@@ -183,7 +183,7 @@ gputests)
 float8a)  # ~8 min: the float8 lever ~7.5 (fit_tune's trials 113 s for bf16's levers,
     # float8's compile ~96 s more; each variant ~15 s to build)
     (cd benchmarks && timeout -k 5 450 $py float8_lever.py --model llama-1b --steps 15 \
-        --repeats 3 --warmup 5 --planned 20000 --out "$out/float8_lever_llama-1b.json") \
+        --repeats 3 --warmup 5 --planned 10000 --out "$out/float8_lever_llama-1b.json") \
         > "$out/float8a.txt" 2>&1
     ;;
 float8b)  # ~8 min: the tests ~3, the bench ~1, the launch gap and the FLOPs of varying
