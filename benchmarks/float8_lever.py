@@ -79,7 +79,8 @@ class MarkovBatches:
     Markov chain (`active` ids), already on the batch's device. One batch repeated is learnt
     by heart within tune's trials (the 1B shape's loss fell to 0.0015 on the H200), and a
     step checked against a loss that small fails on its rounding: float8's check then
-    read 77% and max-autotune's 19% (benchmarks/results/h200_float8_lever_llama-1b_fixed_batch.json)."""
+    read 77% and max-autotune's 19%
+    (benchmarks/results/h200_float8_lever_llama-1b_fixed_batch.json)."""
 
     def __init__(self, torch: Any, batch: Any, steps: int, active: int) -> None:
         ids = batch["input_ids"] if isinstance(batch, dict) else batch[0]
