@@ -23,11 +23,10 @@ import time
 from typing import Any
 
 import gpu_compare  # same folder: child processes, JSON
-from float8_loss_curve import markov_tokens  # same folder: the chain with a floor
+from float8_loss_curve import ACTIVE, markov_tokens  # same folder: the chain with a floor
 
 VARIANTS = ("float8", "without")
 MODELS = ("llama-1b", "llama-3b", "gpt2")
-ACTIVE_IDS = 1024  # the chain's ids: float8_loss_curve's default
 
 
 def run_variant(args: argparse.Namespace) -> dict[str, Any]:
@@ -49,9 +48,9 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
         attention=attention.candidate(model)[0] is not None,
         float8=float8.trial_count(model, device, torch) > 0,
     )
-    vocab = model.config.vocab_size  # HF's config, or the built-in GPT's
+    active = min(model.config.vocab_size, ACTIVE)  # HF's config, or the built-in GPT's
     data = MarkovBatches(
-        torch, batch, trial_steps + args.warmup + args.repeats * args.steps, min(vocab, ACTIVE_IDS)
+        torch, batch, trial_steps + args.warmup + args.repeats * args.steps, active
     )
     started = time.perf_counter()
     report = accelkit.torch.fit(

@@ -46,6 +46,7 @@ from typing import Any
 
 import gpu_compare  # same folder: child processes, JSON
 import models_people_train as models  # same folder: the models, batches and optimizers
+from float8_loss_curve import ACTIVE, markov_tokens  # same folder: the chain with a floor
 
 VARIANTS = (
     "hf_bf16",
@@ -86,6 +87,14 @@ def _windows(torch: Any, device: Any, args: argparse.Namespace) -> tuple[list[fl
     return windows, mark  # type: ignore[return-value]
 
 
+def _markov_rows(torch: Any, count: int, length: int, active: int) -> list[dict[str, Any]]:
+    """`count` rows of fresh token ids from float8_loss_curve's Markov chain: one batch
+    repeated is learnt by heart within tune's trials, and a candidate checked against a
+    loss near 0 fails on its rounding (float8_lever.MarkovBatches)."""
+    tokens = markov_tokens(torch, count, length, active)
+    return [{"input_ids": ids, "labels": ids} for ids in tokens]
+
+
 def run_hf(args: argparse.Namespace) -> dict[str, Any]:
     import tempfile
 
@@ -96,9 +105,8 @@ def run_hf(args: argparse.Namespace) -> dict[str, Any]:
 
     torch, device, model, (batch, _), _ = _device_and_model(args)
     total = args.warmup + args.steps * args.windows
-    cpu = {k: v.cpu() for k, v in batch.items()}
-    size = cpu["input_ids"].shape[0]
-    rows = [{k: v[i] for k, v in cpu.items()} for i in range(size)] * total
+    size, length = batch["input_ids"].shape
+    rows = _markov_rows(torch, size * total, length, min(model.config.vocab_size, ACTIVE))
     windows, mark = _windows(torch, device, args)
 
     class Timer(TrainerCallback):
