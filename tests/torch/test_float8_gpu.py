@@ -76,13 +76,23 @@ def test_the_hugging_face_callback_tries_real_float8_on_the_trainers_compile(tmp
     plan = accelkit.auto_configure(framework="torch", verbose=False)
     steps = registry.trial_steps(1, float8=True) + 10
     rows = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 1024, (8 * steps, 512))]
+    # told of a long run, so that float8's compile pays (priced by the Trainer's compile in
+    # the baseline's first unit), and stopped after `steps`, as early stopping would
     arguments = transformers.TrainingArguments(
-        output_dir=str(tmp_path), max_steps=steps, report_to=[], per_device_train_batch_size=8,
-        disable_tqdm=True, save_strategy="no",
+        output_dir=str(tmp_path), max_steps=100_000, report_to=[],
+        per_device_train_batch_size=8, disable_tqdm=True, save_strategy="no",
         **{**training_arguments(plan, model=model), "torch_compile": True},
     )  # fmt: skip
+
+    class Stop(transformers.TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            control.should_training_stop = state.global_step >= steps
+
     callback = AccelkitCallback(tune=True)
-    transformers.Trainer(model, arguments, train_dataset=rows, callbacks=[callback]).train()
+    trainer = transformers.Trainer(
+        model, arguments, train_dataset=rows, callbacks=[callback, Stop()]
+    )
+    trainer.train()
     candidates = callback.report.tuning["candidates"]
     assert candidates[0]["name"].startswith("compile"), candidates[0]
     tried = next(c for c in candidates if c["settings"].get("float8"))
