@@ -201,10 +201,10 @@ float8b)  # ~8 min: the tests ~3, the bench ~1, the launch gap and the FLOPs of 
 float8c)  # ~9 min: the HF Trainer's 1B ~7 (trials as float8a's inside the 70 warm-up steps)
     (cd benchmarks && timeout -k 5 430 $py trainers_tuned.py --model llama-1b \
         --variants hf_accelkit hf_accelkit_no_float8 --rounds 1 --warmup 70 --steps 15 \
-        --windows 3 --planned 20000 --timeout 300 --out "$out/float8_hf_llama-1b.json") \
+        --windows 3 --planned 10000 --timeout 300 --out "$out/float8_hf_llama-1b.json") \
         > "$out/float8c.txt" 2>&1
     (cd benchmarks && timeout -k 5 130 $py float8_lever.py --model gpt2 --steps 20 \
-        --repeats 3 --warmup 5 --planned 20000 --out "$out/float8_lever_gpt2.json") \
+        --repeats 3 --warmup 5 --planned 10000 --out "$out/float8_lever_gpt2.json") \
         >> "$out/float8c.txt" 2>&1
     ;;
 float8d)  # ~6 min: the GPU tests of float8 ~3 (the share of float8 FLOPs since the
@@ -218,7 +218,7 @@ float8d)  # ~6 min: the GPU tests of float8 ~3 (the share of float8 FLOPs since 
 float8e)  # ~9 min: one variant of the 3B shape (B4 x 2048): tune's trials, then 3 windows
     variant=${1:-float8}
     (cd benchmarks && timeout -k 5 540 $py float8_lever.py --model llama-3b --steps 10 \
-        --repeats 3 --warmup 3 --planned 20000 --variants "$variant" --timeout 530 \
+        --repeats 3 --warmup 3 --planned 10000 --variants "$variant" --timeout 530 \
         --out "$out/float8_lever_llama-3b_$variant.json") > "$out/float8e.txt" 2>&1
     ;;
 tests)
