@@ -82,17 +82,17 @@ class MarkovBatches:
     (benchmarks/results/h200_float8_lever_llama-1b_fixed_batch.json)."""
 
     def __init__(self, torch: Any, batch: Any, steps: int, active: int) -> None:
-        ids = batch["input_ids"] if isinstance(batch, dict) else batch[0]
+        self.keyed = isinstance(batch, dict)  # HF's keyword batch, else the built-in GPT's
+        ids = batch["input_ids"] if self.keyed else batch[0]
         rows, length = ids.shape
-        extra = 0 if isinstance(batch, dict) else 1  # the built-in GPT's targets: shifted
-        tokens = markov_tokens(torch, steps * rows, length + extra, active)
+        shifted = 0 if self.keyed else 1  # the built-in GPT's targets: the ids one on
+        tokens = markov_tokens(torch, steps * rows, length + shifted, active)
         self.tokens, self.rows, self.steps = tokens.to(ids.device), rows, steps
-        self.dict = isinstance(batch, dict)
 
     def __iter__(self) -> Any:
         for step in range(self.steps):
             ids = self.tokens[step * self.rows : (step + 1) * self.rows]
-            yield {"input_ids": ids, "labels": ids} if self.dict else (ids[:, :-1], ids[:, 1:])
+            yield {"input_ids": ids, "labels": ids} if self.keyed else (ids[:, :-1], ids[:, 1:])
 
     def __len__(self) -> int:
         return self.steps
