@@ -124,6 +124,11 @@ REQUIRED_KEYS = [
     "titan-v",
     "rtx-4090-d",
     "h800-sxm",
+    # Blackwell Ultra and the RTX PRO 6000 Blackwell: named, peaks not yet confirmed
+    "b300",
+    "gb300",
+    "rtx-pro-6000-workstation",
+    "rtx-pro-6000-server",
 ]
 
 
@@ -148,7 +153,9 @@ def _expected_cc(spec) -> tuple[int, int]:
     if spec.architecture == "pascal":
         return (6, 0) if spec.segment == "datacenter" else (6, 1)  # GP100 vs GP10x
     if spec.architecture == "blackwell":
-        return (12, 0) if spec.segment == "geforce" else (10, 0)
+        if spec.key.startswith("rtx"):  # GB20x: GeForce RTX 50 and RTX PRO Blackwell
+            return (12, 0)
+        return (10, 3) if spec.key in ("b300", "gb300") else (10, 0)  # Blackwell Ultra: 10.3
     return {
         "volta": (7, 0),
         "turing": (7, 5),
@@ -288,11 +295,12 @@ def test_interconnect_figures_say_where_they_come_from():
 
 def test_a_fixed_server_size_divides_its_nvlink_domain_and_says_where_it_comes_from():
     fixed = [s for s in SPECS if s.server_gpus is not None]
-    assert [s.key for s in fixed] == ["gb200"]  # a compute tray of an NVL72 rack
+    assert [s.key for s in fixed] == ["gb200", "gb300"]  # a compute tray of an NVL72 rack
     for spec in fixed:
         assert spec.nvlink_gpus and spec.nvlink_gpus % spec.server_gpus == 0, spec.key
         assert "accelerators_per_node" in spec.interconnect_source, spec.key
     assert by_key("gb200").server_gpus == 4 and by_key("gb200").nvlink_gpus == 72
+    assert by_key("gb300").server_gpus == 4 and by_key("gb300").nvlink_gpus == 72
 
 
 def test_to_dict_is_json_ready():
@@ -378,6 +386,10 @@ def test_every_nvml_name_finds_its_row(row):
         ("NVIDIA B200", "b200"),
         ("NVIDIA GB200", "gb200"),
         ("NVIDIA H20", "h20"),
+        ("NVIDIA B300 SXM6 AC", "b300"),
+        ("NVIDIA GB300", "gb300"),
+        ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "rtx-pro-6000-workstation"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000-server"),
     ],
 )
 def test_nvml_names_as_reported(nvml_name, key):
@@ -396,6 +408,11 @@ def test_nvml_names_as_reported(nvml_name, key):
         ("h200", "h200-sxm"),
         ("l40s", "l40s"),
         ("nvidia t4", "t4"),
+        ("b300", "b300"),
+        ("B300 SXM6", "b300"),
+        ("gb300", "gb300"),
+        ("RTX PRO 6000", "rtx-pro-6000-workstation"),
+        ("rtx pro 6000 server", "rtx-pro-6000-server"),
     ],
 )
 def test_keys_display_names_and_aliases(typed, key):
@@ -425,10 +442,82 @@ def test_collision_pairs_stay_apart(a, b):
 
 @pytest.mark.parametrize(
     "prefix",
-    ["a1", "a10 0", "l", "h2", "b20", "rtx 408", "NVIDIA GeForce RTX", "H100 SXM5 80"],
+    [
+        "a1",
+        "a10 0",
+        "l",
+        "h2",
+        "b20",
+        "b30",
+        "rtx 408",
+        "NVIDIA GeForce RTX",
+        "H100 SXM5 80",
+        "rtx pro",
+    ],
 )
 def test_no_prefix_or_substring_matching(prefix):
     assert lookup(prefix) is None
+
+
+@pytest.mark.parametrize(
+    ("new", "older"),
+    [
+        ("NVIDIA B300 SXM6 AC", "NVIDIA B200"),
+        ("NVIDIA GB300", "NVIDIA GB200"),
+        ("b300", "b200"),
+        ("gb300", "gb200"),
+    ],
+)
+def test_blackwell_ultra_is_not_blackwell(new, older):
+    """Blackwell Ultra (10.3) names find their own rows, never the B200's or GB200's figures:
+    the Ultra cut FP64 and INT8, so a B200 peak would be wrong for a B300."""
+    ultra, blackwell = lookup(new), lookup(older)
+    assert ultra.key != blackwell.key
+    assert ultra.compute_capability == (10, 3) and blackwell.compute_capability == (10, 0)
+    assert ultra.peak_tflops != blackwell.peak_tflops
+    assert ultra.memory_gb == 288 and ultra.memory_gb > blackwell.memory_gb
+
+
+def test_b300_is_not_gb300():
+    """The HGX board's GPU and the superchip's share a name's tail, not a row: 8 GPUs on an
+    NVSwitch board against a 72-GPU rack of 4-GPU trays."""
+    b300, gb300 = lookup("NVIDIA B300 SXM6 AC"), lookup("NVIDIA GB300")
+    assert (b300.key, gb300.key) == ("b300", "gb300")
+    assert (b300.nvlink_gpus, b300.server_gpus) == (8, None)
+    assert (gb300.nvlink_gpus, gb300.server_gpus) == (72, 4)
+
+
+@pytest.mark.parametrize(
+    "key", ["b300", "gb300", "rtx-pro-6000-workstation", "rtx-pro-6000-server"]
+)
+def test_rows_named_before_their_peaks_are_confirmed(key):
+    """These rows carry names, compute capability and memory from NVIDIA documents; their peaks
+    await a datasheet, so MFU is None with the reason rather than a guessed figure."""
+    spec = by_key(key)
+    assert spec.peaks_unknown and spec.peak("bf16") is None and spec.peak("fp8") is None
+    assert spec.notes.startswith("Peaks unknown") and "https://" in spec.source
+    assert spec.ecc and spec.p2p
+
+
+def test_rtx_pro_6000_editions_by_their_own_names():
+    """The NVML names of the editions differ; the plain short name is the Workstation Edition's
+    only (as 'h200' is the SXM's), since the editions share 96 GB and no confirmed power limit,
+    and the Max-Q edition, which has no row, is unknown rather than another edition."""
+    workstation = lookup("NVIDIA RTX PRO 6000 Blackwell Workstation Edition")
+    server = lookup("NVIDIA RTX PRO 6000 Blackwell Server Edition")
+    assert (workstation.segment, server.segment) == ("workstation", "datacenter")
+    assert workstation.compute_capability == server.compute_capability == (12, 0)
+    assert workstation.memory_gb == server.memory_gb == 96
+    assert lookup("rtx pro 6000") == workstation
+    for power in (None, 300, 600):  # the Server Edition's own name wins at any power limit
+        found = lookup(
+            "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+            memory_bytes=97887 * MIB,
+            power_limit_w=power,
+        )
+        assert found == server
+    assert lookup("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition") is None
+    assert lookup("NVIDIA GeForce RTX 5090") not in (workstation, server)
 
 
 def test_rtx_3080_told_apart_by_memory():
