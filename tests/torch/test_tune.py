@@ -352,6 +352,47 @@ def test_the_fits_cuda_graphs_not_kept_give_their_memory_back(
     assert report.steps == registry.trial_steps(1) + 6 and math.isfinite(report.losses[-1])
 
 
+def test_cuda_graphs_that_fail_give_their_memory_back_before_the_best_trains_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: a CUDA-graph candidate that failed kept its graphs' memory pool until the
+    trials ended, and the best trained the failed batch again beside it. A Llama-3.2-1B
+    (B8 x 2048) on an H100: its graphs ran out of memory in their trial, the best found
+    37 GiB still held in their pool, ran out too, and the run failed. The graphs' step
+    raises the out-of-memory error here; the device check is told CUDA."""
+    from accelkit.torch.tuning import graphs
+
+    graphs_on_cuda(monkeypatch)
+    events: list[str] = []
+    monkeypatch.setattr(graphs, "release", lambda torch, device: events.append("release"))
+    real = torch.compile
+
+    def compile(fn: Callable[..., Any], **options: Any) -> Callable[..., Any]:
+        if not graphs.captures(options.get("mode")):
+            return real(fn, backend="eager")
+
+        def out_of_memory(*args: Any, **kwargs: Any) -> Any:
+            events.append("graphs' step")
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.91 GiB.")
+
+        return out_of_memory
+
+    monkeypatch.setattr(torch, "compile", compile)
+    model = mlp(256, 128, 8)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    optimizer.register_step_post_hook(lambda *_: events.append("step"))
+    try:
+        report = fit(model, batches(registry.trial_steps(1) + 6), optimizer=optimizer)
+    finally:
+        torch._dynamo.reset()
+    graphed = next(c for c in report.tuning["candidates"] if c["settings"].get("cudagraphs"))
+    assert graphed["status"] == "failed" and "out of memory" in graphed["why"], graphed
+    failed = events.index("graphs' step")
+    assert events[failed + 1 :].count("release") == 1
+    assert events[failed + 1] == "release", events[failed:]  # before the step trained again
+    assert report.steps == registry.trial_steps(1) + 6
+
+
 # -- the check's figures in the record (issue 24) ------------------------------------------
 
 

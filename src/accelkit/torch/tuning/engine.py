@@ -109,6 +109,7 @@ class Engine:
         self.trials: list[Trial] = []
         self.best = Candidate(Settings(), name="eager")
         self.trees_owned = False  # every CUDA-graph tree is one the trials recorded
+        self._graphs_given_back = False
         self._levers = levers
         self._queue: Iterator[Candidate | Skipped] = iter(())
         self._current: Candidate | None = None
@@ -324,6 +325,7 @@ class Engine:
         trial.why = trials.why_not(trial, best)
         candidate.off()
         self.best.on()
+        self._give_back_graphs()
 
     def _drop(self, why: str, *, idle: int = 0) -> None:
         """The current candidate failed: off, and the best back on. The next one starts
@@ -333,6 +335,7 @@ class Engine:
         self._trial.steps = self._units * self.door.unit + (1 if idle else 0)
         self._current.off()
         self.best.on()
+        self._give_back_graphs()
         self._idle = idle
         if not idle:
             self._next()
@@ -357,10 +360,21 @@ class Engine:
 
     # -- the end ---------------------------------------------------------------------
 
+    def _give_back_graphs(self) -> None:
+        """The memory pool of CUDA graphs the trials recorded and the best so far does not
+        replay goes back to the GPU as soon as their candidate is dropped, before the best
+        trains again: a Llama-3.2-1B's graphs (B8 x 2048) ran out of an H100's memory in
+        their trial, and their pool's 37 GiB, held until the trials' end, left the best
+        none for the batch it trained again; the run failed (docs/benchmarks.md)."""
+        if self._graphs_given_back or not self.trees_owned:
+            return
+        if graphs.left_behind(self.trials, self.best.settings.to_dict()):
+            graphs.release(self.torch, self.door.device)
+            self._graphs_given_back = True
+
     def _finish(self, decision: str) -> None:
         kept = self.best.settings
-        if self.trees_owned and graphs.left_behind(self.trials, kept.to_dict()):
-            graphs.release(self.torch, self.door.device)
+        self._give_back_graphs()
         self.result = TuneResult(
             decision=decision,
             trials=tuple(self.trials),
