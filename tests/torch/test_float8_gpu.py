@@ -42,8 +42,10 @@ def test_a_fit_tries_real_float8_and_reports_its_share_where_kept() -> None:
     steps = registry.trial_steps(1, float8=True) + 10
     data = [(torch.randn(8192, 4096), torch.randint(0, 16, (8192,))) for _ in range(4)] * steps
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    # An iterator, whose length fit cannot know: the run is `steps` long, so that float8's
+    # compile pays, and ends where the batches do.
     report = accelkit.torch.fit(
-        model, data[:steps], optimizer, torch.nn.CrossEntropyLoss(), plan=plan,
+        model, iter(data[:steps]), optimizer, torch.nn.CrossEntropyLoss(), plan=plan,
         progress=False, tune=True, steps=100_000, compile=True,
     )  # fmt: skip
     tried = next(c for c in report.tuning["candidates"] if c["name"].endswith("float8"))
