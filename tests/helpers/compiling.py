@@ -80,3 +80,29 @@ def graphs_judged(monkeypatch: pytest.MonkeyPatch, *, kept: bool) -> list[bool]:
     monkeypatch.setattr(trials, "clearly_faster", judged)
     monkeypatch.setattr(graphs, "release", lambda torch, device: released.append(True))
     return released
+
+
+def graphs_out_of_memory(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The CUDA-graph candidate's compiled code raises CUDA's out-of-memory error (other
+    compiles use the ``eager`` backend; call ``torch._dynamo.reset()`` after); returns the
+    list that each call of that code ("graphs' step") and each release of the graphs'
+    memory ("release") appends to."""
+    from accelkit.torch.tuning import graphs
+
+    graphs_on_cuda(monkeypatch)
+    events: list[str] = []
+    monkeypatch.setattr(graphs, "release", lambda torch, device: events.append("release"))
+    real = torch.compile
+
+    def compile(fn: Callable[..., Any], **options: Any) -> Callable[..., Any]:
+        if not graphs.captures(options.get("mode")):
+            return real(fn, backend="eager")
+
+        def out_of_memory(*args: Any, **kwargs: Any) -> Any:
+            events.append("graphs' step")
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.91 GiB.")
+
+        return out_of_memory
+
+    monkeypatch.setattr(torch, "compile", compile)
+    return events

@@ -15,7 +15,13 @@ torch = pytest.importorskip("torch")
 from accelkit.torch.tuning import trials
 from accelkit.torch.tuning.in_trainer import TrainerTrials
 
-from ..helpers.compiling import compiled_as, graphs_judged, graphs_on_cuda, no_gradients
+from ..helpers.compiling import (
+    compiled_as,
+    graphs_judged,
+    graphs_on_cuda,
+    graphs_out_of_memory,
+    no_gradients,
+)
 
 UNITS = len(trials.turns(baseline=False))  # a candidate's: warm-up, then paired rounds
 BASELINE = len(trials.turns(baseline=True))  # the baseline's: warm-up, then timed
@@ -480,6 +486,30 @@ def test_cuda_graphs_not_kept_give_their_memory_back(
     graphed = next(t for t in tuning.result.trials if t.name.startswith("cudagraphs"))
     assert (graphed.status == "chosen") is kept, graphed.why
     assert released == ([] if kept else [True])
+
+
+def test_cuda_graphs_that_fail_their_check_give_their_memory_back_before_the_trainers_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: a CUDA-graph candidate dropped by its check kept its graphs' memory pool
+    until the trials ended, and the trainer's step on that batch ran beside it (on an
+    H100, a Llama-3.2-1B's graphs held 37 GiB when the step after them ran out of memory:
+    tests/torch/test_tune.py has the fit's case). Here the graphs' code raises CUDA's
+    out-of-memory error in the check."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    events = graphs_out_of_memory(monkeypatch)
+    hook = register_optimizer_step_post_hook(lambda *_: events.append("step"))
+    try:
+        tuning, _ = train(Net(), batches(5 * UNITS))
+    finally:
+        hook.remove()
+        torch._dynamo.reset()
+    graphed = next(t for t in tuning.result.trials if t.name.startswith("cudagraphs"))
+    assert graphed.status == "failed" and "out of memory" in graphed.why, graphed.why
+    failed = events.index("graphs' step")
+    assert events[failed + 1 :].count("release") == 1
+    assert events[failed + 1] == "release", events[failed:]  # before the trainer's step
 
 
 def test_cuda_graphs_the_trials_did_not_record_alone_are_left_as_they_are(

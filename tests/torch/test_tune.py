@@ -29,7 +29,12 @@ from accelkit.torch.tuning import registry, trials
 from accelkit.torch.tuning.reference import Reference
 from accelkit.torch.tuning.trial_guards import LossMismatch, check_grads, check_loss
 
-from ..helpers.compiling import compiled_as, graphs_judged, graphs_on_cuda
+from ..helpers.compiling import (
+    compiled_as,
+    graphs_judged,
+    graphs_on_cuda,
+    graphs_out_of_memory,
+)
 from ..helpers.torch_data import CPU_PLAN, batches, mlp
 
 STEPS = registry.trial_steps(1, cuda=False)  # what the trials can take
@@ -360,24 +365,7 @@ def test_cuda_graphs_that_fail_give_their_memory_back_before_the_best_trains_aga
     (B8 x 2048) on an H100: its graphs ran out of memory in their trial, the best found
     37 GiB still held in their pool, ran out too, and the run failed. The graphs' step
     raises the out-of-memory error here; the device check is told CUDA."""
-    from accelkit.torch.tuning import graphs
-
-    graphs_on_cuda(monkeypatch)
-    events: list[str] = []
-    monkeypatch.setattr(graphs, "release", lambda torch, device: events.append("release"))
-    real = torch.compile
-
-    def compile(fn: Callable[..., Any], **options: Any) -> Callable[..., Any]:
-        if not graphs.captures(options.get("mode")):
-            return real(fn, backend="eager")
-
-        def out_of_memory(*args: Any, **kwargs: Any) -> Any:
-            events.append("graphs' step")
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.91 GiB.")
-
-        return out_of_memory
-
-    monkeypatch.setattr(torch, "compile", compile)
+    events = graphs_out_of_memory(monkeypatch)
     model = mlp(256, 128, 8)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     optimizer.register_step_post_hook(lambda *_: events.append("step"))
