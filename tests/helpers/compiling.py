@@ -82,11 +82,13 @@ def graphs_judged(monkeypatch: pytest.MonkeyPatch, *, kept: bool) -> list[bool]:
     return released
 
 
-def graphs_out_of_memory(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The CUDA-graph candidate's compiled code raises CUDA's out-of-memory error (other
-    compiles use the ``eager`` backend; call ``torch._dynamo.reset()`` after); returns the
-    list that each call of that code ("graphs' step") and each release of the graphs'
-    memory ("release") appends to."""
+def graphs_out_of_memory(monkeypatch: pytest.MonkeyPatch, *, fails_from: int = 1) -> list[str]:
+    """The CUDA-graph candidate's compiled code raises CUDA's out-of-memory error from its
+    `fails_from`-th call on (those before run as compiled: a check that only warmed the
+    graphs up), as graphs that run out of memory when they record; other compiles use the
+    ``eager`` backend (call ``torch._dynamo.reset()`` after). Returns the list that each
+    failed call ("graphs' step") and each release of the graphs' memory ("release")
+    appends to."""
     from accelkit.torch.tuning import graphs
 
     graphs_on_cuda(monkeypatch)
@@ -95,10 +97,15 @@ def graphs_out_of_memory(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     real = torch.compile
 
     def compile(fn: Callable[..., Any], **options: Any) -> Callable[..., Any]:
+        compiled = real(fn, backend="eager")
         if not graphs.captures(options.get("mode")):
-            return real(fn, backend="eager")
+            return compiled
+        calls = []
 
         def out_of_memory(*args: Any, **kwargs: Any) -> Any:
+            calls.append(1)
+            if len(calls) < fails_from:
+                return compiled(*args, **kwargs)
             events.append("graphs' step")
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 3.91 GiB.")
 

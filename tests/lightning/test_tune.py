@@ -16,7 +16,7 @@ pl = pytest.importorskip("lightning.pytorch")
 from accelkit.lightning import AccelkitCallback
 from accelkit.torch.tuning import registry, trials
 
-from ..helpers.compiling import compiled_as, refusing
+from ..helpers.compiling import compiled_as, graphs_out_of_memory, refusing
 
 STEPS = registry.trial_steps(1, cuda=False) + 6
 BASELINE = len(trials.turns(baseline=True))  # the baseline's units: warm-up, then timed
@@ -194,6 +194,26 @@ def test_a_compile_error_after_the_check_falls_back_to_eager_and_the_fit_goes_on
     assert steps.compiled[late], steps.compiled  # this batch recompiled, failed, ran eager
     assert callback.report.steps == STEPS
     assert by_name(callback)["compile step"]["status"] in ("chosen", "slower")
+
+
+def test_cuda_graphs_out_of_memory_in_the_trainers_step_end_their_trial_not_the_fit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: CUDA graphs of the compiled training_step that passed their check (which
+    only warms them up) and ran out of memory as they recorded, in the Trainer's next
+    step, stopped the fit. Now the candidate is dropped there and the step runs again
+    with the best so far (the device check is told CUDA)."""
+    events = graphs_out_of_memory(monkeypatch, fails_from=2)
+    try:
+        callback, steps = fit_with_steps(Classifier(), tune=True)
+    finally:
+        torch._dynamo.reset()
+    candidates = callback.report.tuning["candidates"]
+    graphed = next(c for c in candidates if c["settings"].get("cudagraphs"))
+    assert graphed["status"] == "failed" and "out of memory" in graphed["why"], graphed
+    assert events == ["graphs' step", "release"]
+    assert callback.report.steps == STEPS and len(steps.logged) == STEPS
+    assert all(row.keys() == {"train_loss", "index", "x_mean", "half"} for row in steps.logged)
 
 
 def test_a_training_step_that_fails_to_compile_is_dropped_at_its_check() -> None:

@@ -202,11 +202,15 @@ def test_the_whole_step_is_tried_first_and_the_forward_alone_only_after_it_fails
 
     model = Net()
     with compiled_as():
-        whole, _ = train(model, batches(4 * UNITS), compile_step=lambda: Compiled(torch, [model]))
+        whole, _ = train(
+            model,
+            batches(4 * UNITS),
+            compile_step=lambda mode=None, rescue=None: Compiled(torch, [model], mode),
+        )
     names = [(t.name.split("+")[0], t.settings.get("compiled")) for t in whole.result.trials]
     assert names[:3] == [("eager", None), ("eager", None), ("compile step", "training_step")]
 
-    def broken() -> Any:
+    def broken(**_: Any) -> Any:
         raise RuntimeError("no step to compile")
 
     with compiled_as():
@@ -510,6 +514,32 @@ def test_cuda_graphs_that_fail_their_check_give_their_memory_back_before_the_tra
     failed = events.index("graphs' step")
     assert events[failed + 1 :].count("release") == 1
     assert events[failed + 1] == "release", events[failed:]  # before the trainer's step
+
+
+def test_cuda_graphs_out_of_memory_in_the_trainers_step_end_their_trial_not_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: the check runs a candidate's first pass only, which warms CUDA graphs up;
+    they record, and can run out of memory, in the trainer's own next step, where the
+    error stopped the trainer (a Llama-3.2-1B's graphs did on an H100 in the fit's
+    trials). Now the candidate is dropped there, its memory given back, and the step's
+    forward runs again with the best so far."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    events = graphs_out_of_memory(monkeypatch, fails_from=2)
+    hook = register_optimizer_step_post_hook(lambda *_: events.append("step"))
+    data = batches(5 * UNITS)
+    try:
+        tuning, _ = train(Net(), data)
+    finally:
+        hook.remove()
+        torch._dynamo.reset()
+    graphed = next(t for t in tuning.result.trials if t.name.startswith("cudagraphs"))
+    assert graphed.status == "failed" and "out of memory" in graphed.why, graphed.why
+    assert graphed.check is not None and graphed.check.failed is None  # it passed its check
+    failed = events.index("graphs' step")
+    assert events[failed + 1 :][:2] == ["release", "step"]  # that batch trained, with the best
+    assert events.count("step") == len(data)  # every batch, once
 
 
 def test_cuda_graphs_the_trials_did_not_record_alone_are_left_as_they_are(

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from accelkit.torch.tuning import graphs
-from accelkit.torch.tuning.in_trainer import bound, compiled_method
+from accelkit.torch.tuning.in_trainer import bound, compiled_method, rescued
 
 _LOGGING = ("log", "log_dict")
 
@@ -40,7 +40,9 @@ class CompiledStep:
     what was there. The first call (tune's check) raises what compiling raises, so the
     check drops the candidate with the reason; later calls fall back to the eager step
     for a frame that fails to compile (a recompile on a new shape) instead of stopping
-    the fit.
+    the fit, and an error that `rescue` takes as the trial's end (CUDA graphs out of
+    memory: `accelkit.torch.tuning.in_trainer.TrainerTrials.rescue`) runs the module's
+    ``training_step`` as it is then, the best so far's.
 
     Example:
         >>> import torch
@@ -65,7 +67,13 @@ class CompiledStep:
         False
     """
 
-    def __init__(self, torch: Any, module: Any, **options: Any) -> None:
+    def __init__(
+        self,
+        torch: Any,
+        module: Any,
+        rescue: Callable[[BaseException], bool] | None = None,
+        **options: Any,
+    ) -> None:
         self._module = module
         self._config = torch._dynamo.config
         self._saved = vars(module).get("training_step")
@@ -77,11 +85,12 @@ class CompiledStep:
             self._copied_out = functools.partial(graphs.copied_out, torch)
         self._calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self._checked = False  # the first call raises what compiling raises
+        self._guarded = rescued(self._run, rescue or (lambda error: False), _step_now)
         # A method of the module (a copy binds it to itself), signed as the user's: its
         # ``__wrapped__`` is what Lightning's signature checks read (batch_idx,
         # dataloader_iter).
         self._step = (
-            bound(self._run, function, module)
+            bound(self._guarded, function, module)
             if function is not None
             else functools.update_wrapper(self._entry(), module.training_step)
         )
@@ -100,7 +109,7 @@ class CompiledStep:
         # A training_step that is no method of the module (a wrapper's function): called
         # as it is, on the module.
         def training_step(*args: Any, **kwargs: Any) -> Any:
-            return self._run(self._module, *args, **kwargs)
+            return self._guarded(self._module, *args, **kwargs)
 
         return training_step
 
@@ -130,3 +139,9 @@ class CompiledStep:
 
     def _record_log_dict(self, *args: Any, **kwargs: Any) -> None:
         self._calls.append(("log_dict", args, kwargs))
+
+
+def _step_now(module: Any, *args: Any, **kwargs: Any) -> Any:
+    """`module`'s ``training_step`` as it is at the call (the best's, once a candidate is
+    off)."""
+    return module.training_step(*args, **kwargs)

@@ -82,7 +82,7 @@ def _step_compiler(pl_module: Any) -> Any:
     the loader's iterator draws batches itself, outside what one compiled call can hold."""
     if "dataloader_iter" in inspect.signature(pl_module.training_step).parameters:
         return None
-    return lambda mode=None: CompiledStep(torch, pl_module, mode=mode)
+    return lambda mode=None, rescue=None: CompiledStep(torch, pl_module, rescue=rescue, mode=mode)
 
 
 def _compiled_by_script(pl_module: Any) -> str | None:

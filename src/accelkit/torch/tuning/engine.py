@@ -147,6 +147,11 @@ class Engine:
         """A candidate's trial is under way (its errors are findings, not the user's)."""
         return self.active and not self._idle and self._current is not self.best
 
+    @property
+    def unit_left(self) -> int:
+        """The batches of the unit under way not yet ended, the one training now included."""
+        return self.door.unit - self._batches % self.door.unit
+
     # -- the loop --------------------------------------------------------------------
 
     def begin(self) -> None:

@@ -98,10 +98,16 @@ class Compiled:
         False
     """
 
-    def __init__(self, torch: Any, modules: list[Any], mode: str | None = None) -> None:
+    def __init__(
+        self,
+        torch: Any,
+        modules: list[Any],
+        mode: str | None = None,
+        rescue: Callable[[BaseException], bool] = lambda error: False,
+    ) -> None:
         self._modules = modules
         self._saved = [vars(module).get("forward") for module in modules]
-        self._compiled = [_compiled_forward(torch, module, mode) for module in modules]
+        self._compiled = [_compiled_forward(torch, module, mode, rescue) for module in modules]
 
     def on(self) -> None:
         for module, compiled in zip(self._modules, self._compiled, strict=True):
@@ -159,9 +165,45 @@ def bound(call: Callable[..., Any], function: Any, module: Any) -> Any:
     return types.MethodType(functools.update_wrapper(method, function), module)
 
 
-def _compiled_forward(torch: Any, module: Any, mode: str | None) -> Any:
+def rescued(
+    call: Callable[..., Any], rescue: Callable[[BaseException], bool], again: Callable[..., Any]
+) -> Callable[..., Any]:
+    """`call`; where it raises an error that `rescue(error)` takes as its trial's end
+    (`TrainerTrials.rescue`), `again` with the same arguments: the trainer's step goes
+    on with the best so far. Any other error raises as it was.
+
+    Example:
+        >>> def out_of_memory(x):
+        ...     raise MemoryError("a candidate's step")
+        >>> rescued(out_of_memory, lambda error: True, lambda x: x + 1)(1)
+        2
+    """
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return call(*args, **kwargs)
+        except Exception as error:
+            if not rescue(error):
+                raise
+        return again(*args, **kwargs)
+
+    return run
+
+
+def _compiled_forward(
+    torch: Any, module: Any, mode: str | None, rescue: Callable[[BaseException], bool]
+) -> Any:
+    """`module`'s forward compiled, its error in the trainer's step `rescue`d: the forward
+    the module has then (the best's) runs instead."""
     compiled, function = compiled_method(torch, module, "forward", mode=mode)
-    return compiled if function is None else bound(compiled, function, module)
+    if function is None:
+        return rescued(compiled, rescue, functools.partial(_forward_now, module))
+    return bound(rescued(compiled, rescue, _forward_now), function, module)
+
+
+def _forward_now(module: Any, *args: Any, **kwargs: Any) -> Any:
+    """`module`'s forward as it is at the call (the best's, once a candidate is off)."""
+    return module.forward(*args, **kwargs)
 
 
 class TrainerTrials:
@@ -175,10 +217,11 @@ class TrainerTrials:
         mode: ``"auto"``, True or False, as the fit's ``tune``.
         compile_targets: the modules whose forward pass the compiled candidate compiles;
             empty leaves compile out.
-        compile_step: ``compile_step(mode=None) -> switch`` (``on()``, ``off()``): the
-            whole training step compiled (in torch.compile's `mode`), tried before
-            `compile_targets`, which are tried only if it fails (None: the door has no
-            step to compile).
+        compile_step: ``compile_step(mode=None, rescue=None) -> switch`` (``on()``,
+            ``off()``): the whole training step compiled (in torch.compile's `mode`), its
+            errors in the trainer's step offered to `rescue` (`TrainerTrials.rescue`),
+            tried before `compile_targets`, which are tried only if it fails (None: the
+            door has no step to compile).
         compile_fixed: why compile is not a candidate (the script or trainer compiled
             already), or None.
         planned_steps: the run's length in batches, for ``"auto"`` (None: unknown).
@@ -246,6 +289,7 @@ class TrainerTrials:
         self._targets, self._compile_step = compile_targets, compile_step
         self._forward_backward = forward_backward
         self._decide, self._on_step = decide, on_step
+        self._checking = False  # the check's passes run (their errors are the check's)
         self._engine = Engine(self, mode=mode, levers=registry.candidates)
         # A compile the trainer or the script fixed is the baseline's: what it trains
         # with, and what float8 is tried on top of.
@@ -284,6 +328,28 @@ class TrainerTrials:
         attention of a model stays, as ``report.tuning`` says)."""
         self._engine.undo()
 
+    def rescue(self, error: BaseException) -> bool:
+        """Whether `error`, raised by compiled code a trial switched on, in the trainer's
+        own step, is that trial's end rather than the run's: True while a candidate's trial
+        is under way (its paired rounds included) and not in its check, which records its
+        own errors. The candidate is dropped, the best so far is on again (the CUDA graphs'
+        memory given back: `Engine`), and the caller runs the step's code again with it
+        (`rescued`). Before, a candidate's error in the trainer's step (CUDA graphs out of
+        memory as they recorded, after a check that only warmed them up) stopped the
+        trainer."""
+        engine = self._engine
+        if self._checking or not engine.trying:
+            return False
+        _log.info(
+            "tune: a candidate failed in the trainer's step (%s); the step goes on with the "
+            "best so far",
+            guards.why(error),
+        )
+        engine.failed(error, left=engine.unit_left)
+        if self.device.type == "cuda":
+            self._torch.cuda.empty_cache()
+        return True
+
     # -- the door (`accelkit.torch.tuning.engine.Door`) -------------------------------
 
     def decide(self, value: Any) -> Any:
@@ -301,11 +367,20 @@ class TrainerTrials:
             codes.append(
                 (
                     "training_step",
-                    lambda mode: make_step() if mode is None else make_step(mode=mode),
+                    lambda mode: (
+                        make_step(rescue=self.rescue)
+                        if mode is None
+                        else make_step(mode=mode, rescue=self.rescue)
+                    ),
                 )
             )
         if self._targets:
-            codes.append(("forward", lambda mode: Compiled(self._torch, self._targets, mode)))
+            codes.append(
+                (
+                    "forward",
+                    lambda mode: Compiled(self._torch, self._targets, mode, self.rescue),
+                )
+            )
         return codes, None if codes else "no module with parameters to compile"
 
     def ddp_levers(self) -> list[Any]:
@@ -319,6 +394,13 @@ class TrainerTrials:
         None. Leaves the module as it found it, with `candidate` on; where the door's
         `forward_backward` runs on copies of the module (`reference.copy_of`), the
         module's own step is not run here at all."""
+        self._checking = True
+        try:
+            return self._check(candidate, best, batch, trial)
+        finally:
+            self._checking = False
+
+    def _check(self, candidate: Candidate, best: Candidate, batch: Any, trial: Trial) -> str | None:
         torch = self._torch
         params = [p for p in self.module.parameters() if p.requires_grad]
         sample = reference.GradSample(params, torch)
