@@ -28,8 +28,8 @@
 #                                         # shapes; the 300-step loss curves
 #   bash benchmarks/h200_session.sh float8c "$OUT"  # issue 36: the HF Trainer's 1B with and
 #                                         # without float8; the built-in GPT-2's lever
-#   bash benchmarks/h200_session.sh float8d "$OUT"  # issue 36: the 300-step loss curves at
-#                                         # the chain and rate the first run called for
+#   bash benchmarks/h200_session.sh float8d "$OUT" [WARMUP]  # issue 36: the float8 GPU tests;
+#                                         # the 300-step loss curves (ramp of WARMUP steps)
 #   bash benchmarks/h200_session.sh float8e "$OUT" float8|without  # issue 36: the 3B shape's
 #                                         # fit(tune=True), one variant a call (float8's
 #                                         # compile alone took more than 300 s)
@@ -211,10 +211,12 @@ float8c)  # ~9 min: the HF Trainer's 1B ~7 (trials as float8a's inside the 70 wa
 float8d)  # ~6 min: the GPU tests of float8 ~3 (the share of float8 FLOPs since the
     # float8 subclass fix; the HF Trainer's own compile with float8 on top, two compiles),
     # the loss curves ~3 (1B eager, B4 x 2048, 2 x 300 steps)
+    # float8d OUT [WARMUP]: the learning rate's ramp in steps (20; both 1B runs spiked at
+    # step ~45 with 20 in session 28, on H100)
     timeout 150 $py -m pytest tests/torch/test_float8_gpu.py -q -p no:cacheprovider -rs \
         > "$out/pytest_float8.txt" 2>&1
     (cd benchmarks && timeout -k 5 430 $py float8_loss_curve.py --steps 300 --timeout 330 \
-        --out "$out/float8_loss_curve.json") > "$out/float8d.txt" 2>&1
+        --warmup-steps "${1:-20}" --out "$out/float8_loss_curve.json") > "$out/float8d.txt" 2>&1
     ;;
 float8e)  # ~9 min: one variant of the 3B shape (B4 x 2048): tune's trials, then 3 windows
     variant=${1:-float8}
