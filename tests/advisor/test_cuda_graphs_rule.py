@@ -96,12 +96,34 @@ def test_dropped_by_the_check_names_the_check_and_its_figure_beside_compile_alon
 
 
 def test_dropped_by_an_error_says_the_error() -> None:
-    graphs = candidate(
-        "cudagraphs", "failed", None, compile_=True, graphs=True, why="out of memory"
-    )
+    why = "InternalTorchDynamoError: cudagraph trees do not support this op"
+    graphs = candidate("cudagraphs", "failed", None, compile_=True, graphs=True, why=why)
     found = verdict(gpu_utilization=58.0, tuning=tuned(EAGER, COMPILE_SLOWER, graphs))
-    assert "out of memory" in found.title and found.speedup is None
+    assert why in found.title and found.speedup is None
     assert "tune.check.failed" not in found.evidence
+    assert "same shapes every step" in found.action
+
+
+OUT_OF_MEMORY = candidate(
+    "cudagraphs+fused", "failed", None, compile_=True, graphs=True, why="out of memory"
+)
+
+
+def test_out_of_memory_on_a_launch_bound_step_says_what_leaves_room() -> None:
+    found = verdict(gpu_utilization=58.0, tuning=tuned(EAGER, COMPILE_SLOWER, OUT_OF_MEMORY))
+    assert found.title == (
+        "CUDA graphs ran out of memory in tune's 'cudagraphs+fused' trial: their memory "
+        "pool did not fit beside the step"
+    )
+    assert "smaller batch" in found.action and "gradient accumulation" in found.action
+    assert found.speedup is None and found.evidence["tune.why"] == "out of memory"
+
+
+@pytest.mark.parametrize("figures", [{"gpu_utilization": 99.0}, {"step_time_s": 0.29}])
+def test_out_of_memory_on_a_busy_step_is_quiet(figures) -> None:
+    """A Llama-3.2-1B at 8 x 2048 on an H100: the graphs' trial ran out of memory on a
+    step of 290 ms (docs/benchmarks.md); graphs would gain little there, fitting or not."""
+    assert verdict(**figures, tuning=tuned(EAGER, COMPILE_SLOWER, OUT_OF_MEMORY)) is None
 
 
 def test_timed_faster_but_not_kept_gives_the_measured_ratio() -> None:

@@ -25,6 +25,8 @@ AUTOTUNE_COMPILE_FACTOR = 12.0
 AUTOTUNE_SHARE = 0.1
 # How a max-autotune candidate skipped for want of the run's length begins its reason.
 UNKNOWN_LENGTH = "the run's length is unknown"
+# The reason of a candidate that ran out of device memory in its trial.
+OUT_OF_MEMORY = "out of memory"
 
 
 def autotune_cost(compile_seconds: float) -> float:

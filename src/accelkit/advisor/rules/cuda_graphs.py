@@ -12,7 +12,9 @@ a run left it unused:
 - tune timed it faster than the step the run kept, and the run did not keep it (its
   timed steps ended early): the measured ratio, the only gain this rule claims;
 - tune dropped it: by the check against the eager step (which check, its figure and
-  limit) or by an error (its reason); no gain, as no step of it was timed;
+  limit) or by an error (its reason); no gain, as no step of it was timed. Graphs that
+  ran out of memory are named only on a launch-bound step (below): on a busy one they
+  would gain little, and their pool does not fit beside the step;
 - it was not tried on a launch-bound step (NVML utilisation under
   `utilisation.BUSY` and not input-bound, or, without NVML, steps under
   `utilisation.SHORT_STEP_S`) on CUDA without DDP: why not (tune off, tune's
@@ -32,7 +34,7 @@ from accelkit.advisor.rules.input_wait import HIGH as INPUT_BOUND
 from accelkit.advisor.rules.needs import needs
 from accelkit.advisor.rules.utilisation import BUSY, SHORT_STEP_S
 from accelkit.advisor.types import Advice, Severity
-from accelkit.profiling.tuning import TuneResult
+from accelkit.profiling.tuning import OUT_OF_MEMORY, TuneResult
 
 WARN_MEASURED = 1.10  # a measured gain this large is a warning
 _LOOP_CODE = (
@@ -84,6 +86,8 @@ def cuda_graphs(ctx: Context) -> Advice | None:
     trial, result = tuning.trial(ctx, tuning.CUDA_GRAPHS), tuning.record(ctx)
     if trial is not None and result is not None:  # a trial comes from a record
         if trial.status == "failed":
+            if trial.why == OUT_OF_MEMORY and _launch_bound(ctx) is None:
+                return None
             return _dropped(ctx, trial)
         return _unused(ctx, trial, result)
     launch_bound = _launch_bound(ctx)
@@ -147,6 +151,16 @@ def _dropped(ctx: Context, trial: tuning.Compared) -> Advice:
             "loss's of the eager loss); a figure just past its limit can be bf16/fp16 "
             f"rounding rather than a wrong step: to use them anyway, {_LOOP_CODE}, and "
             "compare its loss curve with the eager run's"
+        )
+    elif trial.why == OUT_OF_MEMORY:
+        title = (
+            f"CUDA graphs ran out of memory in tune's '{trial.name}' trial: their memory "
+            "pool did not fit beside the step"
+        )
+        action = (
+            "the graphs keep their own pool of the step's activations: a smaller batch, "
+            "with gradient accumulation to keep the samples per optimizer step, leaves "
+            "room for it; then, " + _LOOP_CODE
         )
     else:
         title = f"CUDA graphs failed in tune's '{trial.name}' trial: {trial.why}"

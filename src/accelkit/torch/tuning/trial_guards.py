@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from accelkit.profiling.tuning import Check
+from accelkit.profiling.tuning import OUT_OF_MEMORY, Check
 from accelkit.torch.training.step import Step
 from accelkit.torch.tuning import trials
 from accelkit.torch.tuning.reference import Reference
@@ -33,8 +33,8 @@ class Failed(Exception):
 
 
 def why(error: BaseException) -> str:
-    if "out of memory" in str(error).lower() or type(error).__name__ == "OutOfMemoryError":
-        return "out of memory"
+    if OUT_OF_MEMORY in str(error).lower() or type(error).__name__ == "OutOfMemoryError":
+        return OUT_OF_MEMORY
     if isinstance(error, LossMismatch):
         return str(error)
     # torch.compile's errors say where first and what on the next lines: keep a few.
