@@ -363,8 +363,6 @@ class Engine:
         if storm > trials.GRAPH_BREAK_STORM:
             self._drop(f"graph break storm: {storm} breaks")
 
-    # -- the end ---------------------------------------------------------------------
-
     def _give_back_graphs(self) -> None:
         """The memory pool of CUDA graphs the trials recorded and the best so far does not
         replay goes back to the GPU as soon as their candidate is dropped, before the best
@@ -376,6 +374,8 @@ class Engine:
         if graphs.left_behind(self.trials, self.best.settings.to_dict()):
             graphs.release(self.torch, self.door.device)
             self._graphs_given_back = True
+
+    # -- the end ---------------------------------------------------------------------
 
     def _finish(self, decision: str) -> None:
         kept = self.best.settings
