@@ -199,11 +199,11 @@ def test_a_compile_error_after_the_check_falls_back_to_eager_and_the_fit_goes_on
 def test_cuda_graphs_out_of_memory_in_the_trainers_step_end_their_trial_not_the_fit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Before: CUDA graphs of the compiled training_step that passed their check (which
-    only warms them up) and ran out of memory as they recorded, in the Trainer's next
-    step, stopped the fit. Now the candidate is dropped there and the step runs again
-    with the best so far (the device check is told CUDA)."""
-    events = graphs_out_of_memory(monkeypatch, fails_from=2)
+    """Before: CUDA graphs of the compiled training_step that passed their check and ran
+    out of memory in the Trainer's next step stopped the fit. Now the candidate is
+    dropped there and the step runs again with the best so far (the device check is told
+    CUDA; the graphs fail on their third call, after the check's two)."""
+    events = graphs_out_of_memory(monkeypatch, fails_from=3)
     try:
         callback, steps = fit_with_steps(Classifier(), tune=True)
     finally:

@@ -517,16 +517,16 @@ def test_cuda_graphs_that_fail_their_check_give_their_memory_back_before_the_tra
 
 
 def test_cuda_graphs_out_of_memory_in_the_trainers_step_end_their_trial_not_the_run(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Before: the check runs a candidate's first pass only, which warms CUDA graphs up;
-    they record, and can run out of memory, in the trainer's own next step, where the
-    error stopped the trainer (a Llama-3.2-1B's graphs did on an H100 in the fit's
-    trials). Now the candidate is dropped there, its memory given back, and the step's
-    forward runs again with the best so far."""
+    """Before: a candidate's error in the trainer's own step, after its check, stopped the
+    trainer (CUDA graphs can run out of memory as they record: a Llama-3.2-1B's did on an
+    H100 in the fit's trials). Now the candidate is dropped there, its memory given back,
+    and the step's forward runs again with the best so far. The graphs fail on their
+    third call: after the check's two."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    events = graphs_out_of_memory(monkeypatch, fails_from=2)
+    events = graphs_out_of_memory(monkeypatch, fails_from=3)
     hook = register_optimizer_step_post_hook(lambda *_: events.append("step"))
     data = batches(5 * UNITS)
     try:
@@ -539,7 +539,28 @@ def test_cuda_graphs_out_of_memory_in_the_trainers_step_end_their_trial_not_the_
     assert graphed.check is not None and graphed.check.failed is None  # it passed its check
     failed = events.index("graphs' step")
     assert events[failed + 1 :][:2] == ["release", "step"]  # that batch trained, with the best
+    assert "failed in the trainer's step" in caplog.text
     assert events.count("step") == len(data)  # every batch, once
+
+
+def test_cuda_graphs_record_in_their_check_where_running_out_of_memory_drops_them(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """CUDA-graph trees warm a function up on its first call and record on a later one:
+    the check runs the graphs' pass twice, so that they record (and take their memory)
+    there, not in the trainer's next step, whose backward pass nothing could rescue.
+    Before, the second call was the trainer's."""
+    events = graphs_out_of_memory(monkeypatch, fails_from=2)
+    try:
+        tuning, _ = train(Net(), batches(5 * UNITS))
+    finally:
+        torch._dynamo.reset()
+    graphed = next(t for t in tuning.result.trials if t.name.startswith("cudagraphs"))
+    assert graphed.status == "failed" and graphed.why == "out of memory", graphed.why
+    assert graphed.check is not None and graphed.check.failed is None  # compared, then failed
+    assert graphed.steps == 1  # its check's batch, trained with the best so far
+    assert events == ["graphs' step", "release"]
+    assert "failed in the trainer's step" not in caplog.text  # in the check, before it
 
 
 def test_cuda_graphs_the_trials_did_not_record_alone_are_left_as_they_are(

@@ -22,7 +22,8 @@ door it compiles the trainer's code and checks a candidate before the trainer's 
 5. on a CUDA device without DDP, where that compile ran (kept or not), the same code
    compiled with ``mode="reduce-overhead"``: its CUDA graphs (`accelkit.torch.tuning.graphs`,
    what it returns and logs copied out of the graphs' memory), in the place of the best
-   so far, checked like compile;
+   so far, checked like compile, its pass run twice in the check so that the graphs
+   record there (`TrainerTrials._record_graphs`);
 6. on a CUDA device, where compile was kept and the run left pays for it
    (`trials.autotune_unpaid`), the same code compiled with ``mode="max-autotune"`` (with
    CUDA graphs where those were kept, else ``"max-autotune-no-cudagraphs"``) in its place
@@ -334,9 +335,10 @@ class TrainerTrials:
         is under way (its paired rounds included) and not in its check, which records its
         own errors. The candidate is dropped, the best so far is on again (the CUDA graphs'
         memory given back: `Engine`), and the caller runs the step's code again with it
-        (`rescued`). Before, a candidate's error in the trainer's step (CUDA graphs out of
-        memory as they recorded, after a check that only warmed them up) stopped the
-        trainer."""
+        (`rescued`). Before, a candidate's error in the trainer's step stopped the trainer:
+        CUDA graphs out of memory as they record, which they did there while the check
+        only warmed them up (it records them too now: `_record_graphs`), and still can
+        where a new shape records them again."""
         engine = self._engine
         if self._checking or not engine.trying:
             return False
@@ -429,6 +431,8 @@ class TrainerTrials:
                 loss = float(self._forward_backward(batch).detach().float())
                 guards.check_loss(loss, eager, record, candidate.tolerance)
                 guards.check_grads(sample(), eager, record, candidate.tolerance)
+                if candidate.settings.cudagraphs:
+                    self._record_graphs(batch, params)
         except Exception as error:  # noqa: BLE001 - a compile error, an OOM, a mismatch
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -436,6 +440,17 @@ class TrainerTrials:
                 trial.check = None  # it failed before anything was compared
             return guards.why(error)
         return None
+
+    def _record_graphs(self, batch: Any, params: list[Any]) -> None:
+        """The candidate's pass once more, inside the check: inductor's CUDA-graph trees
+        warm a function up on its first call and record its graphs on a later one
+        (``torch/_inductor/cudagraph_trees.py``, ``CUDAGraphTreeManager._run``), so the
+        graphs' memory pool is taken here, where an error (out of memory) is the check's,
+        rather than in the trainer's next step, whose backward pass `rescue` cannot reach.
+        The caller's `reference.kept` puts the gradients back."""
+        for param in params:
+            param.grad = None
+        self._forward_backward(batch)
 
 
 def safely(build: Callable[[], TrainerTrials | TuneResult]) -> TrainerTrials | TuneResult:
