@@ -5,6 +5,8 @@ test_memory_probe_gpu.py; here the probe carries figures as a measurement would)
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 import accelkit
@@ -14,7 +16,16 @@ from accelkit.planning.types import Framework, Optimizer, Precision
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 
-from accelkit.torch.measuring.memory_probe import ActivationProbe, memory_facts, optimizer_kind
+from accelkit.torch.measuring.memory_probe import (
+    ActivationProbe,
+    TrialsPeak,
+    memory_facts,
+    optimizer_kind,
+)
+from accelkit.torch.tuning import registry
+
+from ..helpers.compiling import compiled_as
+from ..helpers.torch_data import CPU_PLAN, batches, mlp
 
 GB = 10**9
 
@@ -112,3 +123,75 @@ def test_a_cpu_run_measures_no_activations_and_says_nothing_of_them() -> None:
     )
     assert "activation_bytes" not in report.facts and "activation_bytes" not in report.notes
     assert report.steps == 3
+
+
+class Allocator:
+    """The caching allocator's peak counter, as plain data: `use(n)` allocates up to `n`."""
+
+    def __init__(self) -> None:
+        self.now = self.peak = 0
+        self.resets = 0
+
+    def use(self, held: int) -> None:
+        self.now = held
+        self.peak = max(self.peak, held)
+
+    def max_memory_allocated(self, device: object) -> int:
+        return self.peak
+
+    def reset_peak_memory_stats(self, device: object) -> None:
+        self.peak, self.resets = self.now, self.resets + 1
+
+
+def on_cuda(allocator: Allocator) -> TrialsPeak:
+    fake = types.SimpleNamespace(cuda=allocator)
+    return TrialsPeak(fake, types.SimpleNamespace(type="cuda"))
+
+
+def test_the_trials_peak_is_taken_at_the_first_step_after_them() -> None:
+    """Before: a tuned run's peak memory was its trials' (a Llama-3.2-1B on an H100:
+    82.3 GB, the CUDA graphs' trial, beside a kept compiled step of about 46 GB)."""
+    allocator = Allocator()
+    peak = on_cuda(allocator)
+    for held in (46 * GB, 82 * GB, 50 * GB):  # the trial steps: compile, graphs, float8
+        peak.trial_step()
+        peak.step_begin()
+        allocator.use(held)
+    allocator.use(20 * GB)  # between steps: the state and what the step keeps
+    peak.step_begin()  # the first step after the trials
+    assert peak.bytes == 82 * GB and allocator.resets == 1
+    allocator.use(46 * GB)
+    peak.step_begin()
+    assert peak.bytes == 82 * GB and allocator.resets == 1  # once
+    assert allocator.max_memory_allocated(None) == 46 * GB  # the kept step's
+
+
+def test_without_trials_or_off_cuda_the_peak_is_left_alone() -> None:
+    allocator = Allocator()
+    untuned = on_cuda(allocator)
+    for _ in range(3):
+        untuned.step_begin()
+    assert untuned.bytes is None and allocator.resets == 0
+    on_cpu = TrialsPeak(torch, torch.device("cpu"))
+    on_cpu.trial_step()
+    on_cpu.step_begin()
+    on_cpu.step_begin()
+    assert on_cpu.bytes is None
+
+
+def test_a_tuned_fit_takes_the_trials_peak_once_when_they_end(monkeypatch) -> None:
+    taken: list[int] = []
+    model = mlp(256, 128, 8)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    counted = optimizer.register_step_post_hook(lambda *_: taken.append(0))
+    monkeypatch.setattr(TrialsPeak, "_take", lambda self: taken.append(1))
+    steps = registry.trial_steps(1, cuda=False) + 6
+    with compiled_as():
+        report = accelkit.torch.fit(
+            model, batches(steps), optimizer, torch.nn.CrossEntropyLoss(), plan=CPU_PLAN,
+            progress=False, tune=True,
+        )  # fmt: skip
+    counted.remove()
+    trial_steps = report.tuning["steps"]
+    assert report.tuning["decision"] == "tuned" and trial_steps < steps
+    assert taken.index(1) == trial_steps and taken.count(1) == 1  # before the first step after

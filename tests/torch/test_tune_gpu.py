@@ -70,6 +70,10 @@ def test_cuda_graphs_not_kept_leave_no_graph_trees_and_the_fit_trains_on(
     assert graphed["status"] == "slower", graphed["why"]
     assert not graphs.trees(torch, torch.device("cuda"))
     assert report.steps == len(data) and math.isfinite(report.losses[-1])
+    # The run's peak is the kept step's; the graphs' pool, live beside the best's steps in
+    # their paired rounds, raised the trials' own (TrialsPeak).
+    assert report.facts["trials_peak_memory_bytes"] > report.peak_memory_bytes > 0
+    assert "tune's trials" in report.notes["peak_memory_bytes"]
 
 
 def test_the_reference_measures_cudnns_other_algorithms_and_leaves_no_trace() -> None:

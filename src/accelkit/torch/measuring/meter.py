@@ -41,7 +41,7 @@ from accelkit.report.assemble import build_report
 from accelkit.torch.distributed import sharding
 from accelkit.torch.distributed.communication import GradientTimer, steady_totals
 from accelkit.torch.measuring.facts import half_integer_inputs, model_device
-from accelkit.torch.measuring.memory_probe import ActivationProbe, memory_facts
+from accelkit.torch.measuring.memory_probe import ActivationProbe, TrialsPeak, memory_facts
 from accelkit.torch.measuring.meter_guard import StepGuard
 from accelkit.utils.imports import require
 
@@ -159,6 +159,7 @@ class Meter:
         self.tuning: dict[str, Any] | None = None
         self._warmup_after_trials: int | None = None
         self._activations = ActivationProbe(self._torch, self._device, model)
+        self._trials_peak = TrialsPeak(self._torch, self._device)
         self._shapes = self._shape_flops(count_batch)
         self.communication: GradientTimer | None = None  # communication.timed sets it
 
@@ -272,6 +273,7 @@ class Meter:
         with `step_counted`): the clock's start, and on the first step the activations'
         measurement (`memory_probe.ActivationProbe`)."""
         self.start()
+        self._trials_peak.step_begin()
         self._activations.begin()
         self.clock.step_begin()
 
@@ -414,6 +416,7 @@ class Meter:
         """Keep the warm-up open until `warmup` steps after the next one (at least one):
         called before each `tune` trial step, so that the steady-state figures are those
         of the step the run keeps, not of the candidates tried."""
+        self._trials_peak.trial_step()
         clock = self.clock
         if self._warmup_after_trials is None:  # the warm-up asked for, kept after the trials
             self._warmup_after_trials = max(clock.warmup, 1)
@@ -502,9 +505,11 @@ class Meter:
 
     def _peak_memory(self) -> int | None:
         """The allocator's peak over the training steps: since the first step began (its
-        measurement resets the counter; else since `start`). A higher peak before it
-        (the FLOP count's pass under activation checkpointing: benchmarks/
-        flop_count_memory.py) is kept as a fact and said in a note."""
+        measurement resets the counter; else since `start`), or since the first step after
+        tune's trials where they ran (`TrialsPeak`: the kept step's peak). A higher peak
+        before it (the FLOP count's pass under activation checkpointing: benchmarks/
+        flop_count_memory.py; a candidate's own memory during the trials) is kept as a
+        fact and said in a note."""
         if not self._cuda:
             return None
         peak = int(self._torch.cuda.max_memory_allocated(self._device))
@@ -515,6 +520,15 @@ class Meter:
                 "peak_memory_bytes",
                 f"the training steps' peak; before the first step (the FLOP count's pass, "
                 f"a trainer's checks) the device held up to {before / 1e9:.2f} GB",
+            )
+        trials = self._trials_peak.bytes
+        if trials is not None and trials > peak:
+            self.facts["trials_peak_memory_bytes"] = trials
+            self.note(
+                "peak_memory_bytes",
+                f"the kept step's peak, after tune's trials; during them the device held up "
+                f"to {trials / 1e9:.2f} GB (a candidate's own memory, such as CUDA graphs' "
+                f"pool)",
             )
         return peak
 
