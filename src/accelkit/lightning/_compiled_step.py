@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from accelkit.torch.tuning import graphs
-from accelkit.torch.tuning.in_trainer import bound, compiled_method, rescued
+from accelkit.torch.tuning.in_trainer import as_it_is, bound, compiled_method, never, rescued
 
 _LOGGING = ("log", "log_dict")
 
@@ -71,7 +71,7 @@ class CompiledStep:
         self,
         torch: Any,
         module: Any,
-        rescue: Callable[[BaseException], bool] | None = None,
+        rescue: Callable[[BaseException], bool] = never,
         **options: Any,
     ) -> None:
         self._module = module
@@ -85,7 +85,7 @@ class CompiledStep:
             self._copied_out = functools.partial(graphs.copied_out, torch)
         self._calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self._checked = False  # the first call raises what compiling raises
-        self._guarded = rescued(self._run, rescue or (lambda error: False), _step_now)
+        self._guarded = rescued(self._run, rescue, as_it_is("training_step"))
         # A method of the module (a copy binds it to itself), signed as the user's: its
         # ``__wrapped__`` is what Lightning's signature checks read (batch_idx,
         # dataloader_iter).
@@ -139,9 +139,3 @@ class CompiledStep:
 
     def _record_log_dict(self, *args: Any, **kwargs: Any) -> None:
         self._calls.append(("log_dict", args, kwargs))
-
-
-def _step_now(module: Any, *args: Any, **kwargs: Any) -> Any:
-    """`module`'s ``training_step`` as it is at the call (the best's, once a candidate is
-    off)."""
-    return module.training_step(*args, **kwargs)

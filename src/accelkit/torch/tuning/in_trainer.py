@@ -78,6 +78,11 @@ _log = logging.getLogger("accelkit")
 __all__ = ["RECOMPILES_ALLOWED", "Compiled", "TrainerTrials", "not_tuned", "safely", "scalar_of"]
 
 
+def never(error: BaseException) -> bool:
+    """The `rescue` of code compiled outside a trainer's trials: every error is raised."""
+    return False
+
+
 class Compiled:
     """``torch.compile`` of `modules`' forward passes, switched on and off in place.
 
@@ -104,7 +109,7 @@ class Compiled:
         torch: Any,
         modules: list[Any],
         mode: str | None = None,
-        rescue: Callable[[BaseException], bool] = lambda error: False,
+        rescue: Callable[[BaseException], bool] = never,
     ) -> None:
         self._modules = modules
         self._saved = [vars(module).get("forward") for module in modules]
@@ -166,6 +171,16 @@ def bound(call: Callable[..., Any], function: Any, module: Any) -> Any:
     return types.MethodType(functools.update_wrapper(method, function), module)
 
 
+def as_it_is(name: str) -> Callable[..., Any]:
+    """``function(module, ...)``: `module`'s method `name` as it is at the call (the best
+    so far's, once a candidate is off): what `rescued` runs again."""
+
+    def call(module: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(module, name)(*args, **kwargs)
+
+    return call
+
+
 def rescued(
     call: Callable[..., Any], rescue: Callable[[BaseException], bool], again: Callable[..., Any]
 ) -> Callable[..., Any]:
@@ -198,13 +213,8 @@ def _compiled_forward(
     the module has then (the best's) runs instead."""
     compiled, function = compiled_method(torch, module, "forward", mode=mode)
     if function is None:
-        return rescued(compiled, rescue, functools.partial(_forward_now, module))
-    return bound(rescued(compiled, rescue, _forward_now), function, module)
-
-
-def _forward_now(module: Any, *args: Any, **kwargs: Any) -> Any:
-    """`module`'s forward as it is at the call (the best's, once a candidate is off)."""
-    return module.forward(*args, **kwargs)
+        return rescued(compiled, rescue, functools.partial(as_it_is("forward"), module))
+    return bound(rescued(compiled, rescue, as_it_is("forward")), function, module)
 
 
 class TrainerTrials:
@@ -218,7 +228,7 @@ class TrainerTrials:
         mode: ``"auto"``, True or False, as the fit's ``tune``.
         compile_targets: the modules whose forward pass the compiled candidate compiles;
             empty leaves compile out.
-        compile_step: ``compile_step(mode=None, rescue=None) -> switch`` (``on()``,
+        compile_step: ``compile_step(mode=None, rescue=never) -> switch`` (``on()``,
             ``off()``): the whole training step compiled (in torch.compile's `mode`), its
             errors in the trainer's step offered to `rescue` (`TrainerTrials.rescue`),
             tried before `compile_targets`, which are tried only if it fails (None: the
@@ -369,11 +379,7 @@ class TrainerTrials:
             codes.append(
                 (
                     "training_step",
-                    lambda mode: (
-                        make_step(rescue=self.rescue)
-                        if mode is None
-                        else make_step(mode=mode, rescue=self.rescue)
-                    ),
+                    lambda mode: make_step(mode=mode, rescue=self.rescue),
                 )
             )
         if self._targets:
