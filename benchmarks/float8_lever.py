@@ -66,6 +66,7 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
         "mfu": report.mfu,
         "float8_share": report.float8_share,
         "precision_mfu": report.precision_mfu,
+        "notes": {k: v for k, v in report.notes.items() if k in ("float8_share", "precision_mfu")},
         "peak_memory_bytes": report.peak_memory_bytes,
         "wall_s": time.perf_counter() - started,
         "losses": report.losses[:5] if hasattr(report, "losses") else None,
@@ -102,7 +103,7 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"model": args.model, "variants": {}}
     for variant in args.variants:
         command = [__file__, "--variant", variant, *_passed(args)]
-        results["variants"][variant] = gpu_compare.run_child(command, args.timeout)
+        results["variants"][variant] = gpu_compare.run_child(command, args.timeout, cold=True)
         gpu_compare.write_json(args.out, results)
     return results
 

@@ -29,6 +29,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -244,22 +245,30 @@ def lightning_trainer(L: Any, device: Any, steps: int, callbacks: list[Any]) -> 
     )
 
 
-def run_child(command: list[str], timeout: float) -> dict[str, Any]:
-    """Run a benchmark script's variant in its own Python process (no flag or compile
-    cache leaks between variants); its last stdout line starting with "{" is the
-    result, plus ``process_s``; ``{"error": ...}`` when it failed or timed out."""
+def run_child(command: list[str], timeout: float, *, cold: bool = False) -> dict[str, Any]:
+    """Run a benchmark script's variant in its own Python process (no flag leaks between
+    variants); its last stdout line starting with "{" is the result, plus ``process_s``;
+    ``{"error": ...}`` when it failed or timed out. `cold`: with an inductor cache of its
+    own, empty, unless TORCHINDUCTOR_CACHE_DIR is set: a variant run after another that
+    compiled the same graphs compiles them from the disk cache, and tune prices
+    max-autotune and float8 by the compile it measures (float8_lever.py's `without`
+    variant tried max-autotune after the float8 variant's process, docs/benchmarks.md)."""
     started = time.perf_counter()
-    try:
-        done = subprocess.run(
-            [sys.executable, *command],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-            env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "src")},
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout} s"}
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "src")}
+    with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
+        if cold:
+            env.setdefault("TORCHINDUCTOR_CACHE_DIR", cache)
+        try:
+            done = subprocess.run(
+                [sys.executable, *command],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+                env=env,
+            )
+        except subprocess.TimeoutExpired:
+            return {"error": f"timed out after {timeout} s"}
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         return {"error": (done.stderr or done.stdout)[-2000:]}

@@ -47,7 +47,7 @@ def test_profiling_table_is_the_fits_bound() -> None:
     for label, candidates, steps in rows:
         arguments = _fit_scope(label)
         assert registry.trial_steps(1, **arguments) == int(steps), label
-        units = 6 + 10 * (int(candidates) - 1)
+        units = 6 + 18 * (int(candidates) - 1)
         assert units == int(steps), f"{label}: {candidates} candidates are {units} units"
 
 
@@ -103,7 +103,7 @@ def test_every_lever_counts_its_candidates(**fields: bool | int) -> None:
     scope = registry.Scope(**fields)  # type: ignore[arg-type]
     counts = [entry.most(scope) for entry in registry.LEVERS]
     assert all(isinstance(n, int) and n >= 0 for n in counts)
-    assert registry.trial_units(scope) == 6 + 10 * sum(counts)
+    assert registry.trial_units(scope) == 6 + 18 * sum(counts)
     # A run with a lever's condition is never bounded below the same run without it.
     for field in ("cuda", "ddp_levers", "attention", "float8"):
         more = registry.trial_units(dataclasses.replace(scope, **{field: True}))

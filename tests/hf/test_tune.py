@@ -16,6 +16,7 @@ from accelkit.hf import AccelkitCallback
 from accelkit.torch.tuning import registry
 
 from ..helpers.compiling import compiled_as, no_gradients
+from ..helpers.tuning_record import taken
 
 STEPS = registry.trial_steps(1, cuda=False) + 4
 
@@ -40,7 +41,7 @@ def test_tune_runs_the_trials_on_the_trainers_first_steps() -> None:
         callback, model = train(optim="adamw_torch")
     tuning = callback.report.tuning
     assert tuning["decision"] == "tuned"
-    assert tuning["steps"] == registry.trial_steps(1, cuda=False)
+    assert tuning["steps"] == taken(tuning["candidates"]) <= registry.trial_steps(1, cuda=False)
     names = [c["name"].split("+")[0] for c in tuning["candidates"]]
     assert names == ["eager", "eager", "compile", "cudagraphs", "max-autotune"]  # last two: GPU
     compiled = tuning["candidates"][2]

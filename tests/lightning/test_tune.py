@@ -17,6 +17,7 @@ from accelkit.lightning import AccelkitCallback
 from accelkit.torch.tuning import registry, trials
 
 from ..helpers.compiling import compiled_as, graphs_out_of_memory, refusing
+from ..helpers.tuning_record import taken
 
 STEPS = registry.trial_steps(1, cuda=False) + 6
 BASELINE = len(trials.turns(baseline=True))  # the baseline's units: warm-up, then timed
@@ -128,7 +129,8 @@ def test_tune_runs_the_trials_on_the_fits_first_batches() -> None:
         callback, steps = fit_with_steps(module, tune=True)
     report = callback.report
     tuning = report.tuning
-    assert tuning["decision"] == "tuned" and tuning["steps"] == registry.trial_steps(1, cuda=False)
+    assert tuning["decision"] == "tuned"
+    assert tuning["steps"] == taken(tuning["candidates"]) <= registry.trial_steps(1, cuda=False)
     names = [c["name"].split("+")[0] for c in tuning["candidates"]]
     # the forward alone: only if it fails; CUDA graphs and max-autotune: on a GPU only
     assert names == ["eager", "eager", "compile step", "cudagraphs", "max-autotune"]

@@ -115,6 +115,26 @@ def test_tune_for_a_hand_written_loop_tries_float8(float8_here, kept: bool) -> N
     assert first.weight.grad is not None
 
 
+@pytest.mark.parametrize("kept", [True, False])
+def test_a_fit_that_compiles_in_its_trials_counts_a_kept_float8_step_again(
+    float8_here, kept: bool
+) -> None:
+    """Before: no float8 share where tune compiled and kept float8 in a fit (the 1B Llama
+    on an H100 through `fit(tune=True)`): the meter counted the first step, and the kept
+    step was counted again only where the loop had counted it (a script's compile)."""
+    float8_here(kept)
+    model = wide()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data = torch.utils.data.DataLoader(wide_data(STEPS), batch_size=16)
+    with compiled_as():
+        report = accelkit.torch.fit(
+            model, data, optimizer, torch.nn.CrossEntropyLoss(), plan=CPU_PLAN,
+            progress=False, tune=True,
+        )  # fmt: skip
+    assert_tried_and_checked(report.tuning, kept)
+    assert_float8_share(report, kept, share=WIDE * 32 / (WIDE * 32 + 32 * 8))
+
+
 # -- the Lightning callback ---------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ from accelkit.torch.training import scheduling
 from accelkit.torch.tuning import registry
 
 from ..helpers.torch_data import CPU_PLAN, batches, mlp
+from ..helpers.tuning_record import taken
 
 STEPS = registry.trial_steps(1, cuda=False)
 
@@ -79,7 +80,7 @@ def test_the_trials_step_the_loops_scheduler_so_the_run_follows_its_schedule() -
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         schedule.step()
-    assert result.steps == STEPS and schedule.last_epoch == total
+    assert result.steps == taken(result.trials) <= STEPS and schedule.last_epoch == total
     assert rates == pytest.approx(expected_rates(total), rel=1e-12)
 
 

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.torch
 from accelkit.torch.tuning import registry, trials
 
 from ..helpers.torch_data import CPU_PLAN, batches
+from ..helpers.tuning_record import units
 
 
 class SlowWhenEager(torch.nn.Module):
@@ -88,7 +89,7 @@ def test_max_autotune_is_tried_checked_and_recorded_when_the_run_pays_for_it(
     assert compiled["why"].split(" (pairs ")[0].endswith("x eager"), compiled["why"]
     assert (compiled["status"] == "chosen") != (autotune["status"] == "chosen")
     assert autotune["settings"]["compile_mode"] == "max-autotune-no-cudagraphs"
-    assert autotune["steps"] == trials.WARMUP_UNITS + trials.TIMED_UNITS
+    assert autotune["steps"] == units(autotune)
     assert autotune["check"]["failed"] is None and autotune["status"] in ("chosen", "slower")
     # compiled anew from the eager step, in its mode (CUDA graphs were not kept: CPU)
     assert modes.count("max-autotune-no-cudagraphs") == 1 and None in modes

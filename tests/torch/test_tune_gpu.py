@@ -16,6 +16,8 @@ torch = pytest.importorskip("torch")
 
 from accelkit.torch.tuning import registry, trials
 
+from ..helpers.tuning_record import units
+
 
 def conv_net() -> Any:
     """A small conv net with BatchNorm: short kernels, a launch-bound step."""
@@ -45,7 +47,7 @@ def test_cuda_graphs_are_a_checked_candidate_on_a_launch_bound_step() -> None:
     report, data = conv_fit()
     graphs = next(c for c in report.tuning["candidates"] if c["settings"].get("cudagraphs"))
     assert graphs["status"] in ("chosen", "slower"), graphs["why"]
-    assert graphs["steps"] == trials.WARMUP_UNITS + trials.TIMED_UNITS
+    assert graphs["steps"] == units(graphs)
     assert report.steps == len(data)
     assert report.losses and math.isfinite(report.losses[-1])
 

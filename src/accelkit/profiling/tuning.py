@@ -178,6 +178,8 @@ class Trial:
             next to it, run under the same load (None: not timed in pairs, as the
             baseline, or one cut short).
         paired_spread: ``[min, max]`` of those ratios: the noise the median stands in.
+        paired_ratios: the ratios themselves, pair by pair in the order run (8 where one
+            pair of the first 4 was at or below 1 and the rounds were run again).
         against: the name of the trial it was paired with.
     """
 
@@ -192,6 +194,7 @@ class Trial:
     check: Check | None = None
     paired_speedup: float | None = None
     paired_spread: list[float] | None = None
+    paired_ratios: list[float] | None = None
     against: str | None = None
 
     def to_dict(self) -> dict[str, Any]:

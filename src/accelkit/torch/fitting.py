@@ -436,8 +436,8 @@ def tune(
 
     Trains the first batches of `loader` through each candidate in turn (at most
     `accelkit.torch.tuning.registry.trial_steps` optimizer steps of `accumulation_steps`
-    batches: 26 on the CPU, 46 on a GPU, 66 on the CPU and 76 on a GPU under DDP, and 10
-    more each for the SDPA and the float8 candidates), exactly as ``fit(tune=True)``
+    batches: 42 on the CPU, 78 on a GPU, 114 on the CPU and 132 on a GPU under DDP, and
+    18 more each for the SDPA and the float8 candidates), exactly as ``fit(tune=True)``
     does: the plan's settings, the optimizer's fused (or foreach) implementation,
     ``torch.compile`` of forward and loss, and on a GPU its CUDA graphs, then
     max-autotune where your loop's `steps` pay for its compilation (without them it is

@@ -200,7 +200,7 @@ class _Counter:
         if self.count_flops and self.done == 0:
             count = step.count_flops(batch)
             self.meter.set_flops(count, batches=[batch], count_batch=step.count_flops)
-        elif self.count_flops and self.recount:  # the kept step's, in place of the first's
+        elif self.recount:  # the kept step's, in place of the first's (the loop's or the meter's)
             self.recount = False
             self.meter.count_again([batch], step.count_flops)
         stepping = (self.done + 1) % self.schedule.accumulation_steps == 0
@@ -234,7 +234,9 @@ def _epoch(
             batches, counter.train_one, counter.limit_reached, on_step=meter.hold_warmup
         )
         counter.recount = tuner.recount
-    if not counter.limit_reached():
+    # A partial schedule trains the trials alone: their count is bounded, not fixed (a
+    # candidate's rounds may run twice), and the loop trains the batches after them.
+    if not counter.limit_reached() and not counter.schedule.partial:
         for batch in batches:
             counter.train_one(batch, step)
             if counter.limit_reached():

@@ -311,6 +311,10 @@ class Engine:
                 return
         else:
             trials.pair(trial, self.best_trial().name, self._times, self._rivals)
+            if trials.more_rounds(trial):  # one pair the other way: the rounds again
+                self._turns += trials.ROUNDS
+                self._take_turn(self._turns[self._units])
+                return
             why = self._recompiled(candidate) or candidate.verify()
             if why is not None:
                 self._drop(why)  # and on to the next
@@ -353,7 +357,8 @@ class Engine:
             return None
         return (
             f"recompiles as it trains: {compiled} graphs compiled in its "
-            f"{trials.TIMED_UNITS} timed steps (a guard on a value that changes every step)"
+            f"{self._units - trials.WARMUP_UNITS} timed steps (a guard on a value that "
+            "changes every step)"
         )
 
     def _storm(self) -> None:

@@ -265,8 +265,10 @@ class TrainerTrials:
         ...     opt.step()
         ...     opt.zero_grad()
         ...     tuning.end()
-        >>> tuning.result.decision, len(tuning.result.trials), tuning.result.steps
-        ('tuned', 5, 26)
+        >>> tuning.result.decision, len(tuning.result.trials)
+        ('tuned', 5)
+        >>> 26 <= tuning.result.steps <= 42   # 10 a later candidate, 18 if its rounds ran twice
+        True
         >>> [trial.name for trial in tuning.result.trials]  # doctest: +SKIP
         ['eager', 'eager+fused', 'compile+fused', 'cudagraphs', 'max-autotune']
         >>> [trial.why for trial in tuning.result.trials[-2:]]  # candidates of GPU runs

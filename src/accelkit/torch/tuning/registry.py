@@ -91,17 +91,17 @@ def candidates(engine: Engine) -> Iterator[Candidate | Skipped]:
 
 def trial_units(scope: Scope) -> int:
     """The most units (optimizer steps) the trials of a run of `scope` take, more only
-    where a failed candidate's batches are trained again: the baseline's units
-    (`trials.turns`) and each later candidate's.
+    where a failed candidate's batches are trained again: the baseline's units and each
+    later candidate's, its rounds run twice (`trials.most_units`).
 
     Example:
         >>> trial_units(Scope(cuda=False)), trial_units(Scope(cuda=False, compile_codes=2))
-        (26, 36)
+        (42, 60)
         >>> trial_units(Scope(under_ddp=True))   # a trainer under DDP: no CUDA graphs
-        36
+        60
     """
     later = sum(entry.most(scope) for entry in LEVERS)
-    return len(trials.turns(baseline=True)) + later * len(trials.turns(baseline=False))
+    return trials.most_units(baseline=True) + later * trials.most_units(baseline=False)
 
 
 def trial_steps(
@@ -117,9 +117,9 @@ def trial_steps(
 
     Example:
         >>> trial_steps(1, cuda=False), trial_steps(1), trial_steps(2, data_parallel=True)
-        (26, 46, 152)
+        (42, 78, 264)
         >>> trial_steps(1, attention=True), trial_steps(1, float8=True)
-        (56, 56)
+        (96, 96)
     """
     scope = Scope(
         cuda=cuda,

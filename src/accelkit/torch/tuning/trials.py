@@ -98,6 +98,8 @@ __all__ = [
     "clearly_faster",
     "decide_after",
     "decide_before",
+    "more_rounds",
+    "most_units",
     "pair",
     "summary",
     "turns",
@@ -137,6 +139,15 @@ PAIRS = TIMED_UNITS // 2
 # a compiled step of ~2 ms against an eager one of ~22 ms, one pair at 0.21x), and the run
 # goes on with the best so far, never slower than what it had measured.
 MARGIN = 0.01
+# ...so a candidate whose median cleared the margin with one pair of PAIRS at or below 1
+# gets the ROUNDS again (`more_rounds`), and is kept if its median over all of them
+# clears the margin with that one pair the only one (`clearly_faster`): a single burst is
+# read through, as the median reads through one on the best's side. On an H100 the 1B
+# Llama's float8 step ran 1.09x the compiled bf16 step, pairs 0.99-1.13x: one of its units
+# 10% slower than its others, so a real gain was left undecided (docs/benchmarks.md). For
+# two steps equally fast the sign test now passes 1/16 + 4/16 x 1/16 = 5/64 of the time
+# (1/16 before), and the median must clear 1% on top.
+SLOW_PAIRS_READ_THROUGH = 1
 # What a compiled candidate's first batch must agree with (`accelkit.torch.tuning.reference`):
 # the eager loss within LOSS_RTOL of itself (bf16 autocast rounds differently in fused
 # and eager kernels, by well under 2%), and the eager gradients within GRAD_RTOL of
@@ -188,13 +199,24 @@ GRAPH_BREAK_STORM = 16
 def turns(baseline: bool) -> tuple[str, ...]:
     """Who trains each unit of a trial, in order: `CANDIDATE` (its warm-up, its own timed
     units) or `BEST` (the best so far's units in its paired rounds). The baseline has
-    nothing to be paired with: its units are its own.
+    nothing to be paired with: its units are its own. A later candidate may get `ROUNDS`
+    again (`more_rounds`).
 
     Example:
         >>> turns(baseline=True).count(BEST), turns(baseline=False)[WARMUP_UNITS:]
         (0, ('candidate', 'best', 'best', 'candidate', 'candidate', 'best', 'best', 'candidate'))
     """
     return (CANDIDATE,) * WARMUP_UNITS + ((CANDIDATE,) * BASELINE_UNITS if baseline else ROUNDS)
+
+
+def most_units(baseline: bool) -> int:
+    """The most units a trial takes: `turns`, and for a later candidate `ROUNDS` again.
+
+    Example:
+        >>> most_units(baseline=True), most_units(baseline=False)
+        (6, 18)
+    """
+    return len(turns(baseline)) + (0 if baseline else TIMED_UNITS)
 
 
 def pair(trial: Trial, best: str, own: Sequence[float], bests: Sequence[float]) -> None:
@@ -207,18 +229,53 @@ def pair(trial: Trial, best: str, own: Sequence[float], bests: Sequence[float]) 
         >>> pair(trial, "eager", [1.0, 1.0, 2.0, 1.0], [1.2, 1.3, 2.2, 1.25])
         >>> trial.paired_speedup, trial.paired_spread, trial.step_seconds
         (1.225, [1.1, 1.3], 1.0)
+        >>> trial.paired_ratios
+        [1.2, 1.3, 1.1, 1.25]
     """
-    ratios = [b / max(o, 1e-12) for o, b in zip(own, bests, strict=False)]
+    ratios = [round(b / max(o, 1e-12), 6) for o, b in zip(own, bests, strict=False)]
     trial.step_seconds = statistics.median(own)
     trial.spread = [min(own), max(own)]
     trial.paired_speedup = round(statistics.median(ratios), 6)
-    trial.paired_spread = [round(min(ratios), 6), round(max(ratios), 6)]
+    trial.paired_spread = [min(ratios), max(ratios)]
+    trial.paired_ratios = ratios
     trial.against = best
+
+
+def _slow_pairs(trial: Trial) -> int:
+    """How many of `trial`'s pairs are at or below 1 (a record without its ratios: 1 where
+    its spread reaches 1, else 0)."""
+    if trial.paired_ratios:
+        return sum(ratio <= 1 for ratio in trial.paired_ratios)
+    spread = trial.paired_spread
+    return int(spread is not None and spread[0] <= 1)
+
+
+def _slow_allowed(trial: Trial) -> int:
+    """How many slow pairs `clearly_faster` reads through: none in `PAIRS`, and
+    `SLOW_PAIRS_READ_THROUGH` once `more_rounds` doubled them."""
+    return SLOW_PAIRS_READ_THROUGH if len(trial.paired_ratios or ()) > PAIRS else 0
+
+
+def more_rounds(trial: Trial) -> bool:
+    """Whether `trial`, after its first `PAIRS` pairs, gets `ROUNDS` again: its median
+    over ``1 + MARGIN`` and exactly one pair at or below 1 (`MARGIN` says why).
+
+    Example:
+        >>> trial = Trial("compile+fused+float8", {})
+        >>> pair(trial, "compile+fused", [0.27, 0.296, 0.268, 0.27], [0.29, 0.293, 0.29, 0.30])
+        >>> more_rounds(trial), clearly_faster(trial, Trial("compile+fused", {}, "chosen"))
+        (True, False)
+    """
+    median = trial.paired_speedup
+    if median is None or len(trial.paired_ratios or ()) != PAIRS:
+        return False
+    return median > 1 + MARGIN and _slow_pairs(trial) == SLOW_PAIRS_READ_THROUGH
 
 
 def clearly_faster(trial: Trial, best: Trial) -> bool:
     """Whether `trial`, timed in pairs against `best`, beats it beyond the noise: its
-    median ratio above ``1 + MARGIN`` and every pair above 1 (`MARGIN` says why).
+    median ratio above ``1 + MARGIN`` and every pair above 1, or after `more_rounds` all
+    but one (`MARGIN` says why).
 
     Example:
         >>> eager = Trial("eager", {}, "baseline")
@@ -229,11 +286,14 @@ def clearly_faster(trial: Trial, best: Trial) -> bool:
         >>> fused.paired_spread = [0.9, 1.4]   # one pair the other way: within the noise
         >>> clearly_faster(fused, eager)
         False
+        >>> pair(fused, "eager", [1.0] * 8, [0.9] + [1.2] * 7)   # ...read through in eight
+        >>> clearly_faster(fused, eager)
+        True
     """
     median, spread = trial.paired_speedup, trial.paired_spread
     if median is None or not spread or trial.against != best.name:
         return False
-    return median > 1 + MARGIN and spread[0] > 1
+    return median > 1 + MARGIN and _slow_pairs(trial) <= _slow_allowed(trial)
 
 
 def why_not(trial: Trial, best: Trial) -> str:
@@ -244,6 +304,10 @@ def why_not(trial: Trial, best: Trial) -> str:
         >>> why_not(Trial("eager+fused", {}, paired_speedup=1.2, paired_spread=[0.9, 1.4],
         ...               against="eager"), eager)
         'undecided: within noise (median 1.20x eager, pairs 0.90-1.40x: not all above 1x)'
+        >>> trial = Trial("eager+fused", {})
+        >>> pair(trial, "eager", [1.0] * 8, [0.9, 0.95] + [1.2] * 6)
+        >>> why_not(trial, eager)
+        'undecided: within noise (median 1.20x eager, pairs 0.90-1.20x: 2 of 8 not above 1x)'
     """
     median, spread = trial.paired_speedup, trial.paired_spread
     if median is None or not spread:
@@ -251,8 +315,11 @@ def why_not(trial: Trial, best: Trial) -> str:
     figures = f"median {median:.2f}x {best.name}, pairs {spread[0]:.2f}-{spread[1]:.2f}x"
     if median <= 1 + MARGIN:
         return f"not clearly faster than {best.name} ({figures}; needs over {1 + MARGIN:.2f}x)"
-    if spread[0] <= 1:
-        return f"undecided: within noise ({figures}: not all above 1x)"
+    slow, allowed = _slow_pairs(trial), _slow_allowed(trial)
+    if slow > allowed:
+        count = len(trial.paired_ratios or ())
+        said = f"{slow} of {count} not above 1x" if allowed else "not all above 1x"
+        return f"undecided: within noise ({figures}: {said})"
     return f"not kept: rank 0 did not measure it clearly faster (here {figures})"
 
 
