@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import types
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -363,10 +364,13 @@ def test_a_chosen_candidate_overtaken_keeps_its_figure_and_names_what_beat_it() 
 BEST_S, CANDIDATE_S, LOAD_S = 0.06, 0.03, 0.2
 
 
-def sleepy_trainer(turn: str, *indices: int) -> tuple[TrainerTrials, Any]:
+def sleepy_trainer(
+    turn: str, *indices: int, decide: Callable[[Any], Any] = lambda value: value
+) -> tuple[TrainerTrials, Any]:
     """A trainer's loop (compile left out: the optimizer's implementation is the only
     candidate) loaded during the baseline and the candidate's warm-up, and at the
-    `indices`-th units of its rounds (run twice, where they are) that `turn` trains."""
+    `indices`-th units of its rounds (run twice, where they are) that `turn` trains;
+    `decide` stands for rank 0's verdicts under DDP."""
     rounds_at = BASELINE + trials.WARMUP_UNITS
     loaded = set(range(rounds_at))
     turns = [i for i, who in enumerate(trials.ROUNDS * 2) if who == turn]
@@ -376,7 +380,7 @@ def sleepy_trainer(turn: str, *indices: int) -> tuple[TrainerTrials, Any]:
     tuning = TrainerTrials(
         model, optimizer, torch.device("cpu"), mode=True, compile_targets=[],
         compile_fixed=None, planned_steps=None, batches_per_unit=1,
-        forward_backward=lambda batch: None,
+        forward_backward=lambda batch: None, decide=decide,
     )  # fmt: skip
     for index_, (x, y) in enumerate(batches(BASELINE + trials.most_units(baseline=False) + 2)):
         tuning.begin()
@@ -428,6 +432,27 @@ def test_load_during_a_candidates_unit_runs_the_trainers_rounds_again() -> None:
             ("undecided: within noise", "not clearly faster")
         ), switched.why
         assert not group.get("fused") and not group.get("foreach")
+
+
+@pytest.mark.parametrize("rank_zero_says", [True, False])
+def test_whether_the_rounds_run_again_is_rank_zeros_verdict(rank_zero_says: bool) -> None:
+    """Under DDP every rank must train the same units: whether a candidate's rounds run
+    again is decided, as its verdict is, by rank 0 (`decide`), not by this rank's pairs.
+    Here this rank's pairs say one thing or nothing (a load or none) and rank 0 another."""
+    said: list[Any] = []
+
+    def rank_zero(value: Any) -> Any:  # its first pairs' verdict; after 8, no more rounds
+        asked = isinstance(value, bool) and not any(isinstance(v, bool) for v in said)
+        said.append(value)
+        return rank_zero_says if asked else value
+
+    loads = () if rank_zero_says else (1,)  # this rank: no slow pair, or one
+    tuning, _ = sleepy_trainer(trials.CANDIDATE, *loads, decide=rank_zero)
+    switched = tuning.result.trials[1]
+    assert switched.paired_ratios is not None
+    assert len(switched.paired_ratios) == (2 if rank_zero_says else 1) * trials.PAIRS
+    assert switched.steps == units(switched)
+    assert any(isinstance(value, bool) for value in said)  # asked, whatever it measured
 
 
 def test_load_during_two_of_a_candidates_units_leaves_the_trainers_best_on() -> None:

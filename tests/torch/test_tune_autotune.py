@@ -108,6 +108,60 @@ def test_a_run_too_short_to_pay_for_it_skips_max_autotune_and_says_why(
     assert "max-autotune-no-cudagraphs" not in modes
 
 
+def test_a_compile_from_inductors_cache_prices_no_max_autotune(
+    monkeypatch: pytest.MonkeyPatch, modes: list[str | None]
+) -> None:
+    """Before: on an H100 a 1B Llama's default compile came from the disk cache of the
+    process before it, max-autotune was priced at 12x that short compile and tried, and
+    its autotuning outlasted the call (docs/benchmarks.md). Now a compile whose graphs
+    came from inductor's cache is recorded as such and prices no max-autotune. The
+    backend here does what inductor does when its cache holds the graph: counts a hit."""
+    from torch._dynamo.utils import counters
+
+    def from_cache(graph: Any, inputs: Any) -> Any:
+        counters["inductor"]["fxgraph_cache_hit"] += 1
+        return graph.forward
+
+    def compile_(fn: Any, mode: str | None = None, **_: Any) -> Any:
+        modes.append(mode)
+        return torch._dynamo.optimize(from_cache)(fn)
+
+    monkeypatch.setattr(torch, "compile", compile_)
+    report = tuned_fit(10**7, batches(registry.trial_steps(1) + 4))
+    by_name = {c["name"]: c for c in report.tuning["candidates"]}
+    assert by_name["compile"]["compile_cached"] is True
+    autotune = by_name["max-autotune"]
+    assert autotune["status"] == "skipped", autotune
+    assert autotune["why"].startswith("the default compile took graphs from inductor's cache")
+    assert "max-autotune-no-cudagraphs" not in modes
+
+
+def test_a_compile_from_scratch_is_recorded_as_not_cached(modes: list[str | None]) -> None:
+    data = batches(registry.trial_steps(1) + 4)
+    report = tuned_fit(len(data), data)
+    compiled = next(c for c in report.tuning["candidates"] if c["name"] == "compile")
+    assert compiled["compile_cached"] is False  # the eager backend takes nothing from a cache
+
+
+def test_inductors_cache_hits_are_counted_where_a_graph_is_compiled_again(tmp_path) -> None:
+    """The real counter, with inductor on the CPU: the same graph compiled a second time
+    (another module of the same shape) is taken from the cache."""
+    from accelkit.torch.tuning import trial_guards
+
+    def step(seed: int) -> int:
+        torch.manual_seed(seed)
+        model = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()))
+        before = trial_guards.inductor_cache_hits(torch)
+        model(torch.randn(2, 8)).sum().backward()
+        return trial_guards.inductor_cache_hits(torch) - before
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+        step(0)
+        torch._dynamo.reset()
+        assert step(1) > 0
+
+
 def hand_tuned(data: list[Any], **kwargs: Any) -> Any:
     model = SlowWhenEager()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)

@@ -169,6 +169,9 @@ class Trial:
         steps: training steps (batches) its trial took: its own, and the best's steps
             of its paired rounds.
         compile_seconds: the first compiled step less the steady step time.
+        compile_cached: that first step took graphs from inductor's FX graph cache (a run
+            before compiled them): its compile_seconds understate a compile from scratch
+            (None: not compiled).
         why: the reason for the status, in words (``"undecided: within noise (...)"``
             where its median pair said faster and one of its pairs did not).
         check: how its first batch compared with the eager step (a compiled or
@@ -194,8 +197,9 @@ class Trial:
     check: Check | None = None
     paired_speedup: float | None = None
     paired_spread: list[float] | None = None
-    paired_ratios: list[float] | None = None
     against: str | None = None
+    paired_ratios: list[float] | None = None  # new fields last: records built by position
+    compile_cached: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -119,6 +119,8 @@ class Engine:
         self._turns: tuple[str, ...] = ()  # who trains each of its units (trials.turns)
         self._side = trials.CANDIDATE  # who is on now
         self._first: float | None = None
+        self._hits = 0  # inductor's cache hits before the candidate's first unit
+        self._cached = False  # its first unit took graphs from inductor's cache
         self._batches = self._units = self.steps = 0
         self._idle = 0  # batches to train untimed after a failure, before the next
         self._started_at = self._unit_at = time.perf_counter()
@@ -164,6 +166,7 @@ class Engine:
             self._unit_at = time.perf_counter()
             if self._units == 0:
                 self._breaks = guards.graph_breaks(self.torch)
+                self._hits = guards.inductor_cache_hits(self.torch)
 
     def batch(self, batch: Any) -> None:
         """The batch about to train (a checked candidate's first is checked on it)."""
@@ -194,6 +197,7 @@ class Engine:
         self._units += 1
         if self._units == 1:
             self._first = seconds
+            self._cached = guards.inductor_cache_hits(self.torch) > self._hits
             self._storm()
             if self._trial is not trial:  # dropped: the next candidate is on
                 return
@@ -302,6 +306,7 @@ class Engine:
         trial.steps = self._units * self.door.unit
         if candidate.settings.compile and self._first:  # the first unit compiled
             trial.compile_seconds = round(max(self._first - trial.step_seconds, 0.0), 3)
+            trial.compile_cached = self._cached
         if candidate is self.best:  # the baseline
             trial.status = "baseline"
             per_batch = trial.step_seconds / self.door.unit
@@ -311,7 +316,8 @@ class Engine:
                 return
         else:
             trials.pair(trial, self.best_trial().name, self._times, self._rivals)
-            if trials.more_rounds(trial):  # one pair the other way: the rounds again
+            # One pair the other way: the rounds again, as rank 0 says on every rank.
+            if self.door.decide(trials.more_rounds(trial)):
                 self._turns += trials.ROUNDS
                 self._take_turn(self._turns[self._units])
                 return

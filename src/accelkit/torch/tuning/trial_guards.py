@@ -125,6 +125,7 @@ def check_loss(
         raise LossMismatch(
             f"loss {compiled:.6g} differs from the eager {eager:.6g} on the same batch "
             f"by {by}, more than {tolerance.loss:.0%}{_noise(reference.loss_noise)}"
+            f"{_near_zero(eager)}"
         )
 
 
@@ -241,6 +242,17 @@ def _figure(value: float) -> float:
     return float(f"{value:.4g}")
 
 
+def _near_zero(eager: float) -> str:
+    """What a failed loss check should add where the eager loss is near zero
+    (`trials.NEAR_ZERO_LOSS`): its rounding is then a large share of it."""
+    if abs(eager) >= trials.NEAR_ZERO_LOSS:
+        return ""
+    return (
+        " (the eager loss is near zero, where rounding is a large share of it: a batch "
+        "learnt by heart, such as one batch repeated, checks badly; train on fresh data)"
+    )
+
+
 def _noise(spread: float) -> str:
     return f" plus {spread:.3g} for its random draws" if spread else ""
 
@@ -250,6 +262,18 @@ def reset_scaler(scaler: Any) -> None:
     waiting for ``update``, and the next ``unscale_`` would refuse; update it once."""
     with contextlib.suppress(Exception):  # nothing recorded since the last update: fine
         scaler.update()
+
+
+def inductor_cache_hits(torch: Any) -> int:
+    """Graphs inductor has taken from its FX graph cache so far in this process (on disk
+    across runs, in memory within one): a compile that took some there was quicker than
+    compiling them, so its time says little of another mode's compile."""
+    try:
+        from torch._dynamo.utils import counters
+
+        return int(counters["inductor"]["fxgraph_cache_hit"])
+    except Exception:  # noqa: BLE001 - a private counter: no count, no hit
+        return 0
 
 
 def graph_breaks(torch: Any) -> int:
