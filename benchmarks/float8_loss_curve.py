@@ -23,6 +23,16 @@ appear eight times each in every 4 x 2048 batch, and 1e-4 suits a batch of 8,192
 The loss is logged as the Hugging Face Trainer logs it, the mean of each `--log-every`
 steps; the table compares float8's logged losses with bf16's after step 20.
 
+`--control` adds a third process, `bf16_nudged`: bf16 again from the same weights each
+moved by a relative 2^-12 (its sign drawn with seed 1), 1/16 of bf16's rounding step, so
+that the bf16 copies autocast makes differ from the first run's in a few weights by one
+rounding. What so small a nudge does to the curve is how far two bf16 runs that differ
+by rounding alone drift apart, the scale against which float8's distance from bf16 reads
+(both spiked where they left the plateau on an H100, float8's spike 3 steps earlier:
+8.2% apart at one logged step). Each comparison gives its first step's loss apart too,
+to set the two perturbations side by side (the CPU's tiny model over 300 steps: the nudge
+0.04% at step 1 and 0.20% at most after step 20; float8, emulated, 0.20% and 0.34%).
+
     cd benchmarks && PYTHONPATH=/tmp/site:../src python3 float8_loss_curve.py \\
         --steps 300 --out float8_loss_curve.json
     cd benchmarks && PYTHONPATH=../src python3 float8_loss_curve.py --smoke --out r.json  # CPU
@@ -41,6 +51,8 @@ from typing import Any
 import gpu_compare  # same folder: child processes, JSON
 
 VARIANTS = ("bf16", "float8")
+CONTROL = "bf16_nudged"  # --control: bf16 from weights moved by one bf16 rounding step
+NUDGE = 2.0**-12  # 1/16 of bf16's relative rounding step: a few weights change in bf16
 PROBABILITIES = (0.4, 0.3, 0.2, 0.1)
 FIRST_COMPARED = 20  # the issue's: the steps of the default warm-up are not compared
 ACTIVE = 1024  # the chain's token ids: each appears eight times in a 4 x 2048 batch
@@ -78,6 +90,8 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
     active = min(args.active, model.config.vocab_size)
     tokens = markov_tokens(torch, args.steps * batch_size, length, active)
     converted = 0
+    if args.variant == CONTROL:
+        nudge(torch, model)
     if args.variant == "float8":
         names = _float8_names(model, args.smoke, float8)
         float8.Float8Layers(model, names, emulate=device.type != "cuda").on()
@@ -105,6 +119,16 @@ def run_variant(args: argparse.Namespace) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def nudge(torch: Any, model: Any) -> None:
+    """Move each weight of `model` by `NUDGE` of itself, up or down at random (seed 1):
+    the size of one bf16 rounding."""
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            signs = torch.randint(0, 2, parameter.shape, generator=generator) * 2 - 1
+            parameter.mul_(1 + NUDGE * signs.to(parameter.device, parameter.dtype))
+
+
 def _float8_names(model: Any, smoke: bool, float8: Any) -> tuple[str, ...]:
     """The lever's layers; on the tiny CPU model, none passes the size filter, so every
     linear layer but the head (emulated float8 still runs the same code)."""
@@ -129,19 +153,23 @@ def logged(losses: list[float], every: int) -> list[tuple[int, float]]:
     ]
 
 
-def summarise(results: dict[str, Any], every: int) -> dict[str, Any]:
+def summarise(results: dict[str, Any], every: int, other: str = "float8") -> dict[str, Any]:
+    """`other`'s logged losses against bf16's after `FIRST_COMPARED`: each step's relative
+    distance and the largest ({} until both ran)."""
     rows = results["variants"]
-    if not all("losses" in rows.get(v, {}) for v in VARIANTS):
+    if not all("losses" in rows.get(v, {}) for v in ("bf16", other)):
         return {}
     bf16 = logged(rows["bf16"]["losses"], every)
-    fp8 = logged(rows["float8"]["losses"], every)
+    fp8 = logged(rows[other]["losses"], every)
     apart = [
         (step, a, b, (b - a) / a) for (step, a), (_, b) in zip(bf16, fp8, strict=True)
         if step > FIRST_COMPARED
     ]  # fmt: skip
     worst = max(apart, key=lambda row: abs(row[3])) if apart else None
+    first, then = rows["bf16"]["losses"][0], rows[other]["losses"][0]
     return {
-        "logged": [{"step": s, "bf16": a, "float8": b, "apart": d} for s, a, b, d in apart],
+        "first_apart": (then - first) / first,
+        "logged": [{"step": s, "bf16": a, other: b, "apart": d} for s, a, b, d in apart],
         "largest_apart": worst[3] if worst else None,
         "largest_apart_step": worst[0] if worst else None,
         "floor_nats": floor_nats(),
@@ -153,10 +181,12 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         "steps": args.steps, "log_every": args.log_every, "lr": args.lr,
         "warmup_steps": args.warmup_steps, "variants": {},
     }  # fmt: skip
-    for variant in VARIANTS:
+    for variant in VARIANTS + ((CONTROL,) if args.control else ()):
         command = [__file__, "--variant", variant, *_passed(args)]
         results["variants"][variant] = gpu_compare.run_child(command, args.timeout)
         results["summary"] = summarise(results, args.log_every)
+        if args.control:
+            results["control"] = summarise(results, args.log_every, CONTROL)
         gpu_compare.write_json(args.out, results)
     return results
 
@@ -179,30 +209,35 @@ def show(results: dict[str, Any]) -> None:
             f"layers, {row['wall_s']:.0f} s, first loss {row['losses'][0]:.3f}, "
             f"last {row['losses'][-1]:.3f}"
         )
-    summary = results.get("summary") or {}
-    if not summary:
-        return
-    print(f"{'step':>5} {'bf16':>8} {'float8':>8} {'apart':>8}")
-    for row in summary["logged"]:
-        print(f"{row['step']:5} {row['bf16']:8.4f} {row['float8']:8.4f} {row['apart']:8.3%}")
-    print(
-        f"largest apart after step {FIRST_COMPARED}: {summary['largest_apart']:.3%} "
-        f"(step {summary['largest_apart_step']}); floor {summary['floor_nats']:.4f} nats"
-    )
+    for key, other in (("summary", "float8"), ("control", CONTROL)):
+        summary = results.get(key) or {}
+        if not summary:
+            continue
+        print(f"{'step':>5} {'bf16':>8} {other:>11} {'apart':>8}")
+        for row in summary["logged"]:
+            print(f"{row['step']:5} {row['bf16']:8.4f} {row[other]:11.4f} {row['apart']:8.3%}")
+        print(
+            f"{other} largest apart after step {FIRST_COMPARED}: {summary['largest_apart']:.3%}"
+            f" (step {summary['largest_apart_step']}; at step 1 {summary['first_apart']:.3%});"
+            f" floor {summary['floor_nats']:.4f} nats"
+        )
 
 
 def chart(results: dict[str, Any]) -> str:
     """The logged losses of both variants and the chain's floor, as an SVG line chart."""
     from accelkit.report import svg
 
-    every = results["log_every"]
-    bf16, fp8 = (logged(results["variants"][v]["losses"], every) for v in VARIANTS)
-    floor = floor_nats()
+    every, rows = results["log_every"], results["variants"]
+    curves = {
+        v: logged(rows[v]["losses"], every)
+        for v in (*VARIANTS, CONTROL)
+        if "losses" in rows.get(v, {})
+    }
+    steps = [step for step, _ in curves["bf16"]]
+    lines = [(name, [v for _, v in curve]) for name, curve in curves.items()]
     return svg.line_chart(
         "float8-loss", "Loss over steps, bf16 and float8 (mean of each logging interval)",
-        [step for step, _ in bf16],
-        [("bf16", [v for _, v in bf16]), ("float8", [v for _, v in fp8]),
-         ("the chain's floor", [floor] * len(bf16))],
+        steps, [*lines, ("the chain's floor", [floor_nats()] * len(steps))],
         x_label="step", y_label="loss (nats)",
     )  # fmt: skip
 
@@ -219,7 +254,8 @@ def main() -> int:
     parser.add_argument("--log-every", type=int, default=10)
     parser.add_argument("--timeout", type=int, default=200, help="seconds per variant")
     parser.add_argument("--smoke", action="store_true", help="the tiny model (CPU)")
-    parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--control", action="store_true", help=f"run {CONTROL} too")
+    parser.add_argument("--variant", choices=(*VARIANTS, CONTROL), help=argparse.SUPPRESS)
     parser.add_argument("--chart-from", help="a results JSON: write its chart to --out (SVG)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
