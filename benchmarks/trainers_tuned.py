@@ -145,7 +145,7 @@ def run_hf(args: argparse.Namespace) -> dict[str, Any]:
         arguments = TrainingArguments(bf16=device.type == "cuda", **by_hand, **common)
     trainer = Trainer(model, arguments, train_dataset=rows, callbacks=callbacks)
     trainer.train()
-    return _result(torch, device, windows(), callbacks[1:], size, arguments.optim)
+    return _result(torch, device, windows(), callbacks[1:], size, arguments.optim, args.warmup)
 
 
 def run_lightning(args: argparse.Namespace) -> dict[str, Any]:
@@ -191,12 +191,20 @@ def run_lightning(args: argparse.Namespace) -> dict[str, Any]:
         trainer = gpu_compare.lightning_trainer(L, device, total, callbacks)
     trainer.fit(Module(), train_dataloaders=SyntheticBatches(batch, total))
     size = int(next(iter(batch.values())).shape[0]) if isinstance(batch, dict) else len(batch[0])
-    return _result(torch, device, windows(), callbacks[1:], size, None)
+    return _result(torch, device, windows(), callbacks[1:], size, None, args.warmup)
 
 
 def _result(
-    torch: Any, device: Any, windows: list[float], accelkit: list[Any], size: int, optim: Any
+    torch: Any,
+    device: Any,
+    windows: list[float],
+    accelkit: list[Any],
+    size: int,
+    optim: Any,
+    warmup: int,
 ) -> dict[str, Any]:
+    """A variant's figures; none of its windows where tune's trials ran past the untimed
+    `warmup` steps into them (a candidate's rounds run twice at most: 18 units)."""
     result: dict[str, Any] = {
         "step_s": windows,
         "samples_per_step": size,
@@ -211,6 +219,13 @@ def _result(
             precision_mfu=report.precision_mfu,
             tuning=report.tuning,
         )
+        trained = (report.tuning or {}).get("steps", 0)
+        if trained > warmup:
+            del result["step_s"]
+            result["error"] = (
+                f"tune's trials took {trained} steps, past the {warmup}-step warm-up: the "
+                "windows timed trial steps (raise --warmup)"
+            )
     return result
 
 
