@@ -130,6 +130,7 @@ def test_a_compile_from_inductors_cache_prices_no_max_autotune(
     report = tuned_fit(10**7, batches(registry.trial_steps(1) + 4))
     by_name = {c["name"]: c for c in report.tuning["candidates"]}
     assert by_name["compile"]["compile_cached"] is True
+    assert "(cached)" in str(report)  # the tuning table says its compile time is the cache's
     autotune = by_name["max-autotune"]
     assert autotune["status"] == "skipped", autotune
     assert autotune["why"].startswith("the default compile took graphs from inductor's cache")
@@ -141,6 +142,7 @@ def test_a_compile_from_scratch_is_recorded_as_not_cached(modes: list[str | None
     report = tuned_fit(len(data), data)
     compiled = next(c for c in report.tuning["candidates"] if c["name"] == "compile")
     assert compiled["compile_cached"] is False  # the eager backend takes nothing from a cache
+    assert "(cached)" not in str(report)
 
 
 def test_inductors_cache_hits_are_counted_where_a_graph_is_compiled_again(tmp_path) -> None:

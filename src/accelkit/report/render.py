@@ -389,7 +389,7 @@ def render_tuning(tuning: Mapping[str, Any], width: int | None = None) -> str:
                 c.get("name", "?"),
                 c.get("status", "?"),
                 timing,
-                _num(c.get("compile_seconds")),
+                _num(c.get("compile_seconds")) + (" (cached)" if c.get("compile_cached") else ""),
                 check.describe() if check else "-",
                 c.get("why") or "",
             )
