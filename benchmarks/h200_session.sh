@@ -180,14 +180,13 @@ gputests)
     timeout 560 $py -m pytest tests -m gpu -q -p no:cacheprovider -rs > "$out/pytest_gpu.txt" 2>&1
     $py -m accelkit doctor > "$out/doctor.txt" 2>&1
     ;;
-float8a)  # ~8 min: each variant's process on its own, its log kept: float8 ~4.5 min (the
-    # 1B's process took 259 s on an H100 in session 29: trials 214 s, float8's compile 94 s),
-    # without ~3 (158 s alone on an H100 in session 28; cut in session 29: after the float8
-    # process its compile came from inductor's cache, so max-autotune looked cheap and was
-    # tried): JSON on stdout, the log on stderr
+float8a)  # ~8 min: each variant's process on its own, its log kept: float8 ~5.5 min (the
+    # 1B's process took 259 s on an H100 in session 29, and was cut at 300 s in session 30:
+    # its trials alone took 264 s), without ~2.5 (148 s on an H100 in session 30):
+    # JSON on stdout, the log on stderr
     for variant in float8 without; do
-        limit=300
-        [ "$variant" = without ] && limit=250
+        limit=400
+        [ "$variant" = without ] && limit=180
         cache=$(mktemp -d)  # a cold inductor cache each: tune prices by the compile it sees
         (cd benchmarks && TORCHINDUCTOR_CACHE_DIR=$cache timeout -k 5 $limit \
             $py float8_lever.py --variant "$variant" \
