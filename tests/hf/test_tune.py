@@ -13,15 +13,15 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from accelkit.hf import AccelkitCallback
-from accelkit.torch.tuning import registry
+from accelkit.torch.tuning import registry, trials
 
-from ..helpers.compiling import compiled_as, no_gradients
+from ..helpers.compiling import backward_refusing_new_shapes, compiled_as, no_gradients
 from ..helpers.tuning_record import taken
 
 STEPS = registry.trial_steps(1, cuda=False) + 4
 
 
-def train(tune: Any = True, **arguments: Any) -> tuple[AccelkitCallback, Any]:
+def train(tune: Any = True, collate: Any = None, **arguments: Any) -> tuple[AccelkitCallback, Any]:
     config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100,
                                      n_positions=16, bos_token_id=0, eos_token_id=0)  # fmt: skip
     torch.manual_seed(0)
@@ -32,7 +32,9 @@ def train(tune: Any = True, **arguments: Any) -> tuple[AccelkitCallback, Any]:
         per_device_train_batch_size=8, disable_tqdm=True, save_strategy="no", **arguments,
     )  # fmt: skip
     callback = AccelkitCallback(tune=tune, warmup=1)
-    transformers.Trainer(model, args, train_dataset=rows, callbacks=[callback]).train()
+    transformers.Trainer(
+        model, args, train_dataset=rows, data_collator=collate, callbacks=[callback]
+    ).train()
     return callback, model
 
 
@@ -60,6 +62,31 @@ def test_a_compiled_forward_without_gradients_is_dropped_before_it_trains() -> N
     compiled = next(c for c in callback.report.tuning["candidates"] if c["settings"].get("compile"))
     assert compiled["status"] == "failed" and "gradients" in compiled["why"], compiled["why"]
     assert "forward" not in vars(model)  # the compiled forward is off: the model's own runs
+
+
+def test_a_new_shapes_backward_that_fails_to_compile_runs_eagerly_and_training_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: the kept compiled forward, recompiled for the shorter rows of the last
+    batches, could not have its backward pass lowered; AOT autograd lowers it at the first
+    backward pass, so the error came from the Trainer's ``loss.backward()`` and stopped
+    the training. Now the backward pass is lowered as the forward compiles, and a forward
+    that fails to compile after the check runs eagerly."""
+    faster = trials.clearly_faster
+    monkeypatch.setattr(
+        trials, "clearly_faster", lambda t, best: bool(t.settings.get("compile")) or faster(t, best)
+    )
+    batches = []
+
+    def shorter_at_the_end(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        batches.append(transformers.default_data_collator(rows))
+        late = len(batches) > STEPS - 2
+        return {key: value[:, :12] if late else value for key, value in batches[-1].items()}
+
+    with compiled_as(backend=backward_refusing_new_shapes()):
+        callback, model = train(collate=shorter_at_the_end)
+    assert callback.report.tuning["compile"], callback.report.tuning
+    assert "forward" in vars(model) and callback.report.steps == STEPS
 
 
 def test_the_trainers_own_compile_is_kept_not_tried() -> None:

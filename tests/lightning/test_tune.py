@@ -16,7 +16,12 @@ pl = pytest.importorskip("lightning.pytorch")
 from accelkit.lightning import AccelkitCallback
 from accelkit.torch.tuning import registry, trials
 
-from ..helpers.compiling import compiled_as, graphs_out_of_memory, refusing
+from ..helpers.compiling import (
+    backward_refusing_new_shapes,
+    compiled_as,
+    graphs_out_of_memory,
+    refusing,
+)
 from ..helpers.tuning_record import taken
 
 STEPS = registry.trial_steps(1, cuda=False) + 6
@@ -104,18 +109,20 @@ def fit(module: Any, **options: Any) -> AccelkitCallback:
 
 
 def fit_with_steps(
-    module: Any, batches: int = STEPS, **options: Any
+    module: Any, batches: int = STEPS, small: int | None = None, **options: Any
 ) -> tuple[AccelkitCallback, Steps]:
+    """A one-epoch fit of `batches` batches of 8 rows (4 for the batch at index `small`)."""
     generator = torch.Generator().manual_seed(2)
     data = torch.utils.data.TensorDataset(
         torch.randn(8 * batches, 16, generator=generator),
         torch.randint(0, 4, (8 * batches,), generator=generator),
     )
+    rows = [list(range(8 * i, 8 * i + (4 if i == small else 8))) for i in range(batches)]
     callback, steps = AccelkitCallback(**options), Steps()
     trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
                          callbacks=[callback, steps])  # fmt: skip
-    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=8))
+    trainer.fit(module, torch.utils.data.DataLoader(data, batch_sampler=rows))
     return callback, steps
 
 
@@ -198,6 +205,24 @@ def test_a_compile_error_after_the_check_falls_back_to_eager_and_the_fit_goes_on
     with compiled_as(backend=refusing(torch.sin)):
         callback, steps = fit_with_steps(module, tune=True)
     assert steps.compiled[late], steps.compiled  # this batch recompiled, failed, ran eager
+    assert callback.report.steps == STEPS
+    assert by_name(callback)["compile step"]["status"] in ("chosen", "slower")
+
+
+def test_a_new_shapes_backward_that_fails_to_compile_falls_back_to_eager_and_the_fit_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: a recompile for a new shape during the compiled step's timed units, whose
+    backward pass the compiler could not lower, raised from the Trainer's
+    ``loss.backward()`` (AOT autograd lowers a backward pass lazily) and stopped the fit.
+    Now the backward is lowered as the step compiles, where the fallback to eager reaches
+    it."""
+    monkeypatch.setattr(trials, "more_rounds", lambda trial: False)
+    own = [i for i, who in enumerate(trials.ROUNDS) if who == trials.CANDIDATE]
+    late = BASELINE + UNITS + trials.WARMUP_UNITS + own[1]
+    with compiled_as(backend=backward_refusing_new_shapes()):
+        callback, steps = fit_with_steps(Classifier(), small=late, tune=True)
+    assert steps.compiled[late], steps.compiled  # the small batch ran the compiled step
     assert callback.report.steps == STEPS
     assert by_name(callback)["compile step"]["status"] in ("chosen", "slower")
 

@@ -30,6 +30,7 @@ from accelkit.torch.tuning.reference import Reference
 from accelkit.torch.tuning.trial_guards import LossMismatch, check_grads, check_loss
 
 from ..helpers.compiling import (
+    backward_refusing_new_shapes,
     compiled_as,
     graphs_judged,
     graphs_on_cuda,
@@ -212,6 +213,26 @@ def test_a_failing_compile_is_dropped_and_its_batch_trained_again(
     assert optimizer_steps(optimizer) == len(data) and report.steps == len(data)
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert all(math.isfinite(loss) for loss in report.losses)
+
+
+def test_a_new_shapes_backward_that_fails_to_compile_runs_eagerly_and_the_fit_goes_on(
+    compile_with: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the kept compiled step, recompiled for the smaller last batches, could not
+    have its backward pass lowered; AOT autograd lowers it at the first backward pass,
+    so the error came from ``loss.backward()`` after the trials and stopped the fit. Now
+    the backward pass is lowered as the step compiles, and outside a candidate's check a
+    step that fails to compile runs eagerly."""
+    compile_with(backward_refusing_new_shapes())
+    faster = trials.clearly_faster
+    monkeypatch.setattr(
+        trials, "clearly_faster", lambda t, best: bool(t.settings.get("compile")) or faster(t, best)
+    )
+    data = batches(STEPS + 6)
+    data[-2:] = batches(2, batch=32)
+    report = fit(data=data)
+    assert report.tuning["compile"], report.tuning
+    assert report.steps == len(data) and all(math.isfinite(loss) for loss in report.losses)
 
 
 def test_a_graph_break_storm_is_dropped(compile_with: Callable[..., None]) -> None:

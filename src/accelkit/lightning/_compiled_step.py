@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from accelkit.torch.tuning import graphs
+from accelkit.torch.tuning.compiling import always
 from accelkit.torch.tuning.in_trainer import as_it_is, bound, compiled_method, never, rescued
 
 _LOGGING = ("log", "log_dict")
@@ -37,9 +38,10 @@ class CompiledStep:
 
     `on` sets the compiled step as the module's ``training_step`` attribute (the one the
     Trainer calls; it keeps the signature Lightning inspects), `off` puts back exactly
-    what was there. The first call (tune's check) raises what compiling raises, so the
-    check drops the candidate with the reason; later calls fall back to the eager step
-    for a frame that fails to compile (a recompile on a new shape) instead of stopping
+    what was there. While `strict()` (tune's check) a call raises what compiling raises,
+    so the check drops the candidate with the reason; other calls fall back to the eager
+    step for a frame that fails to compile (a recompile on a new shape, its backward pass
+    included: `accelkit.torch.tuning.in_trainer.compiled_method`) instead of stopping
     the fit, and an error that `rescue` takes as the trial's end (CUDA graphs out of
     memory: `accelkit.torch.tuning.in_trainer.TrainerTrials.rescue`) runs the module's
     ``training_step`` as it is then, the best so far's.
@@ -72,19 +74,20 @@ class CompiledStep:
         torch: Any,
         module: Any,
         rescue: Callable[[BaseException], bool] = never,
+        strict: Callable[[], bool] = always,
         **options: Any,
     ) -> None:
         self._module = module
-        self._config = torch._dynamo.config
         self._saved = vars(module).get("training_step")
-        self._compiled, function = compiled_method(torch, module, "training_step", **options)
+        self._compiled, function = compiled_method(
+            torch, module, "training_step", strict, **options
+        )
         # In a mode that captures CUDA graphs, what the step returns and logs is copied
         # out of the graphs' memory, which the next step's replay overwrites.
         self._copied_out: Callable[[Any], Any] = lambda value: value
         if graphs.captures(options.get("mode")):
             self._copied_out = functools.partial(graphs.copied_out, torch)
         self._calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
-        self._checked = False  # the first call raises what compiling raises
         self._guarded = rescued(self._run, rescue, as_it_is("training_step"))
         # A method of the module (a copy binds it to itself), signed as the user's: its
         # ``__wrapped__`` is what Lightning's signature checks read (batch_idx,
@@ -120,9 +123,7 @@ class CompiledStep:
         if self._takes_module:
             args = (module, *args)
         try:
-            with self._config.patch(suppress_errors=self._checked):
-                self._checked = True
-                output = self._compiled(*args, **kwargs)
+            output = self._compiled(*args, **kwargs)
         finally:
             calls, self._calls = self._calls, []
             for name, value in saved.items():

@@ -29,6 +29,7 @@ import torch
 from accelkit.lightning._compiled_step import CompiledStep
 from accelkit.profiling.tuning import TuneResult
 from accelkit.torch.tuning import reference
+from accelkit.torch.tuning.compiling import always
 from accelkit.torch.tuning.in_trainer import TrainerTrials, never, not_tuned, safely
 
 # The strategies whose module trains whole on each device, as tune measures it.
@@ -82,7 +83,9 @@ def _step_compiler(pl_module: Any) -> Any:
     the loader's iterator draws batches itself, outside what one compiled call can hold."""
     if "dataloader_iter" in inspect.signature(pl_module.training_step).parameters:
         return None
-    return lambda mode=None, rescue=never: CompiledStep(torch, pl_module, rescue, mode=mode)
+    return lambda mode=None, rescue=never, strict=always: CompiledStep(
+        torch, pl_module, rescue, strict, mode=mode
+    )
 
 
 def _compiled_by_script(pl_module: Any) -> str | None:

@@ -13,6 +13,8 @@ far, each checked against the eager step like compile.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -124,3 +126,46 @@ def _compile_trial(tried: list[Trial]) -> Trial | None:
         ),
         None,
     )
+
+
+def always() -> bool:
+    """The `contained` strictness outside tune's doors: every compile error raises."""
+    return True
+
+
+def contained(
+    torch: Any, compiled: Callable[..., Any], strict: Callable[[], bool] = always
+) -> Callable[..., Any]:
+    """`compiled` (what ``torch.compile`` returned), its compile errors kept inside its
+    calls, where the run survives them:
+
+    - its backward pass is lowered when its forward compiles
+      (``torch._functorch.config.force_non_lazy_backward_lowering``), not at the first
+      backward pass, so that an error lowering it (a new shape's recompile) is raised in
+      the compiled call, where the check, the trainers' `rescued` and the fallback below
+      reach it, and not from ``loss.backward()``, which in a trainer's step no callback
+      can catch;
+    - while `strict()` (tune checks a candidate: its first call, which records what
+      compiling raises as the candidate's failure) a compile error raises; otherwise a
+      frame that fails to compile runs eagerly (``torch._dynamo.config.suppress_errors``)
+      instead of stopping the run.
+
+    Example:
+        >>> import torch
+        >>> step = contained(torch, torch.compile(torch.sin, backend="eager"))
+        >>> float(step(torch.zeros(1)))
+        0.0
+    """
+    functorch = importlib.import_module("torch._functorch.config")
+    early = hasattr(functorch, "force_non_lazy_backward_lowering")  # not in every torch
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        lowering = (
+            functorch.patch(force_non_lazy_backward_lowering=True)
+            if early
+            else contextlib.nullcontext()
+        )
+        with torch._dynamo.config.patch(suppress_errors=not strict()), lowering:
+            return compiled(*args, **kwargs)
+
+    return call

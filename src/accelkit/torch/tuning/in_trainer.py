@@ -68,7 +68,7 @@ from accelkit.profiling import torch_batches
 from accelkit.profiling.levers import Settings
 from accelkit.profiling.tuning import Check, Trial, TuneResult
 from accelkit.torch.distributed import parallel
-from accelkit.torch.tuning import graphs, reference, registry
+from accelkit.torch.tuning import compiling, graphs, reference, registry
 from accelkit.torch.tuning import trial_guards as guards
 from accelkit.torch.tuning.candidate import Candidate
 from accelkit.torch.tuning.engine import RECOMPILES_ALLOWED, Engine
@@ -90,7 +90,8 @@ class Compiled:
     ``module(...)`` calls: the module's hooks (the callbacks' batch readers) stay outside
     the compiled code, and `off` puts back exactly what was there (a trainer's own
     wrapper, such as Accelerate's autocast of ``forward``). Compiling happens at the first
-    call after `on`.
+    call after `on`; outside tune's check (`strict`), a forward that fails to compile (a
+    new shape's, its backward pass included) runs eagerly (`compiled_method`).
 
     Example:
         >>> import torch
@@ -110,10 +111,13 @@ class Compiled:
         modules: list[Any],
         mode: str | None = None,
         rescue: Callable[[BaseException], bool] = never,
+        strict: Callable[[], bool] = compiling.always,
     ) -> None:
         self._modules = modules
         self._saved = [vars(module).get("forward") for module in modules]
-        self._compiled = [_compiled_forward(torch, module, mode, rescue) for module in modules]
+        self._compiled = [
+            _compiled_forward(torch, module, mode, rescue, strict) for module in modules
+        ]
 
     def on(self) -> None:
         for module, compiled in zip(self._modules, self._compiled, strict=True):
@@ -127,14 +131,22 @@ class Compiled:
                 module.forward = saved
 
 
-def compiled_method(torch: Any, module: Any, name: str, **options: Any) -> tuple[Any, Any]:
+def compiled_method(
+    torch: Any,
+    module: Any,
+    name: str,
+    strict: Callable[[], bool] = compiling.always,
+    **options: Any,
+) -> tuple[Any, Any]:
     """``torch.compile`` of `module`'s method `name`: ``(compiled, function)``. `function`
     is the function under the bound method, and `compiled` takes the module as its first
     argument, so that a copy of `module` (the check's, `reference.copy_of`) runs the same
     compiled code on itself and the trainer's step reuses what the check compiled; or
     None where `name` is no method of `module` (a wrapper's plain function, compiled as
-    it is). In a mode that captures CUDA graphs the outputs are copied out of the graphs'
-    pool (`graphs.replayed`).
+    it is). Its compile errors reach no further than the call, where they raise while
+    `strict()` (`compiling.contained`). In a mode
+    that captures CUDA graphs the outputs are copied out of the graphs' pool
+    (`graphs.replayed`).
 
     Example:
         >>> import torch
@@ -148,6 +160,7 @@ def compiled_method(torch: Any, module: Any, name: str, **options: Any) -> tuple
     if getattr(method, "__self__", None) is not module:
         function = None
     compiled = torch.compile(method if function is None else function, **options)
+    compiled = compiling.contained(torch, compiled, strict)
     if graphs.captures(options.get("mode")):
         compiled = graphs.replayed(torch, compiled)
     return compiled, function
@@ -207,11 +220,15 @@ def rescued(
 
 
 def _compiled_forward(
-    torch: Any, module: Any, mode: str | None, rescue: Callable[[BaseException], bool]
+    torch: Any,
+    module: Any,
+    mode: str | None,
+    rescue: Callable[[BaseException], bool],
+    strict: Callable[[], bool],
 ) -> Any:
     """`module`'s forward compiled, its error in the trainer's step `rescue`d: the forward
     the module has then (the best's) runs instead."""
-    compiled, function = compiled_method(torch, module, "forward", mode=mode)
+    compiled, function = compiled_method(torch, module, "forward", strict, mode=mode)
     if function is None:
         return rescued(compiled, rescue, functools.partial(as_it_is("forward"), module))
     return bound(rescued(compiled, rescue, as_it_is("forward")), function, module)
@@ -228,9 +245,11 @@ class TrainerTrials:
         mode: ``"auto"``, True or False, as the fit's ``tune``.
         compile_targets: the modules whose forward pass the compiled candidate compiles;
             empty leaves compile out.
-        compile_step: ``compile_step(mode=None, rescue=never) -> switch`` (``on()``,
-            ``off()``): the whole training step compiled (in torch.compile's `mode`), its
-            errors in the trainer's step offered to `rescue` (`TrainerTrials.rescue`),
+        compile_step: ``compile_step(mode=None, rescue=never, strict=always) -> switch``
+            (``on()``, ``off()``): the whole training step compiled (in torch.compile's
+            `mode`), its compile errors raised only while `strict()`
+            (`TrainerTrials.checking`), its errors in the trainer's step offered to
+            `rescue` (`TrainerTrials.rescue`),
             tried before `compile_targets`, which are tried only if it fails (None: the
             door has no step to compile).
         compile_fixed: why compile is not a candidate (the script or trainer compiled
@@ -364,6 +383,11 @@ class TrainerTrials:
             self._torch.cuda.empty_cache()
         return True
 
+    def checking(self) -> bool:
+        """Whether a candidate's check runs: its compile errors are the check's to record
+        (`compiling.contained`); outside it a frame that fails to compile runs eagerly."""
+        return self._checking
+
     # -- the door (`accelkit.torch.tuning.engine.Door`) -------------------------------
 
     def decide(self, value: Any) -> Any:
@@ -381,14 +405,16 @@ class TrainerTrials:
             codes.append(
                 (
                     "training_step",
-                    lambda mode: make_step(mode=mode, rescue=self.rescue),
+                    lambda mode: make_step(mode=mode, rescue=self.rescue, strict=self.checking),
                 )
             )
         if self._targets:
             codes.append(
                 (
                     "forward",
-                    lambda mode: Compiled(self._torch, self._targets, mode, self.rescue),
+                    lambda mode: Compiled(
+                        self._torch, self._targets, mode, self.rescue, self.checking
+                    ),
                 )
             )
         return codes, None if codes else "no module with parameters to compile"

@@ -21,7 +21,7 @@ from typing import Any
 from accelkit.profiling.levers import Settings
 from accelkit.profiling.tuning import Check, Trial, TuneResult
 from accelkit.torch.training.step import Step, TrainOne
-from accelkit.torch.tuning import graphs, levers, reference, registry
+from accelkit.torch.tuning import compiling, graphs, levers, reference, registry
 from accelkit.torch.tuning import trial_guards as guards
 from accelkit.torch.tuning.candidate import Candidate, Skipped
 from accelkit.torch.tuning.engine import Engine
@@ -207,7 +207,11 @@ class Tuner:
         if graphs.captures(mode):
             step = graphs.step(self._torch, eager, mode=mode or graphs.REDUCE_OVERHEAD)
         else:
-            compiled = self._torch.compile(eager.forward_loss, mode=mode)
+            compiled = compiling.contained(
+                self._torch,
+                self._torch.compile(eager.forward_loss, mode=mode),
+                strict=lambda: self._checking is not None,  # the check records its errors
+            )
             step = dataclasses.replace(eager, forward_loss=compiled, compiled=True)
         return _StepSwitch(self, step)
 
