@@ -26,7 +26,7 @@ import gpu_compare  # same folder: child processes, JSON
 from float8_loss_curve import ACTIVE, markov_tokens  # same folder: the chain with a floor
 
 VARIANTS = ("float8", "without")
-MODELS = ("llama-1b", "llama-3b", "gpt2")
+MODELS = ("llama-1b", "llama-3b", "gpt2", "hf-gpt2")  # hf-gpt2: Conv1D layers, none converted
 
 
 def run_variant(args: argparse.Namespace) -> dict[str, Any]:
