@@ -115,12 +115,12 @@ def graphs_out_of_memory(monkeypatch: pytest.MonkeyPatch, *, fails_from: int = 1
     return events
 
 
-def backward_refusing_new_shapes() -> Any:
+def backward_refusing_new_shapes(size: int | None = None) -> Any:
     """A backend (AOT autograd, each graph run as traced) whose backward compiler fails on
-    a graph of symbolic shapes, as a compiler fails to lower the backward pass of a
-    recompile for a new shape. AOT autograd lowers a backward pass at its first call
-    unless asked to do it as the forward compiles, so the error comes from
-    ``loss.backward()`` by default."""
+    a graph of symbolic shapes, or with a dimension of `size`, as a compiler fails to
+    lower the backward pass of a recompile for a new shape. AOT autograd lowers a
+    backward pass at its first call unless asked to do it as the forward compiles, so the
+    error comes from ``loss.backward()`` by default."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.aot_autograd import make_boxed_func
 
@@ -128,8 +128,8 @@ def backward_refusing_new_shapes() -> Any:
         return make_boxed_func(graph.forward)
 
     def backward(graph: Any, example_inputs: Any) -> Any:
-        sizes = (x.shape if isinstance(x, torch.Tensor) else [x] for x in example_inputs)
-        if any(isinstance(size, torch.SymInt) for shape in sizes for size in shape):
+        sizes = [s for x in example_inputs for s in (x.shape if torch.is_tensor(x) else [x])]
+        if size in sizes or any(isinstance(s, torch.SymInt) for s in sizes):
             raise RuntimeError("this backend cannot lower the backward pass of a new shape")
         return as_traced(graph, example_inputs)
 

@@ -215,23 +215,29 @@ def test_a_failing_compile_is_dropped_and_its_batch_trained_again(
     assert all(math.isfinite(loss) for loss in report.losses)
 
 
+@pytest.mark.parametrize("kept", ["compile", "cudagraphs"])
 def test_a_new_shapes_backward_that_fails_to_compile_runs_eagerly_and_the_fit_goes_on(
-    compile_with: Callable[..., None], monkeypatch: pytest.MonkeyPatch
+    compile_with: Callable[..., None], monkeypatch: pytest.MonkeyPatch, kept: str
 ) -> None:
-    """Before: the kept compiled step, recompiled for the smaller last batches, could not
-    have its backward pass lowered; AOT autograd lowers it at the first backward pass,
-    so the error came from ``loss.backward()`` after the trials and stopped the fit. Now
-    the backward pass is lowered as the step compiles, and outside a candidate's check a
-    step that fails to compile runs eagerly."""
-    compile_with(backward_refusing_new_shapes())
-    faster = trials.clearly_faster
-    monkeypatch.setattr(
-        trials, "clearly_faster", lambda t, best: bool(t.settings.get("compile")) or faster(t, best)
-    )
-    data = batches(STEPS + 6)
+    """Before: the kept compiled step (or its CUDA graphs: the device check told CUDA),
+    recompiled for the smaller last batches, could not have its backward pass lowered;
+    AOT autograd lowers it at the first backward pass, so the error came from
+    ``loss.backward()`` after the trials and stopped the fit. Now the backward pass is
+    lowered as the step compiles, and outside a candidate's check a step that fails to
+    compile runs eagerly. Each new shape compiles anew (no automatic dynamic shapes), so
+    that the CUDA-graph candidate's compile of the same code compiles the same shapes,
+    and the backend fails on the small batches' (32 rows)."""
+    compile_with(backward_refusing_new_shapes(size=32))
+    graphs_on_cuda(monkeypatch)
+    monkeypatch.setattr(trials, "clearly_faster", lambda t, best: bool(t.settings.get(kept)))
+    data = batches(registry.trial_steps(1) + 6)
     data[-2:] = batches(2, batch=32)
-    report = fit(data=data)
-    assert report.tuning["compile"], report.tuning
+    try:
+        with torch._dynamo.config.patch(automatic_dynamic_shapes=False):
+            report = fit(data=data)
+    finally:
+        torch._dynamo.reset()  # the static graphs compiled here stay out of later tests
+    assert report.tuning[kept], report.tuning
     assert report.steps == len(data) and all(math.isfinite(loss) for loss in report.losses)
 
 

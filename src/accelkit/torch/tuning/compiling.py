@@ -13,7 +13,6 @@ far, each checked against the eager step like compile.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -145,10 +144,10 @@ def contained(
       the compiled call, where the check, the trainers' `rescued` and the fallback below
       reach it, and not from ``loss.backward()``, which in a trainer's step no callback
       can catch;
-    - while `strict()` (tune checks a candidate: its first call, which records what
-      compiling raises as the candidate's failure) a compile error raises; otherwise a
-      frame that fails to compile runs eagerly (``torch._dynamo.config.suppress_errors``)
-      instead of stopping the run.
+    - while `strict()` (tune checks a candidate, which is where its compiled code first
+      runs, and records what compiling raises as the candidate's failure) a compile
+      error raises; otherwise a frame that fails to compile runs eagerly
+      (``torch._dynamo.config.suppress_errors``) instead of stopping the run.
 
     Example:
         >>> import torch
@@ -156,16 +155,22 @@ def contained(
         >>> float(step(torch.zeros(1)))
         0.0
     """
-    functorch = importlib.import_module("torch._functorch.config")
+    dynamo = torch._dynamo.config
+    functorch: Any = importlib.import_module("torch._functorch.config")
     early = hasattr(functorch, "force_non_lazy_backward_lowering")  # not in every torch
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        lowering = (
-            functorch.patch(force_non_lazy_backward_lowering=True)
-            if early
-            else contextlib.nullcontext()
-        )
-        with torch._dynamo.config.patch(suppress_errors=not strict()), lowering:
+        # Set and put back by hand: ``config.patch`` costs several times more a call.
+        suppress = dynamo.suppress_errors
+        lazy = early and not functorch.force_non_lazy_backward_lowering
+        dynamo.suppress_errors = not strict()
+        if lazy:
+            functorch.force_non_lazy_backward_lowering = True
+        try:
             return compiled(*args, **kwargs)
+        finally:
+            dynamo.suppress_errors = suppress
+            if lazy:
+                functorch.force_non_lazy_backward_lowering = False
 
     return call

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from accelkit.profiling.tuning import Trial
@@ -103,9 +103,16 @@ def replayed(torch: Any, compiled: Any) -> Any:
     return call
 
 
-def step(torch: Any, eager: Step, mode: str = REDUCE_OVERHEAD) -> Step:
+def step(
+    torch: Any,
+    eager: Step,
+    mode: str = REDUCE_OVERHEAD,
+    contain: Callable[[Any], Any] = lambda compiled: compiled,
+) -> Step:
     """`eager` with its forward pass and loss compiled into CUDA graphs (`mode`: one of
-    torch.compile's modes that capture them, ``"reduce-overhead"`` or `AUTOTUNE`).
+    torch.compile's modes that capture them, ``"reduce-overhead"`` or `AUTOTUNE`), what
+    ``torch.compile`` returns passed through `contain` (tune's
+    `accelkit.torch.tuning.compiling.contained`).
 
     Example:
         >>> import accelkit
@@ -123,7 +130,7 @@ def step(torch: Any, eager: Step, mode: str = REDUCE_OVERHEAD) -> Step:
         >>> unsupported(torch, run.device, ddp=under_ddp(eager), compiled=compiled)
         'CUDA graphs need a CUDA device'
     """
-    forward_loss = replayed(torch, torch.compile(eager.forward_loss, mode=mode))
+    forward_loss = replayed(torch, contain(torch.compile(eager.forward_loss, mode=mode)))
     return dataclasses.replace(eager, forward_loss=forward_loss, compiled=True)
 
 

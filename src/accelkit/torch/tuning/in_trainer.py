@@ -144,9 +144,8 @@ def compiled_method(
     compiled code on itself and the trainer's step reuses what the check compiled; or
     None where `name` is no method of `module` (a wrapper's plain function, compiled as
     it is). Its compile errors reach no further than the call, where they raise while
-    `strict()` (`compiling.contained`). In a mode
-    that captures CUDA graphs the outputs are copied out of the graphs' pool
-    (`graphs.replayed`).
+    `strict()` (`compiling.contained`). In a mode that captures CUDA graphs the outputs
+    are copied out of the graphs' pool (`graphs.replayed`).
 
     Example:
         >>> import torch

@@ -14,6 +14,7 @@ re-wraps the module or switches the wrapper's communication hook.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -202,16 +203,21 @@ class Tuner:
 
     def _compiled(self, mode: str | None) -> _StepSwitch:
         """The step on now (the best so far, uncompiled: `compiling.made`) with its forward
-        and loss compiled in `mode` (its CUDA graphs where the mode captures them)."""
+        and loss compiled in `mode` (its CUDA graphs where the mode captures them), its
+        compile errors raised in its checked first unit and outside it falling back to
+        eager (`compiling.contained`)."""
         eager = self.step
+        contain = functools.partial(
+            compiling.contained,
+            self._torch,
+            strict=lambda: self._checking is not None,  # the check records its errors
+        )
         if graphs.captures(mode):
-            step = graphs.step(self._torch, eager, mode=mode or graphs.REDUCE_OVERHEAD)
-        else:
-            compiled = compiling.contained(
-                self._torch,
-                self._torch.compile(eager.forward_loss, mode=mode),
-                strict=lambda: self._checking is not None,  # the check records its errors
+            step = graphs.step(
+                self._torch, eager, mode=mode or graphs.REDUCE_OVERHEAD, contain=contain
             )
+        else:
+            compiled = contain(self._torch.compile(eager.forward_loss, mode=mode))
             step = dataclasses.replace(eager, forward_loss=compiled, compiled=True)
         return _StepSwitch(self, step)
 
