@@ -147,7 +147,10 @@ def contained(
     - while `strict()` (tune checks a candidate, which is where its compiled code first
       runs, and records what compiling raises as the candidate's failure) a compile
       error raises; otherwise a frame that fails to compile runs eagerly
-      (``torch._dynamo.config.suppress_errors``) instead of stopping the run.
+      (``torch._dynamo.config.suppress_errors``) instead of stopping the run, from then
+      on: dynamo logs the error ("WON'T CONVERT") and skips that frame's code for good
+      (``torch/_dynamo/types.py``, ``ConvertFrameReturn``), so the run goes on at the
+      eager speed of that code.
 
     Example:
         >>> import torch
