@@ -9,6 +9,7 @@ out-of-memory error, a loss that changes or turns NaN, a graph break storm.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -217,7 +218,10 @@ def test_a_failing_compile_is_dropped_and_its_batch_trained_again(
 
 @pytest.mark.parametrize("kept", ["compile", "cudagraphs"])
 def test_a_new_shapes_backward_that_fails_to_compile_runs_eagerly_and_the_fit_goes_on(
-    compile_with: Callable[..., None], monkeypatch: pytest.MonkeyPatch, kept: str
+    compile_with: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    kept: str,
 ) -> None:
     """Before: the kept compiled step (or its CUDA graphs: the device check told CUDA),
     recompiled for the smaller last batches, could not have its backward pass lowered;
@@ -233,12 +237,20 @@ def test_a_new_shapes_backward_that_fails_to_compile_runs_eagerly_and_the_fit_go
     data = batches(registry.trial_steps(1) + 6)
     data[-2:] = batches(2, batch=32)
     try:
-        with torch._dynamo.config.patch(automatic_dynamic_shapes=False):
+        with (
+            torch._dynamo.config.patch(automatic_dynamic_shapes=False),
+            caplog.at_level(logging.WARNING, logger="accelkit"),
+        ):
             report = fit(data=data)
     finally:
         torch._dynamo.reset()  # the static graphs compiled here stay out of later tests
     assert report.tuning[kept], report.tuning
     assert report.steps == len(data) and all(math.isfinite(loss) for loss in report.losses)
+    told = [r.getMessage() for r in caplog.records if r.name == "accelkit"]
+    assert any(
+        "forward_loss" in m and "cannot lower the backward pass" in m and "eagerly" in m
+        for m in told
+    ), told
 
 
 def test_a_graph_break_storm_is_dropped(compile_with: Callable[..., None]) -> None:

@@ -2,13 +2,14 @@
 
 What it sets is global to torch (dynamo's and AOT autograd's configuration), so the
 property is that each call sets it only for itself and puts back what the script had,
-whatever the script had and whether or not the call raised. The fallbacks it enables are
-tested through the doors (a new shape's backward that fails to compile: test_tune.py,
-the Lightning and Hugging Face tests)."""
+whatever the script had and whether or not the call raised, its listener to dynamo's log
+removed. The fallbacks it enables are tested through the doors (a new shape's backward
+that fails to compile: test_tune.py, the Lightning and Hugging Face tests)."""
 
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any
 
 import pytest
@@ -35,6 +36,8 @@ def test_a_call_sets_the_compile_settings_for_itself_and_puts_back_the_scripts(
     suppress: bool, lowering: bool, strict: bool, raises: bool
 ) -> None:
     dynamo, seen = torch._dynamo.config, []
+    dynamo_log = logging.getLogger("torch._dynamo.convert_frame")
+    handlers = list(dynamo_log.handlers)
 
     def compiled() -> None:
         seen.append((dynamo.suppress_errors, getattr(functorch, LOWERING)))
@@ -49,3 +52,4 @@ def test_a_call_sets_the_compile_settings_for_itself_and_puts_back_the_scripts(
             assert raises
         assert seen == [(not strict, True)]  # errors raise only while strict
         assert (dynamo.suppress_errors, getattr(functorch, LOWERING)) == (suppress, lowering)
+        assert dynamo_log.handlers == handlers  # the fallbacks' listener is gone too

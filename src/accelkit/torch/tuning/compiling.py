@@ -14,6 +14,7 @@ far, each checked against the eager step like compile.
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,10 @@ from accelkit.torch.tuning.candidate import Candidate, Skipped
 
 if TYPE_CHECKING:
     from accelkit.torch.tuning.engine import Engine
+
+_log = logging.getLogger("accelkit")
+# Where dynamo reports a frame it failed to compile and runs eagerly ("WON'T CONVERT").
+_DYNAMO_LOG = logging.getLogger("torch._dynamo.convert_frame")
 
 
 def compiled(engine: Engine) -> Iterator[Candidate | Skipped]:
@@ -148,9 +153,8 @@ def contained(
       runs, and records what compiling raises as the candidate's failure) a compile
       error raises; otherwise a frame that fails to compile runs eagerly
       (``torch._dynamo.config.suppress_errors``) instead of stopping the run, from then
-      on: dynamo logs the error ("WON'T CONVERT") and skips that frame's code for good
-      (``torch/_dynamo/types.py``, ``ConvertFrameReturn``), so the run goes on at the
-      eager speed of that code.
+      on: dynamo skips that frame's code for good (``torch/_dynamo/types.py``,
+      ``ConvertFrameReturn``), and accelkit logs a warning with dynamo's reason.
 
     Example:
         >>> import torch
@@ -161,12 +165,15 @@ def contained(
     dynamo = torch._dynamo.config
     functorch: Any = importlib.import_module("torch._functorch.config")
     early = hasattr(functorch, "force_non_lazy_backward_lowering")  # not in every torch
+    heard = _Skipped()
 
     def call(*args: Any, **kwargs: Any) -> Any:
         # Set and put back by hand: ``config.patch`` costs several times more a call.
         suppress = dynamo.suppress_errors
         lazy = early and not functorch.force_non_lazy_backward_lowering
         dynamo.suppress_errors = not strict()
+        if dynamo.suppress_errors:
+            _DYNAMO_LOG.addHandler(heard)
         if lazy:
             functorch.force_non_lazy_backward_lowering = True
         try:
@@ -175,5 +182,35 @@ def contained(
             dynamo.suppress_errors = suppress
             if lazy:
                 functorch.force_non_lazy_backward_lowering = False
+            _DYNAMO_LOG.removeHandler(heard)
+            heard.tell()
 
     return call
+
+
+class _Skipped(logging.Handler):
+    """Dynamo's reports of frames it failed to compile and runs eagerly from then on,
+    while attached to its logger; `tell` says each once, as accelkit's warning."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.frames: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        first, *_ = record.getMessage().splitlines() or [""]
+        if not first.startswith("WON'T CONVERT"):
+            return
+        error = record.exc_info[1] if record.exc_info else None
+        where = first.removeprefix("WON'T CONVERT").strip()
+        why = guards.why(error).split(" Set TORCHDYNAMO_VERBOSE")[0] if error else "?"
+        self.frames.append(f"{where}: {why}")
+
+    def tell(self) -> None:
+        for frame in self.frames:
+            _log.warning(
+                "accelkit: tune's compiled code failed to compile for an input it had not "
+                "seen, and runs eagerly from now on, slower, rather than stopping the run "
+                "(%s)",
+                frame,
+            )
+        self.frames.clear()
