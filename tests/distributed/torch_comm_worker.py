@@ -28,10 +28,15 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 import accelkit
 import accelkit.torch
 from accelkit.torch.distributed import wrapping
-from accelkit.torch.tuning import levers
+from accelkit.torch.tuning import levers, registry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
 from torch_data import mlp, separable
+
+# Rows enough that each of the 2 ranks' batches of 32 hold the trials' most steps under
+# DDP, a candidate's rounds run twice included: with 4,096 (64 batches a rank) a run
+# whose candidates ran their rounds again ended during the no-buffer-broadcast lever's.
+TRIALS_ROWS = 2 * 32 * (registry.trial_steps(1, data_parallel=True, cuda=False) + 8)
 
 
 def checksum(model, of: str = "parameters") -> str:
@@ -116,7 +121,7 @@ def buffer_broadcast(plan, rank: int) -> dict:
     running statistics differ by rank. Each with every rank's buffers' checksum."""
     result = {}
     for name, model in (("bn", normalised(rank)), ("counter", Counted(mlp(seed=rank)))):
-        report = fit(model, separable(n=4096, shuffle=True), plan, tune=True, compile=False)
+        report = fit(model, separable(n=TRIALS_ROWS, shuffle=True), plan, tune=True, compile=False)
         result[name] = {
             "tuning": report.tuning,
             "ddp": report.facts.get("ddp"),
@@ -143,7 +148,7 @@ def main(out: str) -> None:
     for name, tolerance in (("tuned", levers.BF16_GRADIENT_RTOL), ("strict", 1e-9)):
         levers.BF16_GRADIENT_RTOL = tolerance
         model = mlp(16, 256, 256, 4, seed=rank)
-        report = fit(model, separable(n=4096, shuffle=True), bf16, tune=True, compile=False)
+        report = fit(model, separable(n=TRIALS_ROWS, shuffle=True), bf16, tune=True, compile=False)
         result[name] = {
             "tuning": report.tuning,
             "ddp": report.facts.get("ddp"),
