@@ -165,7 +165,7 @@ def contained(
     dynamo = torch._dynamo.config
     functorch: Any = importlib.import_module("torch._functorch.config")
     early = hasattr(functorch, "force_non_lazy_backward_lowering")  # not in every torch
-    heard = _Skipped()
+    heard = _EagerFallbacks()
 
     def call(*args: Any, **kwargs: Any) -> Any:
         # Set and put back by hand: ``config.patch`` costs several times more a call.
@@ -188,7 +188,7 @@ def contained(
     return call
 
 
-class _Skipped(logging.Handler):
+class _EagerFallbacks(logging.Handler):
     """Dynamo's reports of frames it failed to compile and runs eagerly from then on,
     while attached to its logger; `tell` says each once, as accelkit's warning."""
 
