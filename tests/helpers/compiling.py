@@ -115,6 +115,69 @@ def graphs_out_of_memory(monkeypatch: pytest.MonkeyPatch, *, fails_from: int = 1
     return events
 
 
+class GraphsPool:
+    """A CUDA-graph candidate's memory pool, told on the CPU: the graphs' code takes it as
+    it runs (`graphs_holding_a_pool`), `graphs.release` gives it back; eager code that
+    `allocate`s runs out of memory while it is held (as a Llama-3.2-1B's eager step would
+    beside its graphs' 37 GiB on an H100)."""
+
+    def __init__(self) -> None:
+        self.held = False
+        self.released = self.failed = 0
+
+    def allocate(self) -> None:
+        """An eager pass's allocation: CUDA's out-of-memory error while the pool is held
+        (not while dynamo traces)."""
+        if self.held and not torch.compiler.is_compiling():
+            self.failed += 1
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.")
+
+
+def graphs_holding_a_pool(monkeypatch: pytest.MonkeyPatch, *, beside_eager: bool) -> GraphsPool:
+    """The CUDA-graph candidate's device check told CUDA, and its code (compiled with the
+    ``eager`` backend, like every compile here: call ``torch._dynamo.reset()`` after)
+    holding the returned pool from its first call until `graphs.release`;
+    `beside_eager`: every candidate judged slower, so that the best so far in the graphs'
+    paired rounds is the eager baseline."""
+    from accelkit.torch.tuning import graphs, trials
+
+    graphs_on_cuda(monkeypatch)
+    if beside_eager:
+        monkeypatch.setattr(trials, "clearly_faster", lambda trial, best: False)
+    pool, real = GraphsPool(), torch.compile
+
+    def compile(fn: Callable[..., Any], **options: Any) -> Callable[..., Any]:
+        compiled = real(fn, backend="eager")
+        if not graphs.captures(options.get("mode")):
+            return compiled
+
+        def graphed(*args: Any, **kwargs: Any) -> Any:
+            out = compiled(*args, **kwargs)
+            pool.held = True
+            return out
+
+        return graphed
+
+    def release(torch: Any, device: Any) -> None:
+        pool.held, pool.released = False, pool.released + 1
+
+    monkeypatch.setattr(torch, "compile", compile)
+    monkeypatch.setattr(graphs, "release", release)
+    return pool
+
+
+class NeedsThePool(torch.nn.Module):
+    """`inner`, whose eager forward runs out of memory while `pool` is held."""
+
+    def __init__(self, inner: torch.nn.Module, pool: GraphsPool) -> None:
+        super().__init__()
+        self.inner, self.pool = inner, pool
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        self.pool.allocate()
+        return self.inner(*args, **kwargs)
+
+
 def backward_refusing_new_shapes(size: int | None = None) -> Any:
     """A backend (AOT autograd, each graph run as traced) whose backward compiler fails on
     a graph of symbolic shapes, or with a dimension of `size`, as a compiler fails to

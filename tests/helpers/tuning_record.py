@@ -22,3 +22,8 @@ def taken(candidates: Iterable[Mapping[str, Any] | trials.Trial]) -> int:
     """The steps all of `candidates` trained (skipped ones: none)."""
     records = [c.to_dict() if isinstance(c, trials.Trial) else c for c in candidates]
     return sum(record["steps"] for record in records)
+
+
+def graphs_trial(report: Any) -> dict[str, Any]:
+    """The CUDA-graph candidate's record in a run's report."""
+    return next(c for c in report.tuning["candidates"] if c["settings"].get("cudagraphs"))

@@ -15,17 +15,24 @@ transformers = pytest.importorskip("transformers")
 from accelkit.hf import AccelkitCallback
 from accelkit.torch.tuning import registry, trials
 
-from ..helpers.compiling import backward_refusing_new_shapes, compiled_as, no_gradients
-from ..helpers.tuning_record import taken
+from ..helpers.compiling import (
+    backward_refusing_new_shapes,
+    compiled_as,
+    graphs_holding_a_pool,
+    no_gradients,
+)
+from ..helpers.tuning_record import graphs_trial, taken
 
 STEPS = registry.trial_steps(1, cuda=False) + 4
 
 
-def train(tune: Any = True, collate: Any = None, **arguments: Any) -> tuple[AccelkitCallback, Any]:
+def train(
+    tune: Any = True, collate: Any = None, model_class: Any = None, **arguments: Any
+) -> tuple[AccelkitCallback, Any]:
     config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100,
                                      n_positions=16, bos_token_id=0, eos_token_id=0)  # fmt: skip
     torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(config)
+    model = (model_class or transformers.GPT2LMHeadModel)(config)
     rows = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 100, (8 * STEPS, 16))]
     args = transformers.TrainingArguments(
         output_dir=tempfile.mkdtemp(), max_steps=STEPS, use_cpu=True, report_to=[],
@@ -87,6 +94,31 @@ def test_a_new_shapes_backward_that_fails_to_compile_runs_eagerly_and_training_g
         callback, model = train(collate=shorter_at_the_end)
     assert callback.report.tuning["compile"], callback.report.tuning
     assert "forward" in vars(model) and callback.report.steps == STEPS
+
+
+def test_an_eager_bests_error_in_a_graphs_candidates_rounds_ends_the_trial_not_the_training(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: with compile not kept, the best so far ran its units of the CUDA-graph
+    candidate's paired rounds through the model's eager forward, where no compiled
+    wrapper stood to hand its error to the trials: out of memory beside the graphs' pool
+    stopped the training. Now the forward runs guarded while a candidate's trial runs:
+    the candidate is dropped, its pool given back, and the forward runs again."""
+    pool = graphs_holding_a_pool(monkeypatch, beside_eager=True)
+
+    class NeedsThePool(transformers.GPT2LMHeadModel):
+        def forward(self, input_ids: Any = None, labels: Any = None, **kwargs: Any) -> Any:
+            pool.allocate()  # named as GPT-2 names them: the Trainer keeps those columns
+            return super().forward(input_ids=input_ids, labels=labels, **kwargs)
+
+    try:
+        callback, model = train(model_class=NeedsThePool)
+    finally:
+        torch._dynamo.reset()
+    graphed = graphs_trial(callback.report)
+    assert graphed["status"] == "failed" and graphed["why"] == "out of memory", graphed
+    assert pool.failed == pool.released == 1  # once, and its pool went back at once
+    assert callback.report.steps == STEPS and "forward" not in vars(model)
 
 
 def test_the_trainers_own_compile_is_kept_not_tried() -> None:

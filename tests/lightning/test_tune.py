@@ -17,12 +17,14 @@ from accelkit.lightning import AccelkitCallback
 from accelkit.torch.tuning import registry, trials
 
 from ..helpers.compiling import (
+    NeedsThePool,
     backward_refusing_new_shapes,
     compiled_as,
+    graphs_holding_a_pool,
     graphs_out_of_memory,
     refusing,
 )
-from ..helpers.tuning_record import taken
+from ..helpers.tuning_record import graphs_trial, taken
 
 STEPS = registry.trial_steps(1, cuda=False) + 6
 BASELINE = len(trials.turns(baseline=True))  # the baseline's units: warm-up, then timed
@@ -245,6 +247,28 @@ def test_cuda_graphs_out_of_memory_in_the_trainers_step_end_their_trial_not_the_
     assert events == ["graphs' step", "release"]
     assert callback.report.steps == STEPS and len(steps.logged) == STEPS
     assert all(row.keys() == {"train_loss", "index", "x_mean", "half"} for row in steps.logged)
+
+
+def test_an_eager_bests_error_in_a_graphs_candidates_rounds_ends_the_trial_not_the_fit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: with compile not kept, the best so far ran its units of the CUDA-graph
+    candidate's paired rounds through the eager training_step, where no compiled wrapper
+    stood to hand its error to the trials: out of memory beside the graphs' pool stopped
+    the fit. Now the module's layers run guarded while a candidate's trial runs: the
+    candidate is dropped, its pool given back, and the layer's forward runs again."""
+    pool = graphs_holding_a_pool(monkeypatch, beside_eager=True)
+    module = Classifier()
+    module.net = NeedsThePool(module.net, pool)
+    try:
+        callback, steps = fit_with_steps(module, tune=True)
+    finally:
+        torch._dynamo.reset()
+    graphed = graphs_trial(callback.report)
+    assert graphed["status"] == "failed" and graphed["why"] == "out of memory", graphed
+    assert pool.failed == pool.released == 1  # once, and its pool went back at once
+    assert callback.report.steps == STEPS and len(steps.logged) == STEPS
+    assert "forward" not in vars(module.net) and "training_step" not in vars(module)
 
 
 def test_a_training_step_that_fails_to_compile_is_dropped_at_its_check() -> None:

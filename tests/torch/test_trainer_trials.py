@@ -17,7 +17,9 @@ from accelkit.torch.tuning import trials
 from accelkit.torch.tuning.in_trainer import TrainerTrials
 
 from ..helpers.compiling import (
+    NeedsThePool,
     compiled_as,
+    graphs_holding_a_pool,
     graphs_judged,
     graphs_on_cuda,
     graphs_out_of_memory,
@@ -611,6 +613,29 @@ def test_cuda_graphs_record_in_their_check_where_running_out_of_memory_drops_the
     assert graphed.steps == 1  # its check's batch, trained with the best so far
     assert events == ["graphs' step", "release"]
     assert "failed in the trainer's step" not in caplog.text  # in the check, before it
+
+
+def test_an_eager_bests_error_in_a_graphs_candidates_rounds_ends_the_trial_not_the_run(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: with compile not kept, the best so far trained its units of the CUDA-graph
+    candidate's paired rounds eagerly, where no compiled wrapper stood to hand its error
+    to the trials: out of memory beside the graphs' pool stopped the trainer. Now the
+    trials guard the eager forward while a candidate's trial runs: the candidate is
+    dropped, its pool given back, and the forward runs again with the best so far."""
+    pool = graphs_holding_a_pool(monkeypatch, beside_eager=True)
+    model = NeedsThePool(Net(), pool)
+    try:
+        with caplog.at_level("INFO", logger="accelkit"):
+            tuning, _ = train(model, batches(5 * UNITS))
+    finally:
+        torch._dynamo.reset()
+    graphed = next(t for t in tuning.result.trials if t.name.startswith("cudagraphs"))
+    assert graphed.status == "failed" and graphed.why == "out of memory", graphed.why
+    assert graphed.check is not None and graphed.check.failed is None  # it passed its check
+    assert pool.failed == pool.released == 1  # once, and its pool went back at once
+    assert tuning.result.chosen.name == "eager" and "forward" not in vars(model)
+    assert "failed in the trainer's step" in caplog.text
 
 
 def test_cuda_graphs_the_trials_did_not_record_alone_are_left_as_they_are(

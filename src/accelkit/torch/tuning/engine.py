@@ -150,6 +150,15 @@ class Engine:
         return self.active and not self._idle and self._current is not self.best
 
     @property
+    def on_now(self) -> Candidate:
+        """The candidate whose code trains now: the one under trial, or the best so far (in
+        its units of the paired rounds, after a failure, after the trials)."""
+        if self.trying and self._side == trials.CANDIDATE:
+            assert self._current is not None  # else not trying
+            return self._current
+        return self.best
+
+    @property
     def unit_left(self) -> int:
         """The batches of the unit under way not yet ended, the one training now included."""
         return self.door.unit - self._batches % self.door.unit

@@ -54,6 +54,12 @@ that fails the check, or raises while compiling, is dropped before the trainer's
 runs: nothing trains on it, and that step trains with the best candidate so far. One that
 compiles again during its timed steps (more than `RECOMPILES_ALLOWED` graphs: a guard on
 a value that changes every step, such as ``self.global_step``) is dropped too.
+
+An error in the trainer's step during a candidate's trial ends that trial, not the
+training, where a wrapper of the trials stands between the trainer and the code that
+raised: the compiled code's own, and during a trial the eager forward passes
+(`_EagerGuard`); the batch's forward pass runs again with the best so far
+(`TrainerTrials.rescue`).
 """
 
 from __future__ import annotations
@@ -124,11 +130,52 @@ class Compiled:
             module.forward = compiled
 
     def off(self) -> None:
-        for module, saved in zip(self._modules, self._saved, strict=True):
-            if saved is None:
-                vars(module).pop("forward", None)
-            else:
-                module.forward = saved
+        _put_back(self._modules, self._saved)
+
+
+class _EagerGuard:
+    """`modules`' forward passes as they are, their errors offered to `rescue` while on:
+    the trainer's step runs eager code during a candidate's trial (an eager candidate's
+    units, the best's units of its paired rounds where compile was not kept), and no
+    compiled wrapper stands there to hand an error to the trials. `on` sets each module's
+    ``forward`` to the guarded one, `off` puts back exactly what was there; the trainers'
+    door keeps it on for one batch at a time."""
+
+    def __init__(self, modules: list[Any], rescue: Callable[[BaseException], bool]) -> None:
+        self._modules, self._rescue = modules, rescue
+        self._saved: list[Any] | None = None
+
+    def on(self) -> None:
+        if self._saved is not None:
+            return
+        self._saved = [vars(module).get("forward") for module in self._modules]
+        for module in self._modules:
+            module.forward = _rescued_forward(module, self._rescue)
+
+    def off(self) -> None:
+        saved, self._saved = self._saved, None
+        if saved is not None:
+            _put_back(self._modules, saved)
+
+
+def _rescued_forward(module: Any, rescue: Callable[[BaseException], bool]) -> Any:
+    """`module`'s forward as it is, run again where `rescue` takes its error as a trial's
+    end (the candidate is off then, the best on); bound to the module like a compiled
+    forward, so that the check's copy runs it on itself."""
+    method = module.forward
+    function = getattr(method, "__func__", None)
+    if function is None or getattr(method, "__self__", None) is not module:
+        return rescued(method, rescue, method)
+    return bound(rescued(function, rescue, function), function, module)
+
+
+def _put_back(modules: list[Any], forwards: list[Any]) -> None:
+    """Each module's ``forward`` attribute as saved (None: the class's own)."""
+    for module, saved in zip(modules, forwards, strict=True):
+        if saved is None:
+            vars(module).pop("forward", None)
+        else:
+            module.forward = saved
 
 
 def compiled_method(
@@ -321,6 +368,7 @@ class TrainerTrials:
         self._forward_backward = forward_backward
         self._decide, self._on_step = decide, on_step
         self._checking = False  # the check's passes run (their errors are the check's)
+        self._guard = _EagerGuard(compile_targets, self.rescue)
         self._engine = Engine(self, mode=mode, levers=registry.candidates)
         # A compile the trainer or the script fixed is the baseline's: what it trains
         # with, and what float8 is tried on top of.
@@ -337,8 +385,12 @@ class TrainerTrials:
         return self._engine.result
 
     def begin(self) -> None:
-        """A training batch begins (before its forward pass)."""
-        self._engine.begin()
+        """A training batch begins (before its forward pass): during a candidate's trial,
+        eager code that trains is guarded (`_EagerGuard`)."""
+        engine = self._engine
+        engine.begin()
+        if engine.trying and not engine.on_now.settings.compile:
+            self._guard.on()
 
     def batch(self, batch: Any) -> None:
         """The batch the trainer is about to train on (checks a candidate's first)."""
@@ -346,29 +398,36 @@ class TrainerTrials:
 
     def end(self) -> None:
         """The batch's backward pass and optimizer step (if any) are done."""
+        self._guard.off()  # before the engine switches candidates
         self._engine.end()
 
     def stop(self) -> None:
         """The training ended during the trials: the best so far stays on, and the
         record says where they stopped."""
+        self._guard.off()
         self._engine.stop()
 
     def undo(self) -> None:
         """The training is over (or failed): the trials stop if under way, and the kept
         candidate goes off, the modules and optimizer as the script made them (the SDPA
         attention of a model stays, as ``report.tuning`` says)."""
+        self._guard.off()
         self._engine.undo()
 
     def rescue(self, error: BaseException) -> bool:
-        """Whether `error`, raised by compiled code a trial switched on, in the trainer's
-        own step, is that trial's end rather than the run's: True while a candidate's trial
-        is under way (its paired rounds included) and not in its check, which records its
-        own errors. The candidate is dropped, the best so far is on again (the CUDA graphs'
-        memory given back: `Engine`), and the caller runs the step's code again with it
-        (`rescued`). Before, a candidate's error in the trainer's step stopped the trainer:
-        CUDA graphs out of memory as they record, which they did there while the check
-        only warmed them up (it records them too now: `_record_graphs`), and still can
-        where a new shape records them again."""
+        """Whether `error`, raised in the trainer's own step by compiled code a trial
+        switched on, or by a forward pass that trains eagerly during a trial
+        (`_EagerGuard`), is that trial's end rather than the run's: True while a
+        candidate's trial is under way (its paired rounds included) and not in its check,
+        which records its own errors. The candidate is dropped, the best so far is on
+        again (the CUDA graphs' memory given back: `Engine`), and the caller runs the
+        step's code again with it (`rescued`). Before, a candidate's error in the
+        trainer's step stopped the trainer: CUDA graphs out of memory as they record,
+        which they did there while the check only warmed them up (it records them too
+        now: `_record_graphs`), and still can where a new shape records them again; and
+        the best's eager forward pass out of memory beside the graphs' pool in their
+        paired rounds. An error in a backward pass or an optimizer step that no wrapper
+        reaches still stops the trainer (the fit's door catches its whole step)."""
         engine = self._engine
         if self._checking or not engine.trying:
             return False
