@@ -162,11 +162,20 @@ def _rescued_forward(module: Any, rescue: Callable[[BaseException], bool]) -> An
     """`module`'s forward as it is, run again where `rescue` takes its error as a trial's
     end (the candidate is off then, the best on); bound to the module like a compiled
     forward, so that the check's copy runs it on itself."""
-    method = module.forward
-    function = getattr(method, "__func__", None)
-    if function is None or getattr(method, "__self__", None) is not module:
+    method, function = _method_of(module, "forward")
+    if function is None:
         return rescued(method, rescue, method)
     return bound(rescued(function, rescue, function), function, module)
+
+
+def _method_of(module: Any, name: str) -> tuple[Any, Any]:
+    """``(method, function)``: `module`'s attribute `name` as it is, and the function
+    under it where it is a method bound to `module` (None otherwise: a wrapper's plain
+    function, or a method of another object)."""
+    method = getattr(module, name)
+    if getattr(method, "__self__", None) is not module:
+        return method, None
+    return method, getattr(method, "__func__", None)
 
 
 def _put_back(modules: list[Any], forwards: list[Any]) -> None:
@@ -201,10 +210,7 @@ def compiled_method(
         >>> function is torch.nn.Linear.forward
         True
     """
-    method = getattr(module, name)
-    function = getattr(method, "__func__", None)
-    if getattr(method, "__self__", None) is not module:
-        function = None
+    method, function = _method_of(module, name)
     compiled = torch.compile(method if function is None else function, **options)
     compiled = compiling.contained(torch, compiled, strict)
     if graphs.captures(options.get("mode")):
